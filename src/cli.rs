@@ -1,0 +1,253 @@
+//! Command line: raw flag values first (clap), then resolution and dispatch.
+//!
+//! Each command returns a process exit code following SPEC: 0 ok, 1 runtime failure, 2 invalid
+//! input, 3 reconciliation mismatch, 4 divergence. Reports go to stdout (text, or one JSON
+//! object per window with `--output json`); diagnostics go to stderr. Every printed string
+//! passes through [`redact`], so credentials from the environment never reach the terminal.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::error::{Error, Result};
+use crate::project::Project;
+use crate::record::{Report, Status};
+use crate::window::Window;
+
+const EXAMPLES: &str = "\
+Examples:
+  idemlake validate                                   # lint and plan every task in tables/
+  idemlake run daily_revenue --window 1995-06-01      # run one day and publish it atomically
+  idemlake run daily_revenue --window 1995-06-01T00:00:00Z/1995-06-02T00:00:00Z
+  idemlake explain lineitem_by_ship_day --window 1995-06-01
+  idemlake --output json run daily_revenue --window 1995-06-01   # JSON line for orchestrators
+  idemlake gen-tpch --scale 0.01 --out data           # TPC-H sample data for tables/
+
+Exit codes: 0 ok, 1 runtime failure, 2 invalid input (nothing read or written),
+3 reconciliation mismatch (nothing published), 4 verify/audit found differences.";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "idemlake",
+    version,
+    about = "Idempotent, window-at-a-time batch pipelines: DataFusion SQL into Delta Lake with atomic replaceWhere overwrites and reconciliation",
+    after_help = EXAMPLES
+)]
+pub struct Cli {
+    /// Project directory holding tables/ [env: IDEMLAKE_PROJECT]
+    #[arg(long, global = true, env = "IDEMLAKE_PROJECT", hide_env = true)]
+    pub project: Option<PathBuf>,
+    /// Lake root: a local directory or s3://bucket/prefix [default: <project>/lake] [env: IDEMLAKE_LAKE]
+    #[arg(long, global = true, env = "IDEMLAKE_LAKE", hide_env = true)]
+    pub lake: Option<String>,
+    /// Report format on stdout
+    #[arg(long, global = true, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+    /// More logging on stderr (-v info, -vv debug)
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one window and publish it atomically (one Delta commit)
+    #[command(
+        after_help = "Example:\n  idemlake run lineitem_by_ship_day --window 1995-06-01\n  idemlake run hourly_events --window 2026-11-28T05\n  idemlake run weekly_kpis --window 2026-W48"
+    )]
+    Run {
+        /// Task (table) name: tables/<TASK>.toml
+        task: String,
+        /// The window: 2026-11-28 (day), 2026-11-28T05 (hour), 2026-W48 (week), 2026-11 (month), or START/END in RFC 3339
+        #[arg(long)]
+        window: String,
+    },
+    /// Parse, lint and plan tasks without reading data (all tasks if none given)
+    #[command(after_help = "Example:\n  idemlake validate\n  idemlake validate daily_revenue")]
+    Validate { tasks: Vec<String> },
+    /// Show the bound SQL parameters, the plans and the replaceWhere predicate for a window
+    #[command(after_help = "Example:\n  idemlake explain daily_revenue --window 1995-06-01")]
+    Explain {
+        task: String,
+        #[arg(long)]
+        window: String,
+    },
+    /// Generate TPC-H lineitem and orders Parquet files (sample data for tables/)
+    #[command(
+        name = "gen-tpch",
+        after_help = "Example:\n  idemlake gen-tpch --scale 0.01 --out data"
+    )]
+    GenTpch {
+        /// TPC-H scale factor (0.01 ≈ 60k lineitems, 1 ≈ 6M)
+        #[arg(long, default_value_t = 0.01)]
+        scale: f64,
+        /// Output directory, relative to the project
+        #[arg(long, default_value = "data")]
+        out: PathBuf,
+        /// Regenerate even if the files exist
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// Replace credentials found in the environment with `***`.
+pub fn redact(text: &str) -> String {
+    let mut out = text.to_string();
+    for var in [
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_ACCESS_KEY_ID",
+    ] {
+        if let Ok(v) = std::env::var(var)
+            && v.len() >= 4
+        {
+            out = out.replace(&v, "***");
+        }
+    }
+    out
+}
+
+fn print_err(e: &Error) {
+    eprintln!("error: {}", redact(e.message()));
+}
+
+/// Run the parsed command line; returns the exit code.
+pub async fn execute(cli: Cli) -> u8 {
+    match dispatch(&cli).await {
+        Ok(code) => code,
+        Err(e) => {
+            if cli.output == OutputFormat::Json {
+                let line = serde_json::json!({"status": "failed", "error": redact(e.message()), "exit_code": e.kind().exit_code()});
+                println!("{line}");
+            }
+            print_err(&e);
+            e.kind().exit_code()
+        }
+    }
+}
+
+async fn dispatch(cli: &Cli) -> Result<u8> {
+    let project = Project::resolve(cli.project.as_deref(), cli.lake.as_deref())?;
+    match &cli.command {
+        Command::Run { task, window } => {
+            let task = project.task(task)?;
+            let window = Window::parse(window, task.grain, &task.timezone)?;
+            let report = crate::run::run_window(&project, &task, &window).await;
+            print_report(cli.output, &report);
+            Ok(report.exit_code.unwrap_or(0))
+        }
+        Command::Validate { tasks } => validate(cli, &project, tasks).await,
+        Command::Explain { task, window } => {
+            let task = project.task(task)?;
+            let window = Window::parse(window, task.grain, &task.timezone)?;
+            let text = crate::run::explain(&project, &task, &window).await?;
+            println!("{}", redact(&text));
+            Ok(0)
+        }
+        Command::GenTpch { scale, out, force } => {
+            let dir = if out.is_absolute() {
+                out.clone()
+            } else {
+                project.dir.join(out)
+            };
+            let started = std::time::Instant::now();
+            let files = crate::tpch::generate(&dir, *scale, *force)?;
+            for f in files {
+                println!("{}", f.display());
+            }
+            eprintln!(
+                "TPC-H SF {scale} ready in {:.1}s",
+                started.elapsed().as_secs_f64()
+            );
+            Ok(0)
+        }
+    }
+}
+
+async fn validate(cli: &Cli, project: &Project, tasks: &[String]) -> Result<u8> {
+    let names = if tasks.is_empty() {
+        project.task_names()?
+    } else {
+        tasks.to_vec()
+    };
+    if names.is_empty() {
+        return Err(Error::input(format!(
+            "no task files in {}",
+            project.tables_dir().display()
+        )));
+    }
+    let mut worst = 0u8;
+    for name in names {
+        let result = match project.task(&name) {
+            Ok(task) => crate::run::validate(&task).await,
+            Err(e) => Err(e),
+        };
+        let (status, error) = match &result {
+            Ok(()) => ("ok", None),
+            Err(e) => {
+                worst = worst.max(e.kind().exit_code());
+                ("invalid", Some(redact(e.message())))
+            }
+        };
+        match cli.output {
+            OutputFormat::Json => println!(
+                "{}",
+                serde_json::json!({"task": name, "status": status, "error": error})
+            ),
+            OutputFormat::Text => match error {
+                None => println!("ok       {name}"),
+                Some(e) => {
+                    println!("invalid  {name}");
+                    eprintln!("error: {e}");
+                }
+            },
+        }
+    }
+    Ok(worst)
+}
+
+/// Print one window's report.
+pub fn print_report(format: OutputFormat, r: &Report) {
+    match format {
+        OutputFormat::Json => println!(
+            "{}",
+            redact(&serde_json::to_string(r).expect("serialisable"))
+        ),
+        OutputFormat::Text => {
+            let status = match r.status {
+                Status::Ok => "ok",
+                Status::Failed => "FAILED",
+                Status::Skipped => "skipped",
+                Status::Mismatch => "MISMATCH",
+            };
+            let version = r
+                .table_version
+                .map(|v| format!(" version={v}"))
+                .unwrap_or_default();
+            println!(
+                "{status:<8} {} {}  rows={}{version}  {:.2}s",
+                r.task,
+                r.window.label,
+                r.rows_written,
+                r.duration_ms as f64 / 1000.0
+            );
+            for c in &r.reconciliation {
+                let mark = if c.ok { "ok" } else { "DIFFERS" };
+                println!(
+                    "         check {:<16} source={} output={} {mark}",
+                    c.check, c.source, c.output
+                );
+            }
+            if let Some(e) = &r.error {
+                eprintln!("error: {}", redact(e));
+            }
+        }
+    }
+}

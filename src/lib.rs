@@ -1,0 +1,22 @@
+//! idemlake: idempotent, window-at-a-time batch pipelines on Delta Lake.
+//!
+//! The modules follow the data flow of one run:
+//! [`task`] spec → [`window`] → [`plan`] (+ [`lint`], [`sources`]) → [`execute`] →
+//! [`reconcile`] → [`publish`] → [`record`]; [`run`] drives them, [`cli`] is the command line.
+
+pub mod cli;
+pub mod error;
+pub mod execute;
+pub mod lint;
+pub mod plan;
+pub mod project;
+pub mod publish;
+pub mod reconcile;
+pub mod record;
+pub mod run;
+pub mod sources;
+pub mod task;
+pub mod tpch;
+pub mod window;
+
+pub use error::{Error, ErrorKind, Result};

@@ -1,0 +1,473 @@
+//! Execution windows: the half-open time interval one run covers.
+//!
+//! A window is `[start, end)` at the task's grain (hour/day/week/month) in the task's IANA time
+//! zone. It is built only from what the caller passes (a short form like `2026-11-28` or an
+//! aligned RFC 3339 `START/END` interval); nothing here reads the wall clock.
+//! Invariants: `start < end`; `start` is a grain boundary in the zone; `end` is the next one
+//! (so a Berlin day is 23, 24 or 25 hours long); DATE bounds exist for day/week/month only.
+
+use std::fmt;
+use std::str::FromStr;
+
+use jiff::Timestamp;
+use jiff::Zoned;
+use jiff::civil::{Date, DateTime, ISOWeekDate, Weekday};
+use jiff::tz::TimeZone;
+
+use crate::error::{Error, Result};
+
+/// The length of one window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Grain {
+    Hour,
+    Day,
+    Week,
+    Month,
+}
+
+impl Grain {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Grain::Hour => "hour",
+            Grain::Day => "day",
+            Grain::Week => "week",
+            Grain::Month => "month",
+        }
+    }
+
+    /// An example of the short window form at this grain, for error messages.
+    pub fn example(self) -> &'static str {
+        match self {
+            Grain::Hour => "2026-11-28T05",
+            Grain::Day => "2026-11-28",
+            Grain::Week => "2026-W48",
+            Grain::Month => "2026-11",
+        }
+    }
+
+    /// Whether the window column (and `$window_start`/`$window_end`) is a DATE.
+    pub fn uses_dates(self) -> bool {
+        !matches!(self, Grain::Hour)
+    }
+}
+
+impl fmt::Display for Grain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Grain {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "hour" => Ok(Grain::Hour),
+            "day" => Ok(Grain::Day),
+            "week" => Ok(Grain::Week),
+            "month" => Ok(Grain::Month),
+            other => Err(Error::input(format!(
+                "unknown grain `{other}`: expected hour, day, week or month"
+            ))),
+        }
+    }
+}
+
+/// One execution window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Window {
+    grain: Grain,
+    start: Zoned,
+    end: Zoned,
+}
+
+impl Window {
+    /// Parse a window argument at `grain` in time zone `tz`.
+    ///
+    /// Accepts the short form of the grain or an explicit `START/END` RFC 3339 interval that
+    /// must cover exactly one window of the grain.
+    pub fn parse(text: &str, grain: Grain, tz: &TimeZone) -> Result<Window> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(Error::input(format!(
+                "empty window: pass a {grain} like {}",
+                grain.example()
+            )));
+        }
+        if let Some((a, b)) = text.split_once('/') {
+            return Self::parse_interval(text, a, b, grain, tz);
+        }
+        let found = short_form_grain(text).ok_or_else(|| {
+            Error::input(format!(
+                "malformed window `{text}`: expected a {grain} like {} or an RFC 3339 interval START/END",
+                grain.example()
+            ))
+        })?;
+        if found != grain {
+            return Err(Error::input(format!(
+                "window `{text}` is a {found}, but the task's grain is {grain}: pass a {grain} like {}",
+                grain.example()
+            )));
+        }
+        let bad = |e: jiff::Error| Error::input(format!("malformed window `{text}`: {e}"));
+        let start = match grain {
+            Grain::Day => Date::from_str(text).map_err(bad)?,
+            Grain::Month => {
+                let (y, m) = text.split_once('-').expect("checked by short_form_grain");
+                let y: i16 = y
+                    .parse()
+                    .map_err(|_| Error::input(format!("malformed window `{text}`")))?;
+                let m: i8 = m
+                    .parse()
+                    .map_err(|_| Error::input(format!("malformed window `{text}`")))?;
+                Date::new(y, m, 1).map_err(bad)?
+            }
+            Grain::Week => {
+                let (y, w) = text.split_once("-W").expect("checked by short_form_grain");
+                let y: i16 = y
+                    .parse()
+                    .map_err(|_| Error::input(format!("malformed window `{text}`")))?;
+                let w: i8 = w
+                    .parse()
+                    .map_err(|_| Error::input(format!("malformed window `{text}`")))?;
+                ISOWeekDate::new(y, w, Weekday::Monday).map_err(bad)?.date()
+            }
+            Grain::Hour => {
+                let (d, h) = text.split_once('T').expect("checked by short_form_grain");
+                let d = Date::from_str(d).map_err(bad)?;
+                let h: i8 = h
+                    .parse()
+                    .map_err(|_| Error::input(format!("malformed window `{text}`")))?;
+                let dt = DateTime::new(d.year(), d.month(), d.day(), h, 0, 0, 0).map_err(bad)?;
+                let zoned = tz.to_ambiguous_zoned(dt).unambiguous().map_err(|e| {
+                    Error::input(format!(
+                        "window `{text}` is not a single hour in time zone {}: {e}; pass the explicit RFC 3339 interval instead",
+                        tz_name(tz)
+                    ))
+                })?;
+                return Self::from_start(grain, zoned);
+            }
+        };
+        let zoned = start.to_zoned(tz.clone()).map_err(bad)?;
+        Self::from_start(grain, zoned)
+    }
+
+    fn parse_interval(text: &str, a: &str, b: &str, grain: Grain, tz: &TimeZone) -> Result<Window> {
+        let parse = |s: &str| {
+            Timestamp::from_str(s.trim()).map_err(|e| {
+                Error::input(format!(
+                    "malformed window interval `{text}`: `{s}` is not an RFC 3339 timestamp with offset ({e})"
+                ))
+            })
+        };
+        let (start, end) = (parse(a)?, parse(b)?);
+        if start >= end {
+            return Err(Error::input(format!(
+                "window interval `{text}` is empty or reversed: START must be before END"
+            )));
+        }
+        let zoned = start.to_zoned(tz.clone());
+        let aligned = Self::containing(grain, &zoned)?;
+        if aligned.start.timestamp() != start || aligned.end.timestamp() != end {
+            return Err(Error::input(format!(
+                "window interval `{text}` is not aligned with the task's grain ({grain} in {}): the {grain} containing its start is {}",
+                tz_name(tz),
+                aligned.interval()
+            )));
+        }
+        Ok(aligned)
+    }
+
+    /// The window of `grain` that contains the instant `at`.
+    pub fn containing(grain: Grain, at: &Zoned) -> Result<Window> {
+        let err = |e: jiff::Error| Error::input(format!("cannot place {at} in a {grain}: {e}"));
+        let tz = at.time_zone().clone();
+        let start = match grain {
+            Grain::Hour => {
+                // Subtract the offset into the local hour, so both hours of a DST fold work.
+                let into = jiff::SignedDuration::from_secs(
+                    i64::from(at.minute()) * 60 + i64::from(at.second()),
+                ) + jiff::SignedDuration::from_nanos(i64::from(at.subsec_nanosecond()));
+                at.timestamp().checked_sub(into).map_err(err)?.to_zoned(tz)
+            }
+            Grain::Day => at.date().to_zoned(tz).map_err(err)?,
+            Grain::Week => {
+                let d = at.date();
+                let monday = d
+                    .checked_sub(
+                        jiff::Span::new().days(i64::from(d.weekday().to_monday_zero_offset())),
+                    )
+                    .map_err(err)?;
+                monday.to_zoned(tz).map_err(err)?
+            }
+            Grain::Month => at.date().first_of_month().to_zoned(tz).map_err(err)?,
+        };
+        Self::from_start(grain, start)
+    }
+
+    fn from_start(grain: Grain, start: Zoned) -> Result<Window> {
+        let tz = start.time_zone().clone();
+        let err =
+            |e: jiff::Error| Error::input(format!("window after {start} is out of range: {e}"));
+        let end = match grain {
+            Grain::Hour => start
+                .timestamp()
+                .checked_add(jiff::SignedDuration::from_hours(1))
+                .map_err(err)?
+                .to_zoned(tz),
+            Grain::Day => start
+                .date()
+                .tomorrow()
+                .map_err(err)?
+                .to_zoned(tz)
+                .map_err(err)?,
+            Grain::Week => start
+                .date()
+                .checked_add(jiff::Span::new().days(7))
+                .map_err(err)?
+                .to_zoned(tz)
+                .map_err(err)?,
+            Grain::Month => start
+                .date()
+                .last_of_month()
+                .tomorrow()
+                .map_err(err)?
+                .to_zoned(tz)
+                .map_err(err)?,
+        };
+        Ok(Window { grain, start, end })
+    }
+
+    /// The window right after this one.
+    pub fn next(&self) -> Result<Window> {
+        Self::from_start(self.grain, self.end.clone())
+    }
+
+    /// All windows from `first` through `last`, inclusive.
+    pub fn range(first: &Window, last: &Window) -> Result<Vec<Window>> {
+        if last.start < first.start {
+            return Err(Error::input(format!(
+                "window range is reversed: {} comes after {}",
+                first.label(),
+                last.label()
+            )));
+        }
+        let mut out = vec![first.clone()];
+        while out.last().expect("non-empty").start < last.start {
+            out.push(out.last().expect("non-empty").next()?);
+        }
+        Ok(out)
+    }
+
+    pub fn grain(&self) -> Grain {
+        self.grain
+    }
+    pub fn start(&self) -> &Zoned {
+        &self.start
+    }
+    pub fn end(&self) -> &Zoned {
+        &self.end
+    }
+    pub fn start_ts(&self) -> Timestamp {
+        self.start.timestamp()
+    }
+    pub fn end_ts(&self) -> Timestamp {
+        self.end.timestamp()
+    }
+    /// The local calendar date the window starts on (day/week/month bounds).
+    pub fn start_date(&self) -> Date {
+        self.start.date()
+    }
+    /// The local calendar date of the (exclusive) end.
+    pub fn end_date(&self) -> Date {
+        self.end.date()
+    }
+    /// Length of the window in whole hours (23/24/25 for a day across DST).
+    pub fn hours(&self) -> i64 {
+        self.end_ts().duration_since(self.start_ts()).as_secs() / 3600
+    }
+
+    /// The short form at this grain, e.g. `2026-11-28`, `2026-W48`, `2026-11`, `2026-11-28T05`.
+    pub fn label(&self) -> String {
+        match self.grain {
+            Grain::Hour => self.start.strftime("%Y-%m-%dT%H").to_string(),
+            Grain::Day => self.start.date().to_string(),
+            Grain::Week => {
+                let iso = self.start.date().iso_week_date();
+                format!("{:04}-W{:02}", iso.year(), iso.week())
+            }
+            Grain::Month => self.start.strftime("%Y-%m").to_string(),
+        }
+    }
+
+    /// RFC 3339 with the zone's offset, e.g. `2026-03-29T00:00:00+01:00`.
+    pub fn start_rfc3339(&self) -> String {
+        rfc3339(&self.start)
+    }
+    pub fn end_rfc3339(&self) -> String {
+        rfc3339(&self.end)
+    }
+    /// `START/END` in RFC 3339, the form orchestrators pass.
+    pub fn interval(&self) -> String {
+        format!("{}/{}", self.start_rfc3339(), self.end_rfc3339())
+    }
+}
+
+fn rfc3339(z: &Zoned) -> String {
+    z.timestamp().display_with_offset(z.offset()).to_string()
+}
+
+/// The IANA name of a zone, for messages.
+pub fn tz_name(tz: &TimeZone) -> String {
+    tz.iana_name().unwrap_or("UTC").to_string()
+}
+
+/// Look up an IANA time zone by name.
+pub fn time_zone(name: &str) -> Result<TimeZone> {
+    TimeZone::get(name).map_err(|e| Error::input(format!("unknown time zone `{name}`: {e}")))
+}
+
+/// Which grain a short window form is written in, by shape alone.
+fn short_form_grain(s: &str) -> Option<Grain> {
+    let b = s.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+    match b.len() {
+        7 if digits(0..4) && b[4] == b'-' && digits(5..7) => Some(Grain::Month),
+        8 if digits(0..4) && &b[4..6] == b"-W" && digits(6..8) => Some(Grain::Week),
+        10 if digits(0..4) && b[4] == b'-' && digits(5..7) && b[7] == b'-' && digits(8..10) => {
+            Some(Grain::Day)
+        }
+        13 if digits(0..4)
+            && b[10] == b'T'
+            && digits(11..13)
+            && short_form_grain(&s[..10]) == Some(Grain::Day) =>
+        {
+            Some(Grain::Hour)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn utc() -> TimeZone {
+        TimeZone::UTC
+    }
+    fn berlin() -> TimeZone {
+        time_zone("Europe/Berlin").unwrap()
+    }
+
+    #[test]
+    fn day_in_utc() {
+        let w = Window::parse("2026-11-28", Grain::Day, &utc()).unwrap();
+        assert_eq!(
+            w.interval(),
+            "2026-11-28T00:00:00+00:00/2026-11-29T00:00:00+00:00"
+        );
+        assert_eq!(w.label(), "2026-11-28");
+        assert_eq!(w.hours(), 24);
+    }
+
+    #[test]
+    fn berlin_days_across_dst_are_23_and_25_hours() {
+        let spring = Window::parse("2026-03-29", Grain::Day, &berlin()).unwrap();
+        assert_eq!(spring.hours(), 23);
+        assert_eq!(spring.start_ts().to_string(), "2026-03-28T23:00:00Z");
+        assert_eq!(spring.end_ts().to_string(), "2026-03-29T22:00:00Z");
+        let autumn = Window::parse("2026-10-25", Grain::Day, &berlin()).unwrap();
+        assert_eq!(autumn.hours(), 25);
+        let plain = Window::parse("2026-11-28", Grain::Day, &berlin()).unwrap();
+        assert_eq!(plain.hours(), 24);
+    }
+
+    #[test]
+    fn week_month_hour() {
+        let w = Window::parse("2026-W48", Grain::Week, &utc()).unwrap();
+        assert_eq!(w.start_date().to_string(), "2026-11-23");
+        assert_eq!(w.end_date().to_string(), "2026-11-30");
+        assert_eq!(w.label(), "2026-W48");
+        let m = Window::parse("2026-02", Grain::Month, &utc()).unwrap();
+        assert_eq!(m.end_date().to_string(), "2026-03-01");
+        let h = Window::parse("2026-11-28T05", Grain::Hour, &berlin()).unwrap();
+        assert_eq!(h.start_ts().to_string(), "2026-11-28T04:00:00Z");
+        assert_eq!(h.hours(), 1);
+        assert_eq!(h.label(), "2026-11-28T05");
+    }
+
+    #[test]
+    fn aligned_interval_is_accepted_misaligned_is_not() {
+        let w = Window::parse(
+            "2026-11-28T00:00:00+00:00/2026-11-29T00:00:00+00:00",
+            Grain::Day,
+            &utc(),
+        )
+        .unwrap();
+        assert_eq!(w.label(), "2026-11-28");
+        let b = Window::parse(
+            "2026-03-28T23:00:00Z/2026-03-29T22:00:00Z",
+            Grain::Day,
+            &berlin(),
+        )
+        .unwrap();
+        assert_eq!(b.label(), "2026-03-29");
+        for bad in [
+            "2026-11-28T01:00:00Z/2026-11-29T01:00:00Z",
+            "2026-11-28T00:00:00Z/2026-11-30T00:00:00Z",
+            "2026-11-29T00:00:00Z/2026-11-28T00:00:00Z",
+            "2026-11-28/2026-11-29",
+        ] {
+            let e = Window::parse(bad, Grain::Day, &utc()).unwrap_err();
+            assert_eq!(e.kind(), crate::error::ErrorKind::Input, "{bad}");
+        }
+    }
+
+    #[test]
+    fn malformed_and_wrong_grain_windows_are_input_errors() {
+        for bad in [
+            "",
+            "yesterday",
+            "2026-13-01",
+            "2026-11-31",
+            "2026-W54",
+            "2026-11",
+            "2026-11-28T25",
+        ] {
+            let e = Window::parse(bad, Grain::Day, &utc()).unwrap_err();
+            assert_eq!(e.kind(), crate::error::ErrorKind::Input, "{bad}");
+        }
+        let e = Window::parse("2026-11", Grain::Day, &utc()).unwrap_err();
+        assert!(e.message().contains("is a month"), "{e}");
+    }
+
+    #[test]
+    fn hour_in_dst_gap_or_fold_needs_the_interval_form() {
+        assert!(Window::parse("2026-03-29T02", Grain::Hour, &berlin()).is_err());
+        assert!(Window::parse("2026-10-25T02", Grain::Hour, &berlin()).is_err());
+        // Both 02:00 hours of the fold are reachable through the explicit interval.
+        let first = Window::parse(
+            "2026-10-25T00:00:00Z/2026-10-25T01:00:00Z",
+            Grain::Hour,
+            &berlin(),
+        )
+        .unwrap();
+        let second = first.next().unwrap();
+        assert_eq!(first.label(), "2026-10-25T02");
+        assert_eq!(second.label(), "2026-10-25T02");
+        assert_ne!(first.start_ts(), second.start_ts());
+    }
+
+    #[test]
+    fn ranges_are_inclusive() {
+        let a = Window::parse("2026-02-27", Grain::Day, &utc()).unwrap();
+        let b = Window::parse("2026-03-02", Grain::Day, &utc()).unwrap();
+        let r = Window::range(&a, &b).unwrap();
+        let labels: Vec<_> = r.iter().map(Window::label).collect();
+        assert_eq!(
+            labels,
+            ["2026-02-27", "2026-02-28", "2026-03-01", "2026-03-02"]
+        );
+        assert!(Window::range(&b, &a).is_err());
+    }
+}
