@@ -79,6 +79,19 @@ pub enum Command {
         #[arg(long)]
         window: String,
     },
+    /// Per window: rows and files published now, and the run that published them
+    #[command(
+        after_help = "Example:\n  idemlake status daily_revenue --from 1995-06-01 --to 1995-06-07"
+    )]
+    Status {
+        task: String,
+        /// First window of the range (inclusive); lists all published windows if omitted
+        #[arg(long)]
+        from: Option<String>,
+        /// Last window of the range (inclusive)
+        #[arg(long)]
+        to: Option<String>,
+    },
     /// Generate TPC-H lineitem and orders Parquet files (sample data for tables/)
     #[command(
         name = "gen-tpch",
@@ -151,6 +164,13 @@ async fn dispatch(cli: &Cli) -> Result<u8> {
             println!("{}", redact(&text));
             Ok(0)
         }
+        Command::Status { task, from, to } => {
+            let task = project.task(task)?;
+            let range = crate::status::parse_range(&task, from.as_deref(), to.as_deref())?;
+            let (version, windows) = crate::status::status(&project, &task, range).await?;
+            print_status(cli.output, &task.name, version, &windows);
+            Ok(0)
+        }
         Command::GenTpch { scale, out, force } => {
             let dir = if out.is_absolute() {
                 out.clone()
@@ -213,6 +233,50 @@ async fn validate(cli: &Cli, project: &Project, tasks: &[String]) -> Result<u8> 
     Ok(worst)
 }
 
+fn print_status(
+    format: OutputFormat,
+    task: &str,
+    version: Option<i64>,
+    windows: &[crate::status::WindowStatus],
+) {
+    if format == OutputFormat::Json {
+        for w in windows {
+            println!("{}", serde_json::to_string(w).expect("serialisable"));
+        }
+        return;
+    }
+    match version {
+        None => println!("{task}: no table yet"),
+        Some(v) => println!("{task}: table version {v}"),
+    }
+    if windows.is_empty() {
+        return;
+    }
+    println!(
+        "  {:<14} {:<10} {:>8} {:>5} {:>7}  {:<8}  {:<20}  sql_hash",
+        "window", "state", "rows", "files", "version", "run", "published_at"
+    );
+    let dash = "-".to_string();
+    for w in windows {
+        println!(
+            "  {:<14} {:<10} {:>8} {:>5} {:>7}  {:<8}  {:<20}  {}",
+            w.window,
+            w.state,
+            w.rows,
+            w.files,
+            w.version
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| dash.clone()),
+            w.run_id
+                .as_deref()
+                .map(|r| &r[..8.min(r.len())])
+                .unwrap_or("-"),
+            w.published_at.as_deref().unwrap_or("-"),
+            w.sql_hash.as_deref().unwrap_or("-"),
+        );
+    }
+}
+
 /// Print one window's report.
 pub fn print_report(format: OutputFormat, r: &Report) {
     match format {
@@ -238,10 +302,14 @@ pub fn print_report(format: OutputFormat, r: &Report) {
                 r.rows_written,
                 r.duration_ms as f64 / 1000.0
             );
-            for c in &r.reconciliation {
-                let mark = if c.ok { "ok" } else { "DIFFERS" };
+            let (good, bad): (Vec<_>, Vec<_>) = r.reconciliation.iter().partition(|c| c.ok);
+            if !good.is_empty() {
+                let names: Vec<&str> = good.iter().map(|c| c.check.as_str()).collect();
+                println!("         checks ok: {}", names.join(", "));
+            }
+            for c in bad {
                 println!(
-                    "         check {:<16} source={} output={} {mark}",
+                    "         check {} DIFFERS: source={} output={}",
                     c.check, c.source, c.output
                 );
             }

@@ -15,6 +15,7 @@ pub mod reconcile;
 pub mod record;
 pub mod run;
 pub mod sources;
+pub mod status;
 pub mod task;
 pub mod tpch;
 pub mod window;

@@ -280,17 +280,28 @@ pub struct Merged {
     pub updated: u64,
 }
 
-/// Upsert `source` into the window on `key`.
+/// What to upsert where: the output's columns, the key, and the window on the partition column.
+pub struct MergeSpec<'a> {
+    pub columns: &'a [String],
+    pub key: &'a [String],
+    pub partition_by: &'a str,
+    pub range: PartitionRange,
+}
+
+/// Upsert `source` into the window on `spec.key`.
 pub async fn merge(
     table: DeltaTable,
     session: Arc<dyn datafusion::catalog::Session>,
     source: DataFrame,
-    columns: &[String],
-    key: &[String],
-    partition_by: &str,
-    range: PartitionRange,
+    spec: MergeSpec<'_>,
     app_metadata: HashMap<String, serde_json::Value>,
 ) -> Result<Merged> {
+    let MergeSpec {
+        columns,
+        key,
+        partition_by,
+        range,
+    } = spec;
     let t = |c: &str| col(Column::new(Some("target"), c));
     let s = |c: &str| col(Column::new(Some("source"), c));
     let (lo, hi) = range.lo_hi();

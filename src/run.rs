@@ -249,10 +249,12 @@ async fn run_inner(
                 table,
                 Arc::new(ctx.state()),
                 source,
-                &columns,
-                &task.key,
-                &task.partition_by,
-                range,
+                publish::MergeSpec {
+                    columns: &columns,
+                    key: &task.key,
+                    partition_by: &task.partition_by,
+                    range,
+                },
                 record.app_metadata(),
             )
             .await?;

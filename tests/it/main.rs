@@ -1,1 +1,9 @@
+//! idemlake integration tests: one binary, one module per concern (fast to link).
+mod common;
 
+mod cli;
+mod dst;
+mod incident;
+mod python_reader;
+mod rejections;
+mod rerun;

@@ -1,0 +1,202 @@
+//! Shared test fixtures: a throw-away project with the sample tasks, TPC-H SF 0.01 data
+//! generated once per test binary, the idemlake binary, and independent ways to read tables.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::OnceLock;
+
+use assert_cmd::Command;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::util::display::array_value_to_string;
+use datafusion::prelude::SessionContext;
+use deltalake::DeltaTableBuilder;
+
+/// The repository root (where tables/ and scripts/ live).
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// TPC-H SF 0.01 parquet files, generated once into the cargo target tmp dir.
+pub fn tpch_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("tpch-sf0.01");
+        idemlake::tpch::generate(&dir, 0.01, false).expect("generate TPC-H data");
+        dir
+    })
+}
+
+/// A temporary project: the repository's sample tasks plus the shared TPC-H data.
+pub struct TestProject {
+    pub dir: tempfile::TempDir,
+}
+
+impl TestProject {
+    pub fn new() -> TestProject {
+        let dir = tempfile::Builder::new()
+            .prefix("idemlake-it-")
+            .tempdir()
+            .unwrap();
+        let tables = dir.path().join("tables");
+        std::fs::create_dir_all(&tables).unwrap();
+        for e in std::fs::read_dir(repo().join("tables")).unwrap() {
+            let p = e.unwrap().path();
+            std::fs::copy(&p, tables.join(p.file_name().unwrap())).unwrap();
+        }
+        std::os::unix::fs::symlink(tpch_dir(), dir.path().join("data")).unwrap();
+        TestProject { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Write (or replace) a task file.
+    pub fn task(&self, name: &str, toml: &str) {
+        std::fs::write(
+            self.path().join("tables").join(format!("{name}.toml")),
+            toml,
+        )
+        .unwrap();
+    }
+
+    pub fn table_dir(&self, name: &str) -> PathBuf {
+        self.path().join("lake").join(name)
+    }
+
+    /// An `idemlake` command running in this project.
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::cargo_bin("idemlake").unwrap();
+        c.arg("--project").arg(self.path());
+        c.env_remove("IDEMLAKE_LAKE")
+            .env_remove("IDEMLAKE_PROJECT")
+            .env_remove("IDEMLAKE_TEST_FAULT");
+        c
+    }
+
+    /// Run `idemlake <args>` and return its output (any exit code).
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().unwrap()
+    }
+
+    /// Run one window and assert success.
+    pub fn run_ok(&self, task: &str, window: &str) -> Output {
+        let out = self.run(&["run", task, "--window", window]);
+        assert_eq!(code(&out), 0, "run {task} {window} failed:\n{}", text(&out));
+        out
+    }
+}
+
+pub fn code(out: &Output) -> i32 {
+    out.status.code().unwrap_or(-1)
+}
+
+pub fn text(out: &Output) -> String {
+    format!(
+        "status: {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The latest version in a table's `_delta_log`, read straight from the directory listing
+/// (independent of idemlake and delta-rs); `None` if there is no table.
+pub fn log_version(table: &Path) -> Option<u64> {
+    let log = table.join("_delta_log");
+    std::fs::read_dir(log)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            name.strip_suffix(".json")
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .max()
+}
+
+/// The actions of commit `version`, one JSON value per line.
+pub fn commit_actions(table: &Path, version: u64) -> Vec<serde_json::Value> {
+    let file = table.join("_delta_log").join(format!("{version:020}.json"));
+    std::fs::read_to_string(&file)
+        .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Render batches as sorted row strings (columns in name order): a multiset of rows.
+pub fn rows_of(batches: &[RecordBatch]) -> Vec<String> {
+    let mut rows = Vec::new();
+    for b in batches {
+        let schema = b.schema();
+        let mut cols: Vec<usize> = (0..b.num_columns()).collect();
+        cols.sort_by_key(|&i| schema.field(i).name().clone());
+        for r in 0..b.num_rows() {
+            let row: Vec<String> = cols
+                .iter()
+                .map(|&i| {
+                    format!(
+                        "{}={}",
+                        schema.field(i).name(),
+                        array_value_to_string(b.column(i), r).unwrap()
+                    )
+                })
+                .collect();
+            rows.push(row.join("|"));
+        }
+    }
+    rows.sort();
+    rows
+}
+
+/// All rows of a Delta table (optionally filtered), read through delta-rs, as a sorted multiset.
+pub async fn table_rows(table: &Path, filter: &str) -> Vec<String> {
+    let url = url::Url::from_directory_path(table).unwrap();
+    let mut t = DeltaTableBuilder::from_url(url).unwrap().build().unwrap();
+    t.load().await.unwrap();
+    let ctx = SessionContext::new();
+    t.update_datafusion_session(&ctx.state()).unwrap();
+    ctx.register_table("t", t.table_provider().await.unwrap())
+        .unwrap();
+    let sql = if filter.is_empty() {
+        "SELECT * FROM t".to_string()
+    } else {
+        format!("SELECT * FROM t WHERE {filter}")
+    };
+    rows_of(&ctx.sql(&sql).await.unwrap().collect().await.unwrap())
+}
+
+/// Rows of a SQL query over the TPC-H source files (`lineitem`, `orders`).
+pub async fn source_rows(sql: &str) -> Vec<String> {
+    let ctx = SessionContext::new();
+    for t in ["lineitem", "orders"] {
+        ctx.register_parquet(
+            t,
+            tpch_dir().join(format!("{t}.parquet")).to_str().unwrap(),
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    }
+    rows_of(&ctx.sql(sql).await.unwrap().collect().await.unwrap())
+}
+
+/// The lineitem pass-through task's expected rows for one ship day.
+pub async fn expected_lineitem_day(day: &str) -> Vec<String> {
+    source_rows(&format!(
+        "SELECT l_orderkey, l_linenumber, l_partkey, l_suppkey, l_quantity, l_extendedprice, l_discount, l_tax, \
+         l_returnflag, l_linestatus, l_commitdate, l_receiptdate, l_shipinstruct, l_shipmode, l_shipdate AS ship_date \
+         FROM lineitem WHERE l_shipdate = DATE '{day}'"
+    ))
+    .await
+}
+
+/// Parse the JSON lines idemlake printed.
+pub fn json_lines(out: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}

@@ -1,0 +1,274 @@
+//! Every rejection path exits with its documented code and leaves the table version unchanged.
+
+use crate::common::*;
+
+const DAY: &str = "1995-06-01";
+
+/// A lineitem task with `sql` and extra TOML appended.
+fn task(sql: &str, extra: &str) -> String {
+    format!(
+        r#"sql = """
+{sql}
+"""
+[target]
+partition_by = "ship_date"
+[window]
+grain = "day"
+[sources.lineitem]
+uri = "data/lineitem.parquet"
+{extra}
+"#
+    )
+}
+
+const GOOD_SQL: &str = "SELECT l_orderkey, l_linenumber, l_quantity, l_shipdate AS ship_date FROM lineitem\nWHERE l_shipdate >= $window_start AND l_shipdate < $window_end";
+
+/// A project where task `t` has published DAY once; returns it and the table version.
+fn published() -> (TestProject, u64) {
+    let p = TestProject::new();
+    p.task("t", &task(GOOD_SQL, ""));
+    p.run_ok("t", DAY);
+    let v = log_version(&p.table_dir("t")).unwrap();
+    (p, v)
+}
+
+fn assert_rejected(p: &TestProject, v: u64, args: &[&str], exit: i32, needles: &[&str]) {
+    let out = p.run(args);
+    assert_eq!(code(&out), exit, "{args:?}:\n{}", text(&out));
+    let all = text(&out);
+    for n in needles {
+        assert!(all.contains(n), "expected `{n}` in:\n{all}");
+    }
+    assert_eq!(
+        log_version(&p.table_dir("t")),
+        Some(v),
+        "{args:?} must not move the table version"
+    );
+}
+
+#[test]
+fn bad_task_file_exits_2_naming_file_and_field() {
+    let (p, v) = published();
+    p.task(
+        "t",
+        &task(GOOD_SQL, "[write]\nmode = \"overwrite\"\nkeys = [\"x\"]\n"),
+    );
+    assert_rejected(
+        &p,
+        v,
+        &["run", "t", "--window", DAY],
+        2,
+        &["t.toml", "keys"],
+    );
+    assert_rejected(&p, v, &["validate", "t"], 2, &["keys"]);
+    p.task("t", &task(GOOD_SQL, "[write]\nmode = \"merge\"\n"));
+    assert_rejected(&p, v, &["run", "t", "--window", DAY], 2, &["[write].key"]);
+}
+
+#[test]
+fn bad_windows_exit_2() {
+    let (p, v) = published();
+    for w in [
+        "1995-6-1",
+        "1995-06",
+        "1995-06-01T00:00:00Z/1995-06-03T00:00:00Z",
+        "1995-06-01T05:00:00Z/1995-06-02T05:00:00Z",
+        "tomorrow",
+    ] {
+        assert_rejected(&p, v, &["run", "t", "--window", w], 2, &[w]);
+    }
+    // No default window: --window is required.
+    assert_rejected(&p, v, &["run", "t"], 2, &["--window"]);
+}
+
+#[test]
+fn non_deterministic_sql_exits_2_naming_function_and_line() {
+    let (p, v) = published();
+    let sql = "SELECT l_orderkey, l_linenumber,\n  random() AS r, l_shipdate AS ship_date\nFROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end";
+    p.task("t", &task(sql, ""));
+    // The SQL starts on line 2 of the file; random() is on its second line.
+    assert_rejected(
+        &p,
+        v,
+        &["run", "t", "--window", DAY],
+        2,
+        &["random()", "line 3"],
+    );
+    assert_rejected(&p, v, &["validate", "t"], 2, &["random()"]);
+    let sql = "SELECT l_orderkey, l_shipdate AS ship_date FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < current_date";
+    p.task("t", &task(sql, ""));
+    assert_rejected(&p, v, &["run", "t", "--window", DAY], 2, &["current_date"]);
+    // SQL that ignores the window.
+    p.task(
+        "t",
+        &task(
+            "SELECT l_orderkey, l_shipdate AS ship_date FROM lineitem",
+            "",
+        ),
+    );
+    assert_rejected(
+        &p,
+        v,
+        &["validate", "t"],
+        2,
+        &["never references the window"],
+    );
+}
+
+#[test]
+fn rows_outside_the_window_fail_the_run_and_publish_nothing() {
+    let (p, v) = published();
+    let sql = "SELECT l_orderkey, l_linenumber, l_quantity, l_shipdate + INTERVAL '1 day' AS ship_date FROM lineitem\nWHERE l_shipdate >= $window_start AND l_shipdate < $window_end";
+    p.task("t", &task(sql, ""));
+    assert_rejected(
+        &p,
+        v,
+        &["run", "t", "--window", DAY],
+        1,
+        &["outside the window", "1995-06-02"],
+    );
+}
+
+#[test]
+fn reconciliation_mismatch_exits_3_and_warn_publishes() {
+    let (p, v) = published();
+    let recon = "[reconcile]\nsource = \"SELECT count(*) AS rows FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end AND l_quantity > 10\"\noutput = \"SELECT count(*) AS rows FROM output\"\n";
+    p.task("t", &task(GOOD_SQL, recon));
+    assert_rejected(
+        &p,
+        v,
+        &["run", "t", "--window", DAY],
+        3,
+        &["reconciliation failed", "rows"],
+    );
+    let out = p.run(&["--output", "json", "run", "t", "--window", DAY]);
+    assert_eq!(code(&out), 3);
+    let j = &json_lines(&out)[0];
+    assert_eq!(j["status"], "mismatch");
+    assert!(
+        j["reconciliation"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["check"] == "rows" && c["ok"] == false)
+    );
+    assert_eq!(log_version(&p.table_dir("t")), Some(v));
+
+    // on_mismatch = "warn": published, recorded, exit 0.
+    p.task(
+        "t",
+        &task(GOOD_SQL, &format!("{recon}on_mismatch = \"warn\"\n")),
+    );
+    let out = p.run(&["--output", "json", "run", "t", "--window", DAY]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(json_lines(&out)[0]["status"], "mismatch");
+    let v2 = log_version(&p.table_dir("t")).unwrap();
+    assert_eq!(v2, v + 1);
+    let info = commit_actions(&p.table_dir("t"), v2)
+        .into_iter()
+        .find_map(|a| a.get("commitInfo").cloned())
+        .unwrap();
+    assert!(
+        info["idemlake"]["reconciliation"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["ok"] == false)
+    );
+}
+
+#[test]
+fn schema_change_and_unknown_parameter_exit_2() {
+    let (p, v) = published();
+    let sql = "SELECT l_orderkey, l_shipdate AS ship_date FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end";
+    p.task("t", &task(sql, ""));
+    assert_rejected(
+        &p,
+        v,
+        &["run", "t", "--window", DAY],
+        2,
+        &["do not match the target table"],
+    );
+    let sql = "SELECT l_orderkey, l_linenumber, l_quantity, l_shipdate AS ship_date FROM lineitem WHERE l_shipdate >= $window_begin";
+    p.task("t", &task(sql, ""));
+    assert_rejected(&p, v, &["run", "t", "--window", DAY], 2, &["$window_begin"]);
+    p.task("t", &task("DROP TABLE lineitem", ""));
+    assert_rejected(&p, v, &["run", "t", "--window", DAY], 2, &["invalid SQL"]);
+}
+
+#[test]
+fn merge_with_a_repeated_key_publishes_nothing() {
+    let p = TestProject::new();
+    // l_orderkey alone repeats within a day (several lines per order).
+    let sql = "SELECT l_orderkey, l_linenumber, l_shipdate AS ship_date FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end";
+    p.task(
+        "t",
+        &task(
+            sql,
+            "[write]\nmode = \"merge\"\nkey = [\"l_orderkey\", \"l_linenumber\"]\n",
+        ),
+    );
+    p.run_ok("t", "1995-06-02");
+    let v = log_version(&p.table_dir("t")).unwrap();
+    let sql = "SELECT l_orderkey, l_linenumber, l_shipdate AS ship_date FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end UNION ALL SELECT l_orderkey, l_linenumber, l_shipdate AS ship_date FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end";
+    p.task(
+        "t",
+        &task(
+            sql,
+            "[write]\nmode = \"merge\"\nkey = [\"l_orderkey\", \"l_linenumber\"]\n",
+        ),
+    );
+    assert_rejected(&p, v, &["run", "t", "--window", DAY], 1, &["not unique"]);
+}
+
+/// A CSV source we can change between runs, to exercise on_empty.
+fn csv_project(on_empty: &str) -> TestProject {
+    let p = TestProject::new();
+    std::fs::write(
+        p.path().join("events.csv"),
+        "id,day\n1,2026-01-01\n2,2026-01-01\n3,2026-01-02\n",
+    )
+    .unwrap();
+    p.task(
+        "t",
+        &format!(
+            "sql = \"SELECT id, CAST(day AS DATE) AS day FROM events WHERE CAST(day AS DATE) >= $window_start AND CAST(day AS DATE) < $window_end\"\n\
+             [target]\npartition_by = \"day\"\n[window]\ngrain = \"day\"\n[sources.events]\nuri = \"events.csv\"\n[write]\non_empty = \"{on_empty}\"\n"
+        ),
+    );
+    p.run_ok("t", "2026-01-01");
+    p.run_ok("t", "2026-01-02");
+    // Upstream now has nothing for 2026-01-01.
+    std::fs::write(p.path().join("events.csv"), "id,day\n3,2026-01-02\n").unwrap();
+    p
+}
+
+#[tokio::test]
+async fn empty_results_follow_on_empty() {
+    // clear: the window is published empty, one commit.
+    let p = csv_project("clear");
+    let v = log_version(&p.table_dir("t")).unwrap();
+    p.run_ok("t", "2026-01-01");
+    assert_eq!(log_version(&p.table_dir("t")), Some(v + 1));
+    assert_eq!(
+        table_rows(&p.table_dir("t"), "").await,
+        vec!["day=2026-01-02|id=3".to_string()]
+    );
+
+    // skip: nothing committed, reported as skipped, exit 0.
+    let p = csv_project("skip");
+    let v = log_version(&p.table_dir("t")).unwrap();
+    let out = p.run(&["--output", "json", "run", "t", "--window", "2026-01-01"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(json_lines(&out)[0]["status"], "skipped");
+    assert_eq!(log_version(&p.table_dir("t")), Some(v));
+    assert_eq!(table_rows(&p.table_dir("t"), "").await.len(), 3);
+
+    // fail: exit 1, nothing committed.
+    let p = csv_project("fail");
+    let v = log_version(&p.table_dir("t")).unwrap();
+    let out = p.run(&["run", "t", "--window", "2026-01-01"]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(text(&out).contains("on_empty"));
+    assert_eq!(log_version(&p.table_dir("t")), Some(v));
+}
