@@ -10,7 +10,7 @@ BIN         := $(TARGET_DIR)/$(PROFILE)/idemlake
 SCALE       ?= 0.01
 DEMO_DAYS   := 1995-06-01 1995-06-02 1995-06-03 1995-06-04 1995-06-05 1995-06-06 1995-06-07
 
-.PHONY: build demo test test-unit lint fmt py-env clean-demo
+.PHONY: build demo test lint fmt py-env s3-start s3-stop clean-demo
 
 build:
 	$(CARGO) build $(CARGO_FLAGS) --bin idemlake
@@ -36,9 +36,16 @@ demo: build
 	$(BIN) status daily_revenue --from 1995-06-01 --to 1995-06-07
 	$(BIN) status orders_by_day --from 1995-06-01 --to 1995-06-07
 
-## test: unit + integration tests (needs the Python readers; installs them).
-test: py-env
+## test: unit + integration tests. Installs the Python Delta readers and starts the local
+## S3 server (SeaweedFS, loopback only) that the S3 tests run against; `make s3-stop` stops it.
+test: py-env s3-start
 	$(CARGO) test $(CARGO_FLAGS) --all-targets
+
+s3-start:
+	scripts/s3-server start
+
+s3-stop:
+	scripts/s3-server stop
 
 lint:
 	$(CARGO) fmt --all -- --check

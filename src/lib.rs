@@ -16,6 +16,7 @@ pub mod record;
 pub mod run;
 pub mod sources;
 pub mod status;
+pub mod storage;
 pub mod task;
 pub mod tpch;
 pub mod window;

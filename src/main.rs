@@ -4,6 +4,20 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// Log output with credentials from the environment replaced by `***`.
+struct RedactingStderr;
+
+impl std::io::Write for RedactingStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = idemlake::cli::redact(&String::from_utf8_lossy(buf));
+        std::io::stderr().write_all(text.as_bytes())?;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
 fn main() -> ExitCode {
     let cli = idemlake::cli::Cli::parse();
     let level = match cli.verbose {
@@ -16,7 +30,8 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_env("IDEMLAKE_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(|| RedactingStderr)
+        .with_ansi(std::env::var_os("NO_COLOR").is_none())
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -19,7 +19,7 @@ use datafusion::prelude::{DataFrame, col, lit};
 use delta_kernel::engine::arrow_conversion::TryIntoKernel;
 use delta_kernel::expressions::Scalar;
 use deltalake::datafile::writer::WriterConfig;
-use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
+use deltalake::kernel::transaction::{CommitBuilder, CommitProperties, TransactionError};
 use deltalake::kernel::{Action, Add, StructType};
 use deltalake::operations::write::WriterStatsConfig;
 use deltalake::protocol::{DeltaOperation, SaveMode};
@@ -38,7 +38,7 @@ pub async fn open(url: &Url) -> Result<DeltaTable> {
     } else {
         url.clone()
     };
-    let mut table = DeltaTableBuilder::from_url(url)?.build()?;
+    let mut table = builder(&url)?.build()?;
     match table.load().await {
         Ok(()) => Ok(table),
         Err(DeltaTableError::NotATable(_)) => Ok(table),
@@ -46,9 +46,18 @@ pub async fn open(url: &Url) -> Result<DeltaTable> {
     }
 }
 
+/// A table builder using the shared object store for `url`'s bucket (S3) or the local disk.
+pub fn builder(url: &Url) -> Result<DeltaTableBuilder> {
+    let b = DeltaTableBuilder::from_url(url.clone())?;
+    Ok(match crate::storage::store_for(url)? {
+        Some((_, store)) => b.with_storage_backend(store, url.clone()),
+        None => b,
+    })
+}
+
 /// Load the table at `url` as of `version`, reading the log from storage.
 pub async fn open_at(url: &Url, version: u64) -> Result<DeltaTable> {
-    let mut table = DeltaTableBuilder::from_url(url.clone())?.build()?;
+    let mut table = builder(url)?.build()?;
     table
         .load_version(version)
         .await
@@ -234,43 +243,79 @@ pub struct Committed {
     pub files_removed: usize,
 }
 
+/// How often a commit whose window was concurrently rewritten is re-applied on top.
+pub const CONFLICT_RETRIES: usize = 5;
+
+/// Is `e` a Delta commit conflict (another writer touched what this commit read)?
+pub fn is_conflict(e: &DeltaTableError) -> bool {
+    matches!(
+        e,
+        DeltaTableError::Transaction {
+            source: TransactionError::CommitConflict(_)
+        } | DeltaTableError::VersionAlreadyExists(_)
+    )
+}
+
 /// Commit `adds` replacing the window's files, with the run record in commitInfo.
+///
+/// Commits of other windows are rebased by delta-rs. If another run rewrote *this* window
+/// meanwhile (a conflict), the staged files are still this run's complete result for the
+/// window, so the commit is rebuilt against the new snapshot (removing whatever the window
+/// now holds) and retried: the last writer's rows win, never a union.
 pub async fn commit_overwrite(
-    table: &DeltaTable,
+    table: &mut DeltaTable,
     partition_by: &str,
     range: PartitionRange,
     predicate: String,
     adds: Vec<Add>,
     app_metadata: HashMap<String, serde_json::Value>,
 ) -> Result<Committed> {
-    let removed = window_files(table, partition_by, range)?;
-    let files_removed = removed.len();
-    let files_added = adds.len();
-    let mut actions: Vec<Action> = removed
-        .into_iter()
-        .map(|f| Action::Remove(f.remove))
-        .collect();
-    actions.extend(adds.into_iter().map(Action::Add));
-    let op = DeltaOperation::Write {
-        mode: SaveMode::Overwrite,
-        partition_by: Some(vec![partition_by.to_string()]),
-        predicate: Some(predicate),
-    };
-    let snapshot = table.snapshot()?.snapshot();
-    let done = CommitBuilder::from(
-        CommitProperties::default()
-            .with_metadata(app_metadata)
-            .with_max_retries(COMMIT_RETRIES),
-    )
-    .with_actions(actions)
-    .build(Some(snapshot), table.log_store(), op)
-    .await
-    .map_err(|e| Error::runtime(format!("commit failed, nothing was published: {e}")))?;
-    Ok(Committed {
-        version: done.version() as i64,
-        files_added,
-        files_removed,
-    })
+    let mut attempt = 0;
+    loop {
+        let removed = window_files(table, partition_by, range)?;
+        let files_removed = removed.len();
+        let files_added = adds.len();
+        let mut actions: Vec<Action> = removed
+            .into_iter()
+            .map(|f| Action::Remove(f.remove))
+            .collect();
+        actions.extend(adds.iter().cloned().map(Action::Add));
+        let op = DeltaOperation::Write {
+            mode: SaveMode::Overwrite,
+            partition_by: Some(vec![partition_by.to_string()]),
+            predicate: Some(predicate.clone()),
+        };
+        let snapshot = table.snapshot()?.snapshot();
+        let result = CommitBuilder::from(
+            CommitProperties::default()
+                .with_metadata(app_metadata.clone())
+                .with_max_retries(COMMIT_RETRIES),
+        )
+        .with_actions(actions)
+        .build(Some(snapshot), table.log_store(), op)
+        .await;
+        match result {
+            Ok(done) => {
+                return Ok(Committed {
+                    version: done.version() as i64,
+                    files_added,
+                    files_removed,
+                });
+            }
+            Err(e) if is_conflict(&e) && attempt < CONFLICT_RETRIES => {
+                attempt += 1;
+                tracing::info!(
+                    "window rewritten concurrently ({e}); re-applying on top, attempt {attempt}"
+                );
+                table.update_state().await?;
+            }
+            Err(e) => {
+                return Err(Error::runtime(format!(
+                    "commit failed, nothing was published: {e}"
+                )));
+            }
+        }
+    }
 }
 
 /// Outcome of a MERGE.
@@ -278,6 +323,8 @@ pub struct Merged {
     pub table: DeltaTable,
     pub inserted: u64,
     pub updated: u64,
+    /// Rows the window held in the snapshot the merge was applied to.
+    pub rows_before: u64,
 }
 
 /// What to upsert where: the output's columns, the key, and the window on the partition column.
@@ -288,9 +335,10 @@ pub struct MergeSpec<'a> {
     pub range: PartitionRange,
 }
 
-/// Upsert `source` into the window on `spec.key`.
+/// Upsert `source` into the window on `spec.key`; on a conflict with a concurrent run of
+/// the same window, the merge is re-applied on top of the new snapshot (it is idempotent).
 pub async fn merge(
-    table: DeltaTable,
+    mut table: DeltaTable,
     session: Arc<dyn datafusion::catalog::Session>,
     source: DataFrame,
     spec: MergeSpec<'_>,
@@ -311,25 +359,44 @@ pub async fn merge(
     for k in key {
         predicate = predicate.and(t(k).eq(s(k)));
     }
-    let cols: Vec<String> = columns.to_vec();
-    let cols2 = cols.clone();
-    let (table, metrics) = table
-        .merge(source, predicate)
-        .with_source_alias("source")
-        .with_target_alias("target")
-        .with_session_state(session)
-        .with_commit_properties(
-            CommitProperties::default()
-                .with_metadata(app_metadata)
-                .with_max_retries(COMMIT_RETRIES),
-        )
-        .when_matched_update(|u| cols.iter().fold(u, |u, c| u.update(c.as_str(), s(c))))?
-        .when_not_matched_insert(|i| cols2.iter().fold(i, |i, c| i.set(c.as_str(), s(c))))?
-        .await
-        .map_err(|e| Error::runtime(format!("merge failed, nothing was published: {e}")))?;
-    Ok(Merged {
-        table,
-        inserted: metrics.num_target_rows_inserted as u64,
-        updated: metrics.num_target_rows_updated as u64,
-    })
+    let url = table.table_url().clone();
+    let mut attempt = 0;
+    loop {
+        let rows_before = window_rows(&window_files(&table, partition_by, range)?)?;
+        let result = table
+            .merge(source.clone(), predicate.clone())
+            .with_source_alias("source")
+            .with_target_alias("target")
+            .with_session_state(session.clone())
+            .with_commit_properties(
+                CommitProperties::default()
+                    .with_metadata(app_metadata.clone())
+                    .with_max_retries(COMMIT_RETRIES),
+            )
+            .when_matched_update(|u| columns.iter().fold(u, |u, c| u.update(c.as_str(), s(c))))?
+            .when_not_matched_insert(|i| columns.iter().fold(i, |i, c| i.set(c.as_str(), s(c))))?
+            .await;
+        match result {
+            Ok((table, metrics)) => {
+                return Ok(Merged {
+                    table,
+                    inserted: metrics.num_target_rows_inserted as u64,
+                    updated: metrics.num_target_rows_updated as u64,
+                    rows_before,
+                });
+            }
+            Err(e) if is_conflict(&e) && attempt < CONFLICT_RETRIES => {
+                attempt += 1;
+                tracing::info!(
+                    "window merged concurrently ({e}); re-applying on top, attempt {attempt}"
+                );
+                table = open(&url).await?;
+            }
+            Err(e) => {
+                return Err(Error::runtime(format!(
+                    "merge failed, nothing was published: {e}"
+                )));
+            }
+        }
+    }
 }

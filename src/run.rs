@@ -112,6 +112,7 @@ async fn run_inner(
     if table.version().is_some() {
         publish::check_schema(&table, &planned.schema, &task.partition_by)?;
     }
+    crate::storage::probe_conditional_put(&url).await?;
 
     let mut record = RunRecord::new(task, window, run_id, &planned.sql_hash);
     record.sources = source_versions;
@@ -213,7 +214,7 @@ async fn run_inner(
         Mode::Overwrite => {
             record.reconciliation = checks.clone();
             let committed = publish::commit_overwrite(
-                &table,
+                &mut table,
                 &task.partition_by,
                 range,
                 plan::replace_where(task, window),
@@ -229,8 +230,6 @@ async fn run_inner(
         }
         Mode::Merge => {
             let dir = temp.as_ref().expect("merge stages into a temp dir");
-            let before =
-                publish::window_rows(&publish::window_files(&table, &task.partition_by, range)?)?;
             let source = ctx
                 .read_parquet(
                     dir.path().to_string_lossy().as_ref(),
@@ -275,7 +274,7 @@ async fn run_inner(
             let v = table
                 .version()
                 .ok_or_else(|| Error::runtime("merge produced no version"))?;
-            (v as i64, before + merged.inserted)
+            (v as i64, merged.rows_before + merged.inserted)
         }
     };
 

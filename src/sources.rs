@@ -50,9 +50,16 @@ pub async fn register(ctx: &SessionContext, sources: &[Source]) -> Result<Vec<So
 }
 
 async fn register_one(ctx: &SessionContext, s: &Source) -> Result<SourceVersion> {
+    if s.uri.contains("://") {
+        let url = url::Url::parse(&s.uri)
+            .map_err(|e| Error::input(format!("invalid source URL: {e}")))?;
+        if let Some((bucket, store)) = crate::storage::store_for(&url)? {
+            register_store(ctx, &bucket, store);
+        }
+    }
     if s.format == Format::Delta {
         let url = crate::project::location_url(&s.uri, std::path::Path::new("/"))?;
-        let mut table = deltalake::DeltaTableBuilder::from_url(url)?.build()?;
+        let mut table = crate::publish::builder(&url)?.build()?;
         table
             .load()
             .await

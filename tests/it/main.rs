@@ -7,3 +7,4 @@ mod incident;
 mod python_reader;
 mod rejections;
 mod rerun;
+mod s3;
