@@ -69,6 +69,28 @@ pub enum Command {
         #[arg(long)]
         window: String,
     },
+    /// Re-run an inclusive range of windows, each atomic, optionally in parallel
+    #[command(
+        after_help = "Examples:\n  idemlake backfill lineitem_by_ship_day --from 1995-01-01 --to 1995-12-31 --parallel 4\n  idemlake backfill lineitem_by_ship_day --from 1995-01-01 --to 1995-12-31 --missing   # resume after a crash"
+    )]
+    Backfill {
+        task: String,
+        /// First window (inclusive)
+        #[arg(long)]
+        from: String,
+        /// Last window (inclusive)
+        #[arg(long)]
+        to: String,
+        /// Windows run concurrently in this process
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+        parallel: u16,
+        /// Only windows never published successfully by idemlake
+        #[arg(long)]
+        missing: bool,
+        /// Also windows published with a different SQL hash than the task's current SQL
+        #[arg(long)]
+        stale: bool,
+    },
     /// Parse, lint and plan tasks without reading data (all tasks if none given)
     #[command(after_help = "Example:\n  idemlake validate\n  idemlake validate daily_revenue")]
     Validate { tasks: Vec<String> },
@@ -155,6 +177,35 @@ async fn dispatch(cli: &Cli) -> Result<u8> {
             let report = crate::run::run_window(&project, &task, &window).await;
             print_report(cli.output, &report);
             Ok(report.exit_code.unwrap_or(0))
+        }
+        Command::Backfill {
+            task,
+            from,
+            to,
+            parallel,
+            missing,
+            stale,
+        } => {
+            let task = project.task(task)?;
+            let (a, b) = crate::backfill::range(&task, from, to)?;
+            let opts = crate::backfill::Options {
+                parallel: usize::from(*parallel),
+                missing: *missing,
+                stale: *stale,
+                progress: cli.output == OutputFormat::Text,
+            };
+            let runner = std::sync::Arc::new(crate::run::Runner::new(&project, &task).await?);
+            let windows = crate::backfill::select(&project, &runner, &a, &b, &opts).await?;
+            let format = cli.output;
+            let reports =
+                crate::backfill::run(runner, windows, &opts, |r| print_report(format, r)).await;
+            let (summary, code) = crate::backfill::summarize(&task, &reports);
+            if cli.output == OutputFormat::Text {
+                println!("{}", redact(&summary));
+            } else {
+                eprintln!("{}", redact(&summary));
+            }
+            Ok(code)
         }
         Command::Validate { tasks } => validate(cli, &project, tasks).await,
         Command::Explain { task, window } => {

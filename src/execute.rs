@@ -54,28 +54,6 @@ pub struct Bounds {
     pub shown: String,
 }
 
-/// Test hook: `IDEMLAKE_TEST_FAULT` injects failures (`batch:N` fails after N batches,
-/// `before-commit` fails after all files are written, `abort-before-commit` kills the process
-/// there, as `kill -9` would). Documented in the README as a testing aid.
-pub fn fault(point: &str, batches: Option<u64>) -> Result<()> {
-    let Ok(spec) = std::env::var("IDEMLAKE_TEST_FAULT") else {
-        return Ok(());
-    };
-    let hit = match (spec.split_once(':'), batches) {
-        (Some(("batch", n)), Some(b)) => n.parse::<u64>().is_ok_and(|n| b >= n),
-        (None, None) => spec == point || spec == format!("abort-{point}"),
-        _ => false,
-    };
-    if hit {
-        if spec.starts_with("abort-") {
-            eprintln!("idemlake: injected abort at {point}");
-            std::process::abort();
-        }
-        return Err(Error::runtime(format!("injected fault at {spec}")));
-    }
-    Ok(())
-}
-
 /// Check that every row of `batch` has its window column in `[lo, hi)`.
 pub fn check_bounds(batch: &RecordBatch, b: &Bounds) -> Result<()> {
     let col = batch.column_by_name(&b.column).ok_or_else(|| {
@@ -170,7 +148,7 @@ pub async fn stage(
             writer.write(&batch).await?;
             rows += batch.num_rows() as u64;
             batches += 1;
-            fault("batch", Some(batches))?;
+            crate::fault::hit("batch", Some(batches))?;
         }
         Ok::<_, Error>(rows)
     }

@@ -4,9 +4,11 @@
 //! [`task`] spec → [`window`] → [`plan`] (+ [`lint`], [`sources`]) → [`execute`] →
 //! [`reconcile`] → [`publish`] → [`record`]; [`run`] drives them, [`cli`] is the command line.
 
+pub mod backfill;
 pub mod cli;
 pub mod error;
 pub mod execute;
+pub mod fault;
 pub mod lint;
 pub mod plan;
 pub mod project;

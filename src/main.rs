@@ -21,8 +21,13 @@ impl std::io::Write for RedactingStderr {
 fn main() -> ExitCode {
     let cli = idemlake::cli::Cli::parse();
     let level = match cli.verbose {
-        0 => "warn,buoyant_kernel::snapshot::builder=off,deltalake_core::operations::merge=error",
-        1 => "info,idemlake=info",
+        0 => {
+            "warn,buoyant_kernel::snapshot::builder=off,deltalake_core::operations::merge=error,deltalake_core::kernel::transaction=error"
+        }
+        1 => {
+            "warn,idemlake=info,buoyant_kernel::snapshot::builder=off,deltalake_core::kernel::transaction=error"
+        }
+        2 => "info,idemlake=debug,buoyant_kernel=warn",
         _ => "debug",
     };
     tracing_subscriber::fmt()

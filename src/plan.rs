@@ -136,7 +136,6 @@ pub async fn plan(ctx: &SessionContext, task: &Task, window: Option<&Window>) ->
             let out = plan_output_query(
                 ctx,
                 task,
-                &schema,
                 Arc::new(MemTable::try_new(schema.clone(), vec![vec![]])?),
                 params.as_deref(),
             )
@@ -167,28 +166,26 @@ pub async fn plan(ctx: &SessionContext, task: &Task, window: Option<&Window>) ->
     })
 }
 
-/// Plan `[reconcile].output` with `provider` registered as the `output` table.
+/// Plan `[reconcile].output` with `provider` registered as the `output` table, in a session
+/// of its own (same configuration) so concurrent windows never see each other's output.
 pub async fn plan_output_query(
     ctx: &SessionContext,
     task: &Task,
-    _schema: &SchemaRef,
     provider: Arc<dyn datafusion::catalog::TableProvider>,
     params: Option<&[(String, ScalarValue)]>,
 ) -> Result<DataFrame> {
     let r = task.reconcile.as_ref().expect("caller checks [reconcile]");
-    ctx.deregister_table(OUTPUT_TABLE)?;
-    ctx.register_table(OUTPUT_TABLE, provider)?;
-    let out = plan_sql(
-        ctx,
+    let own = SessionContext::new_with_config_rt(ctx.copied_config(), ctx.runtime_env());
+    own.register_table(OUTPUT_TABLE, provider)?;
+    plan_sql(
+        &own,
         task,
         &r.output_sql,
         "[reconcile].output",
         params,
         false,
     )
-    .await;
-    ctx.deregister_table(OUTPUT_TABLE)?;
-    out
+    .await
 }
 
 fn check_reconcile_columns(task: &Task, src: &DataFrame, out: &DataFrame) -> Result<()> {

@@ -50,7 +50,11 @@ pub async fn open(url: &Url) -> Result<DeltaTable> {
 pub fn builder(url: &Url) -> Result<DeltaTableBuilder> {
     let b = DeltaTableBuilder::from_url(url.clone())?;
     Ok(match crate::storage::store_for(url)? {
-        Some((_, store)) => b.with_storage_backend(store, url.clone()),
+        Some((_, store)) => b.with_storage_backend(crate::fault::wrap_store(store), url.clone()),
+        None if crate::fault::wants_store_wrapper() => b.with_storage_backend(
+            crate::fault::wrap_store(Arc::new(object_store::local::LocalFileSystem::new())),
+            url.clone(),
+        ),
         None => b,
     })
 }
@@ -262,6 +266,10 @@ pub fn is_conflict(e: &DeltaTableError) -> bool {
 /// meanwhile (a conflict), the staged files are still this run's complete result for the
 /// window, so the commit is rebuilt against the new snapshot (removing whatever the window
 /// now holds) and retried: the last writer's rows win, never a union.
+///
+/// Exactly once: after *any* failed attempt the table is re-read, and if this run's files are
+/// already in it (the PUT of the commit succeeded but its response was lost), the commit is
+/// not applied again; its version is found from the run id in commitInfo.
 pub async fn commit_overwrite(
     table: &mut DeltaTable,
     partition_by: &str,
@@ -269,12 +277,14 @@ pub async fn commit_overwrite(
     predicate: String,
     adds: Vec<Add>,
     app_metadata: HashMap<String, serde_json::Value>,
+    run_id: &str,
 ) -> Result<Committed> {
+    let base = table.version().unwrap_or(0) as i64;
+    let files_added = adds.len();
     let mut attempt = 0;
     loop {
         let removed = window_files(table, partition_by, range)?;
         let files_removed = removed.len();
-        let files_added = adds.len();
         let mut actions: Vec<Action> = removed
             .into_iter()
             .map(|f| Action::Remove(f.remove))
@@ -294,7 +304,7 @@ pub async fn commit_overwrite(
         .with_actions(actions)
         .build(Some(snapshot), table.log_store(), op)
         .await;
-        match result {
+        let e = match result {
             Ok(done) => {
                 return Ok(Committed {
                     version: done.version() as i64,
@@ -302,20 +312,82 @@ pub async fn commit_overwrite(
                     files_removed,
                 });
             }
-            Err(e) if is_conflict(&e) && attempt < CONFLICT_RETRIES => {
-                attempt += 1;
-                tracing::info!(
-                    "window rewritten concurrently ({e}); re-applying on top, attempt {attempt}"
-                );
-                table.update_state().await?;
-            }
-            Err(e) => {
-                return Err(Error::runtime(format!(
-                    "commit failed, nothing was published: {e}"
-                )));
+            Err(e) => e,
+        };
+        let fail = |e: &DeltaTableError| {
+            Error::runtime(format!("commit failed, nothing was published: {e}"))
+        };
+        if table.update_state().await.is_err() {
+            return Err(fail(&e));
+        }
+        if let Some(version) = landed(table, &adds, base, run_id).await? {
+            tracing::warn!(
+                "the commit reported an error ({e}) but it is in the log at version {version}; not applying it twice"
+            );
+            return Ok(Committed {
+                version,
+                files_added,
+                files_removed,
+            });
+        }
+        if is_conflict(&e) && attempt < CONFLICT_RETRIES {
+            attempt += 1;
+            tracing::info!(
+                "window rewritten concurrently ({e}); re-applying on top, attempt {attempt}"
+            );
+            continue;
+        }
+        return Err(fail(&e));
+    }
+}
+
+/// If this run's staged files are in the table, the version of the commit that added them.
+async fn landed(table: &DeltaTable, adds: &[Add], base: i64, run_id: &str) -> Result<Option<i64>> {
+    let Some(first) = adds.first() else {
+        // Nothing added (an emptied window): look for the run id in the commits alone.
+        return find_run_commit(table, base, run_id).await;
+    };
+    let present = table
+        .snapshot()?
+        .snapshot()
+        .log_data()
+        .iter()
+        .any(|f| f.path() == first.path.as_str());
+    if !present {
+        return Ok(None);
+    }
+    Ok(Some(
+        find_run_commit(table, base, run_id).await?.ok_or_else(|| {
+            Error::runtime(format!(
+                "run {run_id}'s files are in the table but no commit names the run"
+            ))
+        })?,
+    ))
+}
+
+/// The version after `base` whose commitInfo carries `run_id`.
+pub async fn find_run_commit(table: &DeltaTable, base: i64, run_id: &str) -> Result<Option<i64>> {
+    let latest = table.version().unwrap_or(0) as i64;
+    let log_store = table.log_store();
+    for v in (base + 1..=latest).rev() {
+        let Some(bytes) = log_store.read_commit_entry(v as u64).await? else {
+            continue;
+        };
+        for line in bytes.split(|b| *b == b'\n') {
+            let Ok(action) = serde_json::from_slice::<serde_json::Value>(line) else {
+                continue;
+            };
+            let rid = action
+                .get("commitInfo")
+                .and_then(|c| c.get(crate::record::COMMIT_INFO_KEY))
+                .and_then(|r| r.get("run_id"))
+                .and_then(serde_json::Value::as_str);
+            if rid == Some(run_id) {
+                return Ok(Some(v));
             }
         }
     }
+    Ok(None)
 }
 
 /// Outcome of a MERGE.

@@ -66,11 +66,9 @@ fn bounds(task: &Task, w: &Window) -> Bounds {
     }
 }
 
-/// Run one window and publish it; never panics on user error, always returns a report.
-pub async fn run_window(project: &Project, task: &Task, window: &Window) -> Report {
-    let started = Instant::now();
-    let run_id = uuid::Uuid::new_v4().to_string();
-    let mut report = Report {
+/// A report for a window that has not run (yet); filled in by [`Runner::run`].
+fn new_report(task: &Task, window: &Window, run_id: &str) -> Report {
+    Report {
         task: task.name.clone(),
         window: window.into(),
         status: Status::Failed,
@@ -79,222 +77,311 @@ pub async fn run_window(project: &Project, task: &Task, window: &Window) -> Repo
         reconciliation: Vec::new(),
         duration_ms: 0,
         error: None,
-        run_id: Some(run_id.clone()),
+        run_id: Some(run_id.to_string()),
         exit_code: None,
-    };
-    if let Err(e) = run_inner(project, task, window, &run_id, &mut report).await {
-        report.status = if e.kind() == ErrorKind::Mismatch {
-            Status::Mismatch
-        } else {
-            Status::Failed
-        };
-        report.error = Some(e.message().to_string());
-        report.exit_code = Some(e.kind().exit_code());
-        report.rows_written = 0;
-        report.table_version = None;
     }
-    report.duration_ms = started.elapsed().as_millis() as u64;
-    report
 }
 
-async fn run_inner(
-    project: &Project,
-    task: &Task,
-    window: &Window,
-    run_id: &str,
-    report: &mut Report,
-) -> Result<()> {
-    let ctx = new_session()?;
-    let source_versions = sources::register(&ctx, &task.sources).await?;
-    let planned = plan::plan(&ctx, task, Some(window)).await?;
-    let url = project.table_url(task)?;
-    let table = publish::open(&url).await?;
-    if table.version().is_some() {
-        publish::check_schema(&table, &planned.schema, &task.partition_by)?;
-    }
-    crate::storage::probe_conditional_put(&url).await?;
-
-    let mut record = RunRecord::new(task, window, run_id, &planned.sql_hash);
-    record.sources = source_versions;
-
-    // Stage the rows: into the table's own directory (overwrite) or a private temp dir (merge).
-    let temp = tempdir_for_merge(task)?;
-    let (store, config) = match &temp {
-        None => (
-            table.log_store().object_store(None),
-            writer_config(&table, planned.schema.clone(), &task.partition_by)?,
-        ),
-        Some(dir) => (
-            Arc::new(LocalFileSystem::new_with_prefix(dir.path())?)
-                as Arc<dyn object_store::ObjectStore>,
-            WriterConfig::new(
-                planned.schema.clone(),
-                vec![],
-                None,
-                None,
-                None,
-                delta_kernel::table_properties::DataSkippingNumIndexedCols::NumColumns(32),
-                None,
-            ),
-        ),
+/// Mark `report` as failed with `e`.
+pub fn fail_report(report: &mut Report, e: &Error) {
+    report.status = if e.kind() == ErrorKind::Mismatch {
+        Status::Mismatch
+    } else {
+        Status::Failed
     };
-    let staged = stage(
-        &ctx,
-        task,
-        window,
-        &planned,
-        Sink {
-            store: store.clone(),
-            config,
-        },
-    )
-    .await?;
+    report.error = Some(e.message().to_string());
+    report.exit_code = Some(e.kind().exit_code());
+    report.rows_written = 0;
+    report.table_version = None;
+}
 
-    // Checks, before anything is published.
-    let mut checks = vec![Check::counts(
-        "rows_staged",
-        staged.rows,
-        execute::rows_in(&staged.adds)?,
-    )];
-    let mut warn = false;
-    if let (Some(r), Some(src)) = (&task.reconcile, &planned.reconcile_source) {
-        let source_rows = src.clone().collect().await?;
-        let out = staged.output_aggregates.as_deref().unwrap_or_default();
-        let rc = reconcile::compare(&source_rows, out, &r.tolerance)?;
-        if rc.iter().any(|c| !c.ok) {
-            match r.on_mismatch {
-                OnMismatch::Fail => {
-                    execute::discard(&store, &staged.adds).await;
-                    report.reconciliation = checks.iter().chain(&rc).cloned().collect();
-                    return Err(Error::mismatch(format!(
-                        "reconciliation failed, nothing was published: {}",
-                        reconcile::describe_failures(&rc)
+/// Run one window and publish it; always returns a report (errors included).
+pub async fn run_window(project: &Project, task: &Task, window: &Window) -> Report {
+    let started = Instant::now();
+    match Runner::new(project, task).await {
+        Ok(runner) => runner.run(window).await,
+        Err(e) => {
+            let mut report = new_report(task, window, &uuid::Uuid::new_v4().to_string());
+            fail_report(&mut report, &e);
+            report.duration_ms = started.elapsed().as_millis() as u64;
+            report
+        }
+    }
+}
+
+/// Everything a task's windows share: one DataFusion session with the sources registered
+/// (Delta sources pinned once), and the target table's latest known state. A backfill runs
+/// many windows, concurrently, through one runner.
+pub struct Runner {
+    task: Task,
+    url: url::Url,
+    ctx: SessionContext,
+    sources: Vec<sources::SourceVersion>,
+    table: tokio::sync::Mutex<DeltaTable>,
+}
+
+impl Runner {
+    pub async fn new(project: &Project, task: &Task) -> Result<Runner> {
+        let ctx = new_session()?;
+        let sources = sources::register(&ctx, &task.sources).await?;
+        let url = project.table_url(task)?;
+        let table = publish::open(&url).await?;
+        Ok(Runner {
+            task: task.clone(),
+            url,
+            ctx,
+            sources,
+            table: tokio::sync::Mutex::new(table),
+        })
+    }
+
+    pub fn task(&self) -> &Task {
+        &self.task
+    }
+
+    /// The table as last seen by this runner (refresh with [`Runner::refresh`]).
+    pub async fn table(&self) -> DeltaTable {
+        self.table.lock().await.clone()
+    }
+
+    /// Bring the runner's table state up to the latest version.
+    pub async fn refresh(&self) -> Result<()> {
+        let mut t = self.table.lock().await;
+        if t.version().is_some() {
+            t.update_state().await?;
+        } else {
+            *t = publish::open(&self.url).await?;
+        }
+        Ok(())
+    }
+
+    /// Plan the task for `window` in this runner's session.
+    pub async fn plan(&self, window: &Window) -> Result<Planned> {
+        plan::plan(&self.ctx, &self.task, Some(window)).await
+    }
+
+    /// Run one window and publish it.
+    pub async fn run(&self, window: &Window) -> Report {
+        let started = Instant::now();
+        let run_id = uuid::Uuid::new_v4().to_string();
+        let mut report = new_report(&self.task, window, &run_id);
+        if let Err(e) = self.run_inner(window, &run_id, &mut report).await {
+            fail_report(&mut report, &e);
+        }
+        report.duration_ms = started.elapsed().as_millis() as u64;
+        report
+    }
+
+    async fn run_inner(&self, window: &Window, run_id: &str, report: &mut Report) -> Result<()> {
+        let task = &self.task;
+        let ctx = &self.ctx;
+        let url = &self.url;
+        let planned = self.plan(window).await?;
+        let table = self.table().await;
+        if table.version().is_some() {
+            publish::check_schema(&table, &planned.schema, &task.partition_by)?;
+        }
+        crate::storage::probe_conditional_put(url).await?;
+
+        let mut record = RunRecord::new(task, window, run_id, &planned.sql_hash);
+        record.sources = self.sources.clone();
+
+        // Stage the rows: into the table's own directory (overwrite) or a private temp dir (merge).
+        let temp = tempdir_for_merge(task)?;
+        let (store, config) = match &temp {
+            None => (
+                table.log_store().object_store(None),
+                writer_config(&table, planned.schema.clone(), &task.partition_by)?,
+            ),
+            Some(dir) => (
+                Arc::new(LocalFileSystem::new_with_prefix(dir.path())?)
+                    as Arc<dyn object_store::ObjectStore>,
+                WriterConfig::new(
+                    planned.schema.clone(),
+                    vec![],
+                    None,
+                    None,
+                    None,
+                    delta_kernel::table_properties::DataSkippingNumIndexedCols::NumColumns(32),
+                    None,
+                ),
+            ),
+        };
+        let staged = stage(
+            ctx,
+            task,
+            window,
+            &planned,
+            Sink {
+                store: store.clone(),
+                config,
+            },
+        )
+        .await?;
+
+        // Checks, before anything is published.
+        let mut checks = vec![Check::counts(
+            "rows_staged",
+            staged.rows,
+            execute::rows_in(&staged.adds)?,
+        )];
+        let mut warn = false;
+        if let (Some(r), Some(src)) = (&task.reconcile, &planned.reconcile_source) {
+            let source_rows = src.clone().collect().await?;
+            let out = staged.output_aggregates.as_deref().unwrap_or_default();
+            let rc = reconcile::compare(&source_rows, out, &r.tolerance)?;
+            if rc.iter().any(|c| !c.ok) {
+                match r.on_mismatch {
+                    OnMismatch::Fail => {
+                        execute::discard(&store, &staged.adds).await;
+                        report.reconciliation = checks.iter().chain(&rc).cloned().collect();
+                        return Err(Error::mismatch(format!(
+                            "reconciliation failed, nothing was published: {}",
+                            reconcile::describe_failures(&rc)
+                        )));
+                    }
+                    OnMismatch::Warn => warn = true,
+                }
+            }
+            checks.extend(rc);
+        }
+        if !checks[0].ok {
+            execute::discard(&store, &staged.adds).await;
+            report.reconciliation = checks.clone();
+            return Err(Error::runtime(format!(
+                "the files written hold {} rows but the query produced {}; nothing was published",
+                checks[0].output, checks[0].source
+            )));
+        }
+        report.reconciliation = checks.clone();
+
+        if staged.rows == 0 {
+            match task.on_empty {
+                OnEmpty::Fail => {
+                    return Err(Error::runtime(format!(
+                        "the query returned no rows for window {} and [write].on_empty = \"fail\"; nothing was published",
+                        window.label()
                     )));
                 }
-                OnMismatch::Warn => warn = true,
+                OnEmpty::Skip => {
+                    report.status = Status::Skipped;
+                    report.table_version = table.version().map(|v| v as i64);
+                    return Ok(());
+                }
+                OnEmpty::Clear => {}
             }
         }
-        checks.extend(rc);
-    }
-    if !checks[0].ok {
-        execute::discard(&store, &staged.adds).await;
-        report.reconciliation = checks.clone();
-        return Err(Error::runtime(format!(
-            "the files written hold {} rows but the query produced {}; nothing was published",
-            checks[0].output, checks[0].source
-        )));
-    }
-    report.reconciliation = checks.clone();
 
-    if staged.rows == 0 {
-        match task.on_empty {
-            OnEmpty::Fail => {
-                return Err(Error::runtime(format!(
-                    "the query returned no rows for window {} and [write].on_empty = \"fail\"; nothing was published",
-                    window.label()
-                )));
-            }
-            OnEmpty::Skip => {
-                report.status = Status::Skipped;
-                report.table_version = table.version().map(|v| v as i64);
-                return Ok(());
-            }
-            OnEmpty::Clear => {}
-        }
-    }
-
-    execute::fault("before-commit", None)?;
-    record.rows_written = staged.rows;
-    let range = partition_range(task, window);
-    let mut table =
-        publish::ensure_exists(table, &planned.schema, &task.partition_by, &task.name).await?;
-    publish::check_schema(&table, &planned.schema, &task.partition_by)?;
-
-    let (version, expected_rows) = match task.mode {
-        Mode::Overwrite => {
-            record.reconciliation = checks.clone();
-            let committed = publish::commit_overwrite(
-                &mut table,
-                &task.partition_by,
-                range,
-                plan::replace_where(task, window),
-                staged.adds,
-                record.app_metadata(),
-            )
-            .await;
-            let committed = match committed {
-                Ok(c) => c,
-                Err(e) => return Err(e),
-            };
-            (committed.version, staged.rows)
-        }
-        Mode::Merge => {
-            let dir = temp.as_ref().expect("merge stages into a temp dir");
-            let source = ctx
-                .read_parquet(
-                    dir.path().to_string_lossy().as_ref(),
-                    ParquetReadOptions::default().schema(&planned.schema),
+        crate::fault::hit("before-commit", None)?;
+        record.rows_written = staged.rows;
+        record.reconciliation = checks.clone();
+        let range = partition_range(task, window);
+        let mut table = {
+            let mut shared = self.table.lock().await;
+            if shared.version().is_none() {
+                *shared = publish::ensure_exists(
+                    shared.clone(),
+                    &planned.schema,
+                    &task.partition_by,
+                    &task.name,
                 )
                 .await?;
-            check_unique_key(&ctx, source.clone(), &task.key).await?;
-            record.reconciliation = checks.clone();
-            let columns: Vec<String> = planned
-                .schema
-                .fields()
-                .iter()
-                .map(|f| f.name().clone())
-                .collect();
-            let merged = publish::merge(
-                table,
-                Arc::new(ctx.state()),
-                source,
-                publish::MergeSpec {
-                    columns: &columns,
-                    key: &task.key,
-                    partition_by: &task.partition_by,
-                    range,
-                },
-                record.app_metadata(),
-            )
-            .await?;
-            table = merged.table;
-            let upserted = Check::counts(
-                "rows_upserted",
-                staged.rows,
-                merged.inserted + merged.updated,
-            );
-            checks.push(upserted.clone());
-            if !upserted.ok {
-                report.reconciliation = checks.clone();
-                return Err(Error::runtime(format!(
-                    "merge inserted {} and updated {} rows for {} produced rows",
-                    merged.inserted, merged.updated, staged.rows
-                )));
+                publish::check_schema(&shared, &planned.schema, &task.partition_by)?;
             }
-            let v = table
-                .version()
-                .ok_or_else(|| Error::runtime("merge produced no version"))?;
-            (v as i64, merged.rows_before + merged.inserted)
-        }
-    };
+            shared.clone()
+        };
+        // A private copy at the pre-commit version, to read the commit back from storage.
+        let mut before = table.clone();
 
-    // Read the committed window back from the log on storage (statistics only, no data scan).
-    let reread = publish::open_at(&url, version as u64).await?;
-    let committed_rows =
-        publish::window_rows(&publish::window_files(&reread, &task.partition_by, range)?)?;
-    let readback = Check::counts("rows_committed", expected_rows, committed_rows);
-    checks.push(readback.clone());
-    report.reconciliation = checks;
-    report.table_version = Some(version);
-    report.rows_written = staged.rows;
-    if !readback.ok {
-        return Err(Error::runtime(format!(
-            "read-back mismatch: version {version} holds {committed_rows} rows for window {}, expected {expected_rows}",
-            window.label()
-        )));
+        let (version, expected_rows) = match task.mode {
+            Mode::Overwrite => {
+                let committed = publish::commit_overwrite(
+                    &mut table,
+                    &task.partition_by,
+                    range,
+                    plan::replace_where(task, window),
+                    staged.adds,
+                    record.app_metadata(),
+                    run_id,
+                )
+                .await?;
+                (committed.version, staged.rows)
+            }
+            Mode::Merge => {
+                let dir = temp.as_ref().expect("merge stages into a temp dir");
+                let source = ctx
+                    .read_parquet(
+                        dir.path().to_string_lossy().as_ref(),
+                        ParquetReadOptions::default().schema(&planned.schema),
+                    )
+                    .await?;
+                check_unique_key(source.clone(), &task.key).await?;
+                let columns: Vec<String> = planned
+                    .schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().clone())
+                    .collect();
+                let merged = publish::merge(
+                    table,
+                    Arc::new(ctx.state()),
+                    source,
+                    publish::MergeSpec {
+                        columns: &columns,
+                        key: &task.key,
+                        partition_by: &task.partition_by,
+                        range,
+                    },
+                    record.app_metadata(),
+                )
+                .await?;
+                let upserted = Check::counts(
+                    "rows_upserted",
+                    staged.rows,
+                    merged.inserted + merged.updated,
+                );
+                checks.push(upserted.clone());
+                if !upserted.ok {
+                    report.reconciliation = checks.clone();
+                    return Err(Error::runtime(format!(
+                        "merge inserted {} and updated {} rows for {} produced rows",
+                        merged.inserted, merged.updated, staged.rows
+                    )));
+                }
+                let v = merged
+                    .table
+                    .version()
+                    .ok_or_else(|| Error::runtime("merge produced no version"))?;
+                (v as i64, merged.rows_before + merged.inserted)
+            }
+        };
+        {
+            let mut shared = self.table.lock().await;
+            if shared.version().is_none_or(|v| (v as i64) < version) {
+                let _ = shared.update_incremental(Some(version as u64)).await;
+            }
+        }
+
+        // Read the committed window back from the log on storage (statistics only, no data scan).
+        if before.version().is_none_or(|v| (v as i64) < version) {
+            before.update_incremental(Some(version as u64)).await?;
+        }
+        let committed_rows =
+            publish::window_rows(&publish::window_files(&before, &task.partition_by, range)?)?;
+        let readback = Check::counts("rows_committed", expected_rows, committed_rows);
+        checks.push(readback.clone());
+        report.reconciliation = checks;
+        report.table_version = Some(version);
+        report.rows_written = staged.rows;
+        if !readback.ok {
+            return Err(Error::runtime(format!(
+                "read-back mismatch: version {version} holds {committed_rows} rows for window {}, expected {expected_rows}",
+                window.label()
+            )));
+        }
+        report.status = if warn { Status::Mismatch } else { Status::Ok };
+        Ok(())
     }
-    report.status = if warn { Status::Mismatch } else { Status::Ok };
-    Ok(())
 }
 
 fn tempdir_for_merge(task: &Task) -> Result<Option<tempfile::TempDir>> {
@@ -339,14 +426,7 @@ async fn stage(
         None => None,
         Some(_) => {
             let (provider, tx) = execute::output_channel(planned.schema.clone())?;
-            let out = plan::plan_output_query(
-                ctx,
-                task,
-                &planned.schema,
-                provider,
-                Some(&planned.params),
-            )
-            .await?;
+            let out = plan::plan_output_query(ctx, task, provider, Some(&planned.params)).await?;
             Some((tx, out))
         }
     };
@@ -361,11 +441,7 @@ async fn stage(
 }
 
 /// A merge key must be unique within one run's output.
-async fn check_unique_key(
-    ctx: &SessionContext,
-    source: datafusion::prelude::DataFrame,
-    key: &[String],
-) -> Result<()> {
+async fn check_unique_key(source: datafusion::prelude::DataFrame, key: &[String]) -> Result<()> {
     use datafusion::functions_aggregate::expr_fn::count;
     use datafusion::prelude::{col, lit};
     let keys: Vec<_> = key
@@ -378,7 +454,6 @@ async fn check_unique_key(
         .limit(0, Some(3))?
         .collect()
         .await?;
-    let _ = ctx;
     let n: usize = dups.iter().map(|b| b.num_rows()).sum();
     if n > 0 {
         let shown = arrow::util::pretty::pretty_format_batches(&dups)?.to_string();

@@ -161,3 +161,29 @@ async fn failures_injected_mid_write_then_retry_hold_exactly_the_source_rows() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_commit_whose_response_is_lost_is_not_applied_twice() {
+    let p = TestProject::new();
+    let table = p.table_dir("lineitem_by_ship_day");
+    p.run_ok("lineitem_by_ship_day", "1995-06-02");
+    let v0 = log_version(&table).unwrap();
+    // The commit file is stored, but the writer is told the PUT failed.
+    let out = p
+        .cmd()
+        .args(["-v", "run", "lineitem_by_ship_day", "--window", DAY])
+        .env("IDEMLAKE_TEST_FAULT", "lose-commit-response")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(
+        text(&out).contains("not applying it twice"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(log_version(&table), Some(v0 + 1), "exactly one commit");
+    assert_eq!(
+        table_rows(&table, &format!("ship_date = DATE '{DAY}'")).await,
+        expected_lineitem_day(DAY).await
+    );
+}

@@ -1,0 +1,146 @@
+//! Fault injection for tests (`IDEMLAKE_TEST_FAULT`), documented in the README as a testing aid.
+//!
+//! - `batch:N` fails after N streamed batches;
+//! - `before-commit` fails after every file is written, just before the commit;
+//! - `abort-before-commit` kills the process there, as `kill -9` would;
+//! - `lose-commit-response` lets the first Delta commit reach storage but reports an error, as
+//!   if the response to the PUT had been lost (tests exactly-once publication).
+//!
+//! Without the variable every hook is a no-op.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult,
+};
+
+use crate::error::{Error, Result};
+
+fn spec() -> Option<String> {
+    std::env::var("IDEMLAKE_TEST_FAULT").ok()
+}
+
+/// Fail (or abort) at `point` if the fault spec names it.
+pub fn hit(point: &str, batches: Option<u64>) -> Result<()> {
+    let Some(spec) = spec() else {
+        return Ok(());
+    };
+    let hit = match (spec.split_once(':'), batches) {
+        (Some(("batch", n)), Some(b)) => n.parse::<u64>().is_ok_and(|n| b >= n),
+        (None, None) => spec == point || spec == format!("abort-{point}"),
+        _ => false,
+    };
+    if hit {
+        if spec.starts_with("abort-") {
+            eprintln!("idemlake: injected abort at {point}");
+            std::process::abort();
+        }
+        return Err(Error::runtime(format!("injected fault at {spec}")));
+    }
+    Ok(())
+}
+
+/// Wrap `store` so the first commit file PUT succeeds but reports an error, when asked to.
+pub fn wrap_store(store: Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore> {
+    if spec().as_deref() == Some("lose-commit-response") {
+        Arc::new(LoseCommitResponse {
+            inner: store,
+            done: AtomicBool::new(false),
+        })
+    } else {
+        store
+    }
+}
+
+/// Is a fault that needs a wrapped store configured?
+pub fn wants_store_wrapper() -> bool {
+    spec().as_deref() == Some("lose-commit-response")
+}
+
+#[derive(Debug)]
+struct LoseCommitResponse {
+    inner: Arc<dyn ObjectStore>,
+    done: AtomicBool,
+}
+
+impl fmt::Display for LoseCommitResponse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LoseCommitResponse({})", self.inner)
+    }
+}
+
+#[async_trait]
+impl ObjectStore for LoseCommitResponse {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        let r = self.inner.put_opts(location, payload, opts).await?;
+        let is_commit =
+            location.as_ref().contains("_delta_log/") && location.as_ref().ends_with(".json");
+        if is_commit && !self.done.swap(true, Ordering::SeqCst) {
+            return Err(object_store::Error::Generic {
+                store: "fault",
+                source: "injected: the commit was stored but its response was lost".into(),
+            });
+        }
+        Ok(r)
+    }
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+    async fn get_ranges(
+        &self,
+        location: &Path,
+        ranges: &[Range<u64>],
+    ) -> object_store::Result<Vec<bytes::Bytes>> {
+        self.inner.get_ranges(location, ranges).await
+    }
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.inner.list_with_offset(prefix, offset)
+    }
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
