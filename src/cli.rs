@@ -91,6 +91,18 @@ pub enum Command {
         #[arg(long)]
         stale: bool,
     },
+    /// Run a window twice on the same inputs without publishing and diff the outputs (exit 4 if they differ)
+    #[command(
+        after_help = "Examples:\n  idemlake verify daily_revenue --window 1995-06-01\n  idemlake verify daily_revenue --window 1995-06-01 --against-table"
+    )]
+    Verify {
+        task: String,
+        #[arg(long)]
+        window: String,
+        /// Also compare with the window as currently published in the table
+        #[arg(long)]
+        against_table: bool,
+    },
     /// Parse, lint and plan tasks without reading data (all tasks if none given)
     #[command(after_help = "Example:\n  idemlake validate\n  idemlake validate daily_revenue")]
     Validate { tasks: Vec<String> },
@@ -206,6 +218,27 @@ async fn dispatch(cli: &Cli) -> Result<u8> {
                 eprintln!("{}", redact(&summary));
             }
             Ok(code)
+        }
+        Command::Verify {
+            task,
+            window,
+            against_table,
+        } => {
+            let task = project.task(task)?;
+            let window = Window::parse(window, task.grain, &task.timezone)?;
+            let v = crate::verify::verify(&project, &task, &window, *against_table).await?;
+            match cli.output {
+                OutputFormat::Json => println!(
+                    "{}",
+                    redact(&serde_json::to_string(&v).expect("serialisable"))
+                ),
+                OutputFormat::Text => println!("{}", redact(&crate::verify::describe(&v))),
+            }
+            Ok(if v.diffs.iter().all(crate::verify::Diff::identical) {
+                0
+            } else {
+                crate::error::ErrorKind::Divergence.exit_code()
+            })
         }
         Command::Validate { tasks } => validate(cli, &project, tasks).await,
         Command::Explain { task, window } => {

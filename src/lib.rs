@@ -21,6 +21,7 @@ pub mod status;
 pub mod storage;
 pub mod task;
 pub mod tpch;
+pub mod verify;
 pub mod window;
 
 pub use error::{Error, ErrorKind, Result};

@@ -71,6 +71,118 @@ pub fn volatile_functions(plan: &LogicalPlan) -> Result<Vec<Finding>> {
     Ok(found.into_iter().collect())
 }
 
+/// Window functions whose result depends on row order.
+const ORDER_SENSITIVE: [&str; 11] = [
+    "row_number",
+    "rank",
+    "dense_rank",
+    "percent_rank",
+    "cume_dist",
+    "ntile",
+    "lag",
+    "lead",
+    "first_value",
+    "last_value",
+    "nth_value",
+];
+
+/// Unqualified names of the columns `exprs` reference.
+fn column_names<'a>(exprs: impl IntoIterator<Item = &'a Expr>) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for e in exprs {
+        for c in e.column_refs() {
+            out.insert(c.name.clone());
+        }
+    }
+    out
+}
+
+/// Order-dependence findings: LIMIT/OFFSET without a total ORDER BY, and order-sensitive
+/// window functions without ORDER BY. Each is `(rule, message)`; `rule` is what `[lint] allow`
+/// names to accept it (`limit`, `window_order`).
+pub fn order_dependence(plan: &LogicalPlan) -> Result<Vec<(String, String)>> {
+    let mut found = Vec::new();
+    plan.apply_with_subqueries(|node| {
+        match node {
+            LogicalPlan::Limit(limit) => {
+                // Walk down to the Sort the LIMIT applies to, noting what the rows consist of.
+                let mut needed: Option<BTreeSet<String>> = None;
+                let mut below = limit.input.as_ref();
+                let sort = loop {
+                    match below {
+                        LogicalPlan::Projection(p) => {
+                            needed.get_or_insert_with(|| column_names(&p.expr));
+                            below = p.input.as_ref();
+                        }
+                        LogicalPlan::SubqueryAlias(a) => below = a.input.as_ref(),
+                        LogicalPlan::Sort(s) => break Some(s),
+                        _ => break None,
+                    }
+                };
+                match sort {
+                    None => found.push((
+                        "limit".to_string(),
+                        "LIMIT/OFFSET without ORDER BY picks arbitrary rows: which ones may change between runs".to_string(),
+                    )),
+                    Some(s) => {
+                        let sorted = column_names(s.expr.iter().map(|e| &e.expr));
+                        let needed = needed.unwrap_or_else(|| {
+                            s.input.schema().fields().iter().map(|f| f.name().clone()).collect()
+                        });
+                        let missing: Vec<String> = needed.difference(&sorted).cloned().collect();
+                        if !missing.is_empty() {
+                            found.push((
+                                "limit".to_string(),
+                                format!(
+                                    "LIMIT/OFFSET with an ORDER BY that is not total: rows tied on the sort keys may be picked differently between runs; add {} to the ORDER BY",
+                                    missing.join(", ")
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+            LogicalPlan::Window(w) => {
+                for e in &w.window_expr {
+                    let mut inner = e;
+                    while let Expr::Alias(a) = inner {
+                        inner = a.expr.as_ref();
+                    }
+                    if let Expr::WindowFunction(wf) = inner {
+                        let name = wf.fun.name().to_lowercase();
+                        if ORDER_SENSITIVE.contains(&name.as_str()) && wf.params.order_by.is_empty() {
+                            found.push((
+                                "window_order".to_string(),
+                                format!("{name}() OVER (…) without ORDER BY numbers rows in an arbitrary order that may change between runs"),
+                            ));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    Ok(found)
+}
+
+/// Reject order-dependent SQL unless its rule is in `allow`.
+pub fn check_order_dependence(
+    plan: &LogicalPlan,
+    allow: &[String],
+    origin: &SqlOrigin,
+) -> Result<()> {
+    for (rule, msg) in order_dependence(plan)? {
+        if !allow.iter().any(|a| a.eq_ignore_ascii_case(&rule)) {
+            return Err(Error::input(format!(
+                "{}: {msg}. If you accept that, add \"{rule}\" to [lint] allow",
+                origin.file_display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Reject non-deterministic functions not in `allow`. `sql` and `origin` locate the finding.
 pub fn check_determinism(
     plan: &LogicalPlan,
@@ -240,6 +352,58 @@ mod tests {
         check_determinism(&p, &[], "", &origin()).unwrap();
         let p = plan("SELECT random() AS r FROM t").await;
         check_determinism(&p, &["random".to_string()], "", &origin()).unwrap();
+    }
+
+    #[tokio::test]
+    async fn limit_needs_a_total_order_and_window_functions_an_order() {
+        let rules = |sql: &'static str| async move {
+            order_dependence(&plan(sql).await)
+                .unwrap()
+                .into_iter()
+                .map(|(r, _)| r)
+                .collect::<Vec<_>>()
+        };
+        // Positive cases: flagged.
+        assert_eq!(rules("SELECT x FROM t LIMIT 5").await, ["limit"]);
+        assert_eq!(
+            rules("SELECT x, d FROM t ORDER BY d LIMIT 5").await,
+            ["limit"]
+        );
+        assert_eq!(rules("SELECT x FROM t OFFSET 1").await, ["limit"]);
+        assert_eq!(
+            rules("SELECT row_number() OVER () AS n, x FROM t").await,
+            ["window_order"]
+        );
+        assert_eq!(
+            rules("SELECT rank() OVER (PARTITION BY d) AS r FROM t").await,
+            ["window_order"]
+        );
+        // Negative cases: deterministic.
+        assert!(
+            rules("SELECT x, d FROM t ORDER BY d, x LIMIT 5")
+                .await
+                .is_empty()
+        );
+        assert!(rules("SELECT x FROM t ORDER BY x LIMIT 5").await.is_empty());
+        assert!(
+            rules("SELECT row_number() OVER (ORDER BY x, d) AS n, x FROM t")
+                .await
+                .is_empty()
+        );
+        assert!(
+            rules("SELECT sum(x) OVER (PARTITION BY d) AS s FROM t")
+                .await
+                .is_empty()
+        );
+        // The escape hatch.
+        let p = plan("SELECT x FROM t LIMIT 5").await;
+        assert!(
+            check_order_dependence(&p, &[], &origin())
+                .unwrap_err()
+                .message()
+                .contains("[lint] allow")
+        );
+        check_order_dependence(&p, &["limit".to_string()], &origin()).unwrap();
     }
 
     #[tokio::test]

@@ -193,19 +193,7 @@ impl Runner {
                 table.log_store().object_store(None),
                 writer_config(&table, planned.schema.clone(), &task.partition_by)?,
             ),
-            Some(dir) => (
-                Arc::new(LocalFileSystem::new_with_prefix(dir.path())?)
-                    as Arc<dyn object_store::ObjectStore>,
-                WriterConfig::new(
-                    planned.schema.clone(),
-                    vec![],
-                    None,
-                    None,
-                    None,
-                    delta_kernel::table_properties::DataSkippingNumIndexedCols::NumColumns(32),
-                    None,
-                ),
-            ),
+            Some(dir) => temp_sink(dir, &planned)?,
         };
         let staged = stage(
             ctx,
@@ -381,6 +369,63 @@ impl Runner {
         }
         report.status = if warn { Status::Mismatch } else { Status::Ok };
         Ok(())
+    }
+}
+
+/// A sink writing unpartitioned Parquet files into a local temporary directory.
+fn temp_sink(
+    dir: &tempfile::TempDir,
+    planned: &Planned,
+) -> Result<(Arc<dyn object_store::ObjectStore>, WriterConfig)> {
+    Ok((
+        Arc::new(LocalFileSystem::new_with_prefix(dir.path())?)
+            as Arc<dyn object_store::ObjectStore>,
+        WriterConfig::new(
+            planned.schema.clone(),
+            vec![],
+            None,
+            None,
+            None,
+            delta_kernel::table_properties::DataSkippingNumIndexedCols::NumColumns(32),
+            None,
+        ),
+    ))
+}
+
+/// A private temporary directory for staged rows.
+pub fn temp_dir(prefix: &str) -> Result<tempfile::TempDir> {
+    Ok(tempfile::Builder::new().prefix(prefix).tempdir()?)
+}
+
+impl Runner {
+    /// Execute the window into a private temporary directory without publishing anything
+    /// (same plan, window check and reconciliation tee as a run). For `verify`.
+    pub async fn stage_to_temp(
+        &self,
+        window: &Window,
+    ) -> Result<(tempfile::TempDir, Staged, Planned)> {
+        let planned = self.plan(window).await?;
+        let dir = temp_dir("idemlake-verify-")?;
+        let (store, config) = temp_sink(&dir, &planned)?;
+        let staged = stage(
+            &self.ctx,
+            &self.task,
+            window,
+            &planned,
+            Sink { store, config },
+        )
+        .await?;
+        Ok((dir, staged, planned))
+    }
+
+    /// The session the runner plans in (sources registered).
+    pub fn session(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// What the runner pinned/fingerprinted of each source when it was created.
+    pub fn source_versions(&self) -> &[sources::SourceVersion] {
+        &self.sources
     }
 }
 

@@ -128,6 +128,41 @@ async fn register_one(ctx: &SessionContext, s: &Source) -> Result<SourceVersion>
     })
 }
 
+/// What each file source looks like now (fingerprints), to detect inputs changing under a
+/// run; Delta sources report their latest version.
+pub async fn current_versions(
+    ctx: &SessionContext,
+    sources: &[Source],
+) -> Result<Vec<SourceVersion>> {
+    let mut out = Vec::new();
+    for s in sources {
+        if s.format == Format::Delta {
+            let url = crate::project::location_url(&s.uri, std::path::Path::new("/"))?;
+            let mut table = crate::publish::builder(&url)?.build()?;
+            table.load().await?;
+            out.push(SourceVersion {
+                alias: s.alias.clone(),
+                format: s.format,
+                version: table.version().map(|v| v as i64),
+                files: None,
+                fingerprint: None,
+            });
+            continue;
+        }
+        let url = listing_url(&s.uri)?;
+        let store = ctx.runtime_env().object_store(&url)?;
+        let (files, fp) = fingerprint(store.as_ref(), &url).await?;
+        out.push(SourceVersion {
+            alias: s.alias.clone(),
+            format: s.format,
+            version: None,
+            files: Some(files),
+            fingerprint: Some(fp),
+        });
+    }
+    Ok(out)
+}
+
 /// List the objects under `url` and hash their (path, size, mtime).
 async fn fingerprint(store: &dyn ObjectStore, url: &ListingTableUrl) -> Result<(usize, String)> {
     let mut metas = if url.is_collection() {

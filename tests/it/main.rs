@@ -9,3 +9,4 @@ mod python_reader;
 mod rejections;
 mod rerun;
 mod s3;
+mod verify;
