@@ -103,6 +103,35 @@ pub enum Command {
         #[arg(long)]
         against_table: bool,
     },
+    /// Per window: duplicate keys and row count vs the source; exit 4 if any window is damaged
+    #[command(
+        after_help = "Example:\n  idemlake audit lineitem_by_ship_day --from 1995-06-01 --to 1995-06-30"
+    )]
+    Audit {
+        task: String,
+        #[arg(long)]
+        from: String,
+        #[arg(long)]
+        to: String,
+        /// Also run the task's [reconcile] queries for every window (one source query per window)
+        #[arg(long)]
+        reconcile: bool,
+    },
+    /// Audit, re-run the damaged windows (each atomic), audit again; exit 0 only if clean after
+    #[command(
+        after_help = "Example:\n  idemlake repair lineitem_by_ship_day --from 1995-06-01 --to 1995-06-30 --parallel 4"
+    )]
+    Repair {
+        task: String,
+        #[arg(long)]
+        from: String,
+        #[arg(long)]
+        to: String,
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+        parallel: u16,
+        #[arg(long)]
+        reconcile: bool,
+    },
     /// Parse, lint and plan tasks without reading data (all tasks if none given)
     #[command(after_help = "Example:\n  idemlake validate\n  idemlake validate daily_revenue")]
     Validate { tasks: Vec<String> },
@@ -240,6 +269,81 @@ async fn dispatch(cli: &Cli) -> Result<u8> {
                 crate::error::ErrorKind::Divergence.exit_code()
             })
         }
+        Command::Audit {
+            task,
+            from,
+            to,
+            reconcile,
+        } => {
+            let task = project.task(task)?;
+            let (a, b) = crate::backfill::range(&task, from, to)?;
+            let runner = crate::run::Runner::new(&project, &task).await?;
+            let audits = crate::audit::audit(&runner, &a, &b, *reconcile).await?;
+            print_audits(cli.output, &audits);
+            let damaged = audits.iter().filter(|a| a.status != "ok").count();
+            if cli.output == OutputFormat::Text {
+                println!(
+                    "audit {}: {} windows, {damaged} damaged",
+                    task.name,
+                    audits.len()
+                );
+            }
+            Ok(if damaged > 0 {
+                crate::error::ErrorKind::Divergence.exit_code()
+            } else {
+                0
+            })
+        }
+        Command::Repair {
+            task,
+            from,
+            to,
+            parallel,
+            reconcile,
+        } => {
+            let task = project.task(task)?;
+            let (a, b) = crate::backfill::range(&task, from, to)?;
+            let (before, reports, after) =
+                crate::audit::repair(&project, &task, &a, &b, usize::from(*parallel), *reconcile)
+                    .await?;
+            let damaged =
+                |v: &[crate::audit::WindowAudit]| v.iter().filter(|a| a.status != "ok").count();
+            match cli.output {
+                OutputFormat::Json => {
+                    for r in &reports {
+                        print_report(cli.output, r);
+                    }
+                    print_audits(cli.output, &after);
+                }
+                OutputFormat::Text => {
+                    println!(
+                        "before: {} of {} windows damaged",
+                        damaged(&before),
+                        before.len()
+                    );
+                    for a in before.iter().filter(|a| a.status != "ok") {
+                        println!("{}", crate::audit::describe(a));
+                    }
+                    for r in &reports {
+                        print_report(cli.output, r);
+                    }
+                    println!(
+                        "after: {} of {} windows damaged",
+                        damaged(&after),
+                        after.len()
+                    );
+                    for a in after.iter().filter(|a| a.status != "ok") {
+                        println!("{}", crate::audit::describe(a));
+                    }
+                }
+            }
+            let failed = reports.iter().filter_map(|r| r.exit_code).max();
+            Ok(if damaged(&after) > 0 {
+                failed.unwrap_or(crate::error::ErrorKind::Divergence.exit_code())
+            } else {
+                0
+            })
+        }
         Command::Validate { tasks } => validate(cli, &project, tasks).await,
         Command::Explain { task, window } => {
             let task = project.task(task)?;
@@ -358,6 +462,15 @@ fn print_status(
             w.published_at.as_deref().unwrap_or("-"),
             w.sql_hash.as_deref().unwrap_or("-"),
         );
+    }
+}
+
+fn print_audits(format: OutputFormat, audits: &[crate::audit::WindowAudit]) {
+    for a in audits {
+        match format {
+            OutputFormat::Json => println!("{}", serde_json::to_string(a).expect("serialisable")),
+            OutputFormat::Text => println!("{}", crate::audit::describe(a)),
+        }
     }
 }
 

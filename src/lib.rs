@@ -4,6 +4,7 @@
 //! [`task`] spec → [`window`] → [`plan`] (+ [`lint`], [`sources`]) → [`execute`] →
 //! [`reconcile`] → [`publish`] → [`record`]; [`run`] drives them, [`cli`] is the command line.
 
+pub mod audit;
 pub mod backfill;
 pub mod cli;
 pub mod error;

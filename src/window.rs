@@ -238,6 +238,19 @@ impl Window {
         Ok(Window { grain, start, end })
     }
 
+    /// A window from the start of `first` to the end of `last` (several grains long): used to
+    /// bind a task's parameters to a whole range at once (audit). Not a runnable window.
+    pub fn spanning(first: &Window, last: &Window) -> Result<Window> {
+        if last.start < first.start {
+            return Err(Error::input("window range is reversed"));
+        }
+        Ok(Window {
+            grain: first.grain,
+            start: first.start.clone(),
+            end: last.end.clone(),
+        })
+    }
+
     /// The window right after this one.
     pub fn next(&self) -> Result<Window> {
         Self::from_start(self.grain, self.end.clone())

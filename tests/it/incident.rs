@@ -15,7 +15,7 @@ use crate::common::*;
 const DAY: &str = "1995-06-01";
 
 /// The legacy job: append the window's rows to the table, in `chunks` commits.
-async fn legacy_append(table: &std::path::Path, day: &str, fail_after: Option<usize>) {
+pub async fn legacy_append(table: &std::path::Path, day: &str, fail_after: Option<usize>) {
     let url = url::Url::from_directory_path(table).unwrap();
     let mut t = DeltaTableBuilder::from_url(url).unwrap().build().unwrap();
     t.load().await.unwrap();

@@ -1,6 +1,7 @@
 //! idemlake integration tests: one binary, one module per concern (fast to link).
 mod common;
 
+mod audit;
 mod backfill;
 mod cli;
 mod dst;
