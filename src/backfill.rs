@@ -44,21 +44,10 @@ pub async fn select(
     let task = runner.task();
     let (_, status) =
         crate::status::status(project, task, Some((from.clone(), to.clone()))).await?;
-    let current_hash = if opts.stale {
-        Some(runner.plan(from).await?.sql_hash)
-    } else {
-        None
-    };
     Ok(all
         .into_iter()
         .zip(status)
-        .filter(|(_, s)| {
-            let never = s.run_id.is_none();
-            let stale = current_hash
-                .as_deref()
-                .is_some_and(|h| s.sql_hash.as_deref().is_some_and(|old| old != h));
-            never || stale
-        })
+        .filter(|(_, s)| s.run_id.is_none() || (opts.stale && s.stale))
         .map(|(w, _)| w)
         .collect())
 }

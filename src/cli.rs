@@ -46,8 +46,17 @@ pub struct Cli {
     /// More logging on stderr (-v info, -vv debug)
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Log line format on stderr: text, or json (one object per line, for log shippers)
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -142,19 +151,28 @@ pub enum Command {
         #[arg(long)]
         window: String,
     },
-    /// Per window: rows and files published now, and the run that published them
+    /// Per window: state, rows, table version, the run that published it, failures since; a calendar strip per task
     #[command(
-        after_help = "Example:\n  idemlake status daily_revenue --from 1995-06-01 --to 1995-06-07"
+        after_help = "Examples:\n  idemlake status                                      # a calendar strip for every task\n  idemlake status daily_revenue --from 1995-06-01 --to 1995-06-30\n  idemlake status daily_revenue --picture              # only the strip\n  idemlake --output json status daily_revenue          # one JSON line per window\n\nStrip (plain text off a terminal): # published  ~ stale (other SQL)  x failed  o empty  ? not by idemlake  . missing"
     )]
     Status {
-        task: String,
+        /// Task; all tasks of the project if omitted
+        task: Option<String>,
         /// First window of the range (inclusive); lists all published windows if omitted
         #[arg(long)]
         from: Option<String>,
         /// Last window of the range (inclusive)
         #[arg(long)]
         to: Option<String>,
+        /// Only the calendar strip, not the per-window table
+        #[arg(long)]
+        picture: bool,
     },
+    /// Print a shell completion script
+    #[command(
+        after_help = "Examples:\n  idemlake completions bash > ~/.local/share/bash-completion/completions/idemlake\n  idemlake completions zsh > \"${fpath[1]}/_idemlake\"\n  idemlake completions fish > ~/.config/fish/completions/idemlake.fish"
+    )]
+    Completions { shell: clap_complete::Shell },
     /// Generate TPC-H lineitem and orders Parquet files (sample data for tables/)
     #[command(
         name = "gen-tpch",
@@ -190,8 +208,19 @@ pub fn redact(text: &str) -> String {
     out
 }
 
-fn print_err(e: &Error) {
-    eprintln!("error: {}", redact(e.message()));
+fn print_err(format: LogFormat, e: &Error) {
+    match format {
+        LogFormat::Text => eprintln!("error: {}", redact(e.message())),
+        LogFormat::Json => eprintln!(
+            "{}",
+            serde_json::json!({
+                "timestamp": jiff::Timestamp::now().to_string(),
+                "level": "ERROR",
+                "fields": {"message": redact(e.message()), "exit_code": e.kind().exit_code()},
+                "target": "idemlake",
+            })
+        ),
+    }
 }
 
 /// Run the parsed command line; returns the exit code.
@@ -203,13 +232,95 @@ pub async fn execute(cli: Cli) -> u8 {
                 let line = serde_json::json!({"status": "failed", "error": redact(e.message()), "exit_code": e.kind().exit_code()});
                 println!("{line}");
             }
-            print_err(&e);
-            e.kind().exit_code()
+            print_err(cli.log_format, &e);
+            let code = e.kind().exit_code();
+            alert_command_failure(&cli, &e, code).await;
+            code
+        }
+    }
+}
+
+fn table_of(project: &Project, task: &crate::task::Task) -> String {
+    project
+        .table_url(task)
+        .map(|u| u.to_string())
+        .unwrap_or_else(|_| task.name.clone())
+}
+
+/// Send the alerts a command's window reports raise, if the task has an `[alert]` section.
+async fn alert_reports(
+    project: &Project,
+    task: &crate::task::Task,
+    command: &str,
+    reports: &[Report],
+    code: u8,
+) {
+    let Some(spec) = &task.alert else { return };
+    let table = table_of(project, task);
+    for p in crate::alert::from_reports(&task.name, command, &table, reports, code) {
+        crate::alert::send(spec, &p).await;
+    }
+}
+
+/// Send the damage alert of an audit, if any window is damaged.
+async fn alert_audit(
+    project: &Project,
+    task: &crate::task::Task,
+    command: &str,
+    audits: &[crate::audit::WindowAudit],
+    code: u8,
+) {
+    let Some(spec) = &task.alert else { return };
+    let table = table_of(project, task);
+    if let Some(p) = crate::alert::from_audits(task, command, &table, audits, code) {
+        crate::alert::send(spec, &p).await;
+    }
+}
+
+/// A command that failed as a whole (storage unreachable, a window that does not parse…):
+/// alert if its task file can be read and asks for failure alerts.
+async fn alert_command_failure(cli: &Cli, e: &Error, code: u8) {
+    let Some((command, name)) = cli.command.task_command() else {
+        return;
+    };
+    let Ok(project) = Project::resolve(cli.project.as_deref(), cli.lake.as_deref()) else {
+        return;
+    };
+    let Ok(task) = project.task(name) else { return };
+    let Some(spec) = &task.alert else { return };
+    let table = table_of(&project, &task);
+    let mut p = crate::alert::payload(
+        crate::alert::Event::Failure,
+        &task.name,
+        command,
+        &table,
+        Vec::new(),
+        code,
+    );
+    p.error = Some(redact(e.message()));
+    crate::alert::send(spec, &p).await;
+}
+
+impl Command {
+    /// The command name and task of commands that publish or audit a task.
+    fn task_command(&self) -> Option<(&'static str, &str)> {
+        match self {
+            Command::Run { task, .. } => Some(("run", task)),
+            Command::Backfill { task, .. } => Some(("backfill", task)),
+            Command::Audit { task, .. } => Some(("audit", task)),
+            Command::Repair { task, .. } => Some(("repair", task)),
+            _ => None,
         }
     }
 }
 
 async fn dispatch(cli: &Cli) -> Result<u8> {
+    if let Command::Completions { shell } = &cli.command {
+        use clap::CommandFactory;
+        let mut cmd = Cli::command();
+        clap_complete::generate(*shell, &mut cmd, "idemlake", &mut std::io::stdout());
+        return Ok(0);
+    }
     let project = Project::resolve(cli.project.as_deref(), cli.lake.as_deref())?;
     match &cli.command {
         Command::Run { task, window } => {
@@ -217,7 +328,9 @@ async fn dispatch(cli: &Cli) -> Result<u8> {
             let window = Window::parse(window, task.grain, &task.timezone)?;
             let report = crate::run::run_window(&project, &task, &window).await;
             print_report(cli.output, &report);
-            Ok(report.exit_code.unwrap_or(0))
+            let code = report.exit_code.unwrap_or(0);
+            alert_reports(&project, &task, "run", std::slice::from_ref(&report), code).await;
+            Ok(code)
         }
         Command::Backfill {
             task,
@@ -246,6 +359,7 @@ async fn dispatch(cli: &Cli) -> Result<u8> {
             } else {
                 eprintln!("{}", redact(&summary));
             }
+            alert_reports(&project, &task, "backfill", &reports, code).await;
             Ok(code)
         }
         Command::Verify {
@@ -288,11 +402,13 @@ async fn dispatch(cli: &Cli) -> Result<u8> {
                     audits.len()
                 );
             }
-            Ok(if damaged > 0 {
+            let code = if damaged > 0 {
                 crate::error::ErrorKind::Divergence.exit_code()
             } else {
                 0
-            })
+            };
+            alert_audit(&project, &task, "audit", &audits, code).await;
+            Ok(code)
         }
         Command::Repair {
             task,
@@ -338,11 +454,14 @@ async fn dispatch(cli: &Cli) -> Result<u8> {
                 }
             }
             let failed = reports.iter().filter_map(|r| r.exit_code).max();
-            Ok(if damaged(&after) > 0 {
+            let code = if damaged(&after) > 0 {
                 failed.unwrap_or(crate::error::ErrorKind::Divergence.exit_code())
             } else {
                 0
-            })
+            };
+            alert_reports(&project, &task, "repair", &reports, code).await;
+            alert_audit(&project, &task, "repair", &after, code).await;
+            Ok(code)
         }
         Command::Validate { tasks } => validate(cli, &project, tasks).await,
         Command::Explain { task, window } => {
@@ -352,13 +471,37 @@ async fn dispatch(cli: &Cli) -> Result<u8> {
             println!("{}", redact(&text));
             Ok(0)
         }
-        Command::Status { task, from, to } => {
-            let task = project.task(task)?;
-            let range = crate::status::parse_range(&task, from.as_deref(), to.as_deref())?;
-            let (version, windows) = crate::status::status(&project, &task, range).await?;
-            print_status(cli.output, &task.name, version, &windows);
+        Command::Status {
+            task,
+            from,
+            to,
+            picture,
+        } => {
+            let names = match task {
+                Some(t) => vec![t.clone()],
+                None => project.task_names()?,
+            };
+            let style = crate::picture::Style::for_stdout();
+            let table = task.is_some() && !picture;
+            for name in names {
+                let task = project.task(&name)?;
+                let range = crate::status::parse_range(&task, from.as_deref(), to.as_deref())?;
+                let (version, windows) = crate::status::status(&project, &task, range).await?;
+                if cli.output == OutputFormat::Json {
+                    print_status(cli.output, &task.name, version, &windows);
+                    continue;
+                }
+                print!(
+                    "{}",
+                    crate::picture::render(&task.name, task.grain, &windows, style)
+                );
+                if table {
+                    print_status(cli.output, &task.name, version, &windows);
+                }
+            }
             Ok(0)
         }
+        Command::Completions { .. } => unreachable!("handled before the project is resolved"),
         Command::GenTpch { scale, out, force } => {
             let dir = if out.is_absolute() {
                 out.clone()
@@ -429,7 +572,10 @@ fn print_status(
 ) {
     if format == OutputFormat::Json {
         for w in windows {
-            println!("{}", serde_json::to_string(w).expect("serialisable"));
+            println!(
+                "{}",
+                redact(&serde_json::to_string(w).expect("serialisable"))
+            );
         }
         return;
     }
@@ -441,27 +587,30 @@ fn print_status(
         return;
     }
     println!(
-        "  {:<14} {:<10} {:>8} {:>5} {:>7}  {:<8}  {:<20}  sql_hash",
-        "window", "state", "rows", "files", "version", "run", "published_at"
+        "  {:<14} {:<10} {:>8} {:>5} {:>7}  {:<8}  {:<20}  {:<24} failed_since",
+        "window", "state", "rows", "files", "version", "run", "published_at", "sql_hash"
     );
-    let dash = "-".to_string();
     for w in windows {
         println!(
-            "  {:<14} {:<10} {:>8} {:>5} {:>7}  {:<8}  {:<20}  {}",
+            "  {:<14} {:<10} {:>8} {:>5} {:>7}  {:<8}  {:<20}  {:<24} {}",
             w.window,
             w.state,
             w.rows,
             w.files,
             w.version
                 .map(|v| v.to_string())
-                .unwrap_or_else(|| dash.clone()),
+                .unwrap_or_else(|| "-".into()),
             w.run_id
                 .as_deref()
                 .map(|r| &r[..8.min(r.len())])
                 .unwrap_or("-"),
             w.published_at.as_deref().unwrap_or("-"),
             w.sql_hash.as_deref().unwrap_or("-"),
+            w.failed_since,
         );
+        if let Some(e) = &w.last_error {
+            println!("    last error: {}", redact(e));
+        }
     }
 }
 

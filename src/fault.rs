@@ -47,11 +47,12 @@ pub fn hit(point: &str, batches: Option<u64>) -> Result<()> {
     Ok(())
 }
 
-/// Wrap `store` so the first commit file PUT succeeds but reports an error, when asked to.
+/// Wrap `store` when a fault asks for it.
 pub fn wrap_store(store: Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore> {
-    if spec().as_deref() == Some("lose-commit-response") {
-        Arc::new(LoseCommitResponse {
+    if wants_store_wrapper() {
+        Arc::new(Instrumented {
             inner: store,
+            lose_commit: spec().as_deref() == Some("lose-commit-response"),
             done: AtomicBool::new(false),
         })
     } else {
@@ -65,19 +66,20 @@ pub fn wants_store_wrapper() -> bool {
 }
 
 #[derive(Debug)]
-struct LoseCommitResponse {
+struct Instrumented {
     inner: Arc<dyn ObjectStore>,
+    lose_commit: bool,
     done: AtomicBool,
 }
 
-impl fmt::Display for LoseCommitResponse {
+impl fmt::Display for Instrumented {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "LoseCommitResponse({})", self.inner)
+        write!(f, "Instrumented({})", self.inner)
     }
 }
 
 #[async_trait]
-impl ObjectStore for LoseCommitResponse {
+impl ObjectStore for Instrumented {
     async fn put_opts(
         &self,
         location: &Path,
@@ -87,7 +89,7 @@ impl ObjectStore for LoseCommitResponse {
         let r = self.inner.put_opts(location, payload, opts).await?;
         let is_commit =
             location.as_ref().contains("_delta_log/") && location.as_ref().ends_with(".json");
-        if is_commit && !self.done.swap(true, Ordering::SeqCst) {
+        if self.lose_commit && is_commit && !self.done.swap(true, Ordering::SeqCst) {
             return Err(object_store::Error::Generic {
                 store: "fault",
                 source: "injected: the commit was stored but its response was lost".into(),

@@ -4,6 +4,7 @@
 //! [`task`] spec → [`window`] → [`plan`] (+ [`lint`], [`sources`]) → [`execute`] →
 //! [`reconcile`] → [`publish`] → [`record`]; [`run`] drives them, [`cli`] is the command line.
 
+pub mod alert;
 pub mod audit;
 pub mod backfill;
 pub mod cli;
@@ -11,12 +12,14 @@ pub mod error;
 pub mod execute;
 pub mod fault;
 pub mod lint;
+pub mod picture;
 pub mod plan;
 pub mod project;
 pub mod publish;
 pub mod reconcile;
 pub mod record;
 pub mod run;
+pub mod runlog;
 pub mod sources;
 pub mod status;
 pub mod storage;

@@ -1,5 +1,6 @@
 //! The `idemlake` binary: parse flags, set up logging, run, map the outcome to an exit code.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -30,14 +31,19 @@ fn main() -> ExitCode {
         2 => "info,idemlake=debug,buoyant_kernel=warn",
         _ => "debug",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("IDEMLAKE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
-        )
-        .with_writer(|| RedactingStderr)
-        .with_ansi(std::env::var_os("NO_COLOR").is_none())
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("IDEMLAKE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(|| RedactingStderr);
+    match cli.log_format {
+        idemlake::cli::LogFormat::Json => builder.json().with_current_span(false).init(),
+        idemlake::cli::LogFormat::Text => {
+            let color = std::io::stderr().is_terminal()
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+            builder.with_ansi(color).init()
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -146,6 +146,20 @@ pub async fn plan(ctx: &SessionContext, task: &Task, window: Option<&Window>) ->
         }
     };
 
+    let sql_hash = sql_hash(task);
+
+    Ok(Planned {
+        df,
+        schema,
+        params: params.unwrap_or_default(),
+        sql_hash,
+        reconcile_source,
+    })
+}
+
+/// The hash identifying what a task computes: its SQL, window column and reconciliation
+/// queries (whitespace at the ends ignored). `--stale` and `status` compare it.
+pub fn sql_hash(task: &Task) -> String {
     let mut h = Sha256::new();
     h.update(task.sql.trim().as_bytes());
     h.update([0]);
@@ -156,15 +170,7 @@ pub async fn plan(ctx: &SessionContext, task: &Task, window: Option<&Window>) ->
         h.update([0]);
         h.update(r.output_sql.trim().as_bytes());
     }
-    let sql_hash = format!("sha256:{}", hex::encode(&h.finalize()[..8]));
-
-    Ok(Planned {
-        df,
-        schema,
-        params: params.unwrap_or_default(),
-        sql_hash,
-        reconcile_source,
-    })
+    format!("sha256:{}", hex::encode(&h.finalize()[..8]))
 }
 
 /// Plan `[reconcile].output` with `provider` registered as the `output` table, in a session

@@ -260,16 +260,38 @@ pub fn is_conflict(e: &DeltaTableError) -> bool {
     )
 }
 
+/// Who published a file: stored as tags on every `add` idemlake commits, so the snapshot alone
+/// (loaded from checkpoints) says which run published each window, at which version.
+#[derive(Debug, Clone)]
+pub struct RunTags {
+    pub run_id: String,
+    pub window: String,
+    pub sql_hash: String,
+}
+
+/// Tag keys on `add` actions.
+pub const TAG_RUN_ID: &str = "idemlake.run_id";
+pub const TAG_WINDOW: &str = "idemlake.window";
+pub const TAG_SQL_HASH: &str = "idemlake.sql_hash";
+pub const TAG_VERSION: &str = "idemlake.version";
+pub const TAG_PUBLISHED_AT: &str = "idemlake.published_at";
+
+/// How many times a commit is rebuilt on top of commits that other writers made first.
+pub const REBASE_ATTEMPTS: usize = 200;
+
 /// Commit `adds` replacing the window's files, with the run record in commitInfo.
 ///
-/// Commits of other windows are rebased by delta-rs. If another run rewrote *this* window
-/// meanwhile (a conflict), the staged files are still this run's complete result for the
-/// window, so the commit is rebuilt against the new snapshot (removing whatever the window
-/// now holds) and retried: the last writer's rows win, never a union.
+/// The commit is built against the latest snapshot and written as exactly the next version
+/// (put-if-absent). If another writer took that version, the table state is re-read and the
+/// commit rebuilt on top — removing whatever the window holds *in the version right before
+/// ours*, so the window ends up holding exactly this run's rows whatever others committed
+/// meanwhile (other windows are never touched; the last writer of a window wins, never a
+/// union). Because the version is known when the commit is built, it is recorded in the
+/// files' tags.
 ///
 /// Exactly once: after *any* failed attempt the table is re-read, and if this run's files are
 /// already in it (the PUT of the commit succeeded but its response was lost), the commit is
-/// not applied again; its version is found from the run id in commitInfo.
+/// not applied again.
 pub async fn commit_overwrite(
     table: &mut DeltaTable,
     partition_by: &str,
@@ -277,19 +299,32 @@ pub async fn commit_overwrite(
     predicate: String,
     adds: Vec<Add>,
     app_metadata: HashMap<String, serde_json::Value>,
-    run_id: &str,
+    tags: &RunTags,
 ) -> Result<Committed> {
     let base = table.version().unwrap_or(0) as i64;
+    let schema = table.snapshot()?.schema();
     let files_added = adds.len();
     let mut attempt = 0;
     loop {
+        let attempt_base = table.version().unwrap_or(0) as i64;
+        let target = attempt_base + 1;
         let removed = window_files(table, partition_by, range)?;
         let files_removed = removed.len();
         let mut actions: Vec<Action> = removed
             .into_iter()
             .map(|f| Action::Remove(f.remove))
             .collect();
-        actions.extend(adds.iter().cloned().map(Action::Add));
+        let published_at = jiff::Timestamp::now().to_string();
+        actions.extend(adds.iter().cloned().map(|mut a| {
+            a.tags = Some(HashMap::from([
+                (TAG_RUN_ID.to_string(), Some(tags.run_id.clone())),
+                (TAG_WINDOW.to_string(), Some(tags.window.clone())),
+                (TAG_SQL_HASH.to_string(), Some(tags.sql_hash.clone())),
+                (TAG_VERSION.to_string(), Some(target.to_string())),
+                (TAG_PUBLISHED_AT.to_string(), Some(published_at.clone())),
+            ]));
+            Action::Add(a)
+        }));
         let op = DeltaOperation::Write {
             mode: SaveMode::Overwrite,
             partition_by: Some(vec![partition_by.to_string()]),
@@ -299,7 +334,7 @@ pub async fn commit_overwrite(
         let result = CommitBuilder::from(
             CommitProperties::default()
                 .with_metadata(app_metadata.clone())
-                .with_max_retries(COMMIT_RETRIES),
+                .with_max_retries(0),
         )
         .with_actions(actions)
         .build(Some(snapshot), table.log_store(), op)
@@ -320,7 +355,7 @@ pub async fn commit_overwrite(
         if table.update_state().await.is_err() {
             return Err(fail(&e));
         }
-        if let Some(version) = landed(table, &adds, base, run_id).await? {
+        if let Some(version) = landed(table, &adds, base, &tags.run_id).await? {
             tracing::warn!(
                 "the commit reported an error ({e}) but it is in the log at version {version}; not applying it twice"
             );
@@ -330,14 +365,20 @@ pub async fn commit_overwrite(
                 files_removed,
             });
         }
-        if is_conflict(&e) && attempt < CONFLICT_RETRIES {
-            attempt += 1;
-            tracing::info!(
-                "window rewritten concurrently ({e}); re-applying on top, attempt {attempt}"
-            );
-            continue;
+        let moved = table.version().unwrap_or(0) as i64 > attempt_base;
+        if !moved || attempt >= REBASE_ATTEMPTS {
+            return Err(fail(&e));
         }
-        return Err(fail(&e));
+        if table.snapshot()?.schema() != schema {
+            return Err(Error::runtime(
+                "the table's schema changed while this run was committing; nothing was published",
+            ));
+        }
+        attempt += 1;
+        tracing::debug!(
+            "version {target} was taken by another writer; rebuilding on top (attempt {attempt})"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis((attempt as u64 % 8) * 3)).await;
     }
 }
 

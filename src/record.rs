@@ -105,6 +105,8 @@ pub struct Report {
     pub error: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sql_hash: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<u8>,
 }

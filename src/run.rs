@@ -78,6 +78,7 @@ fn new_report(task: &Task, window: &Window, run_id: &str) -> Report {
         duration_ms: 0,
         error: None,
         run_id: Some(run_id.to_string()),
+        sql_hash: None,
         exit_code: None,
     }
 }
@@ -169,6 +170,8 @@ impl Runner {
             fail_report(&mut report, &e);
         }
         report.duration_ms = started.elapsed().as_millis() as u64;
+        let store = self.table.lock().await.log_store().object_store(None);
+        crate::runlog::record(&store, &report).await;
         report
     }
 
@@ -177,6 +180,7 @@ impl Runner {
         let ctx = &self.ctx;
         let url = &self.url;
         let planned = self.plan(window).await?;
+        report.sql_hash = Some(planned.sql_hash.clone());
         let table = self.table().await;
         if table.version().is_some() {
             publish::check_schema(&table, &planned.schema, &task.partition_by)?;
@@ -290,7 +294,11 @@ impl Runner {
                     plan::replace_where(task, window),
                     staged.adds,
                     record.app_metadata(),
-                    run_id,
+                    &publish::RunTags {
+                        run_id: run_id.to_string(),
+                        window: window.label(),
+                        sql_hash: planned.sql_hash.clone(),
+                    },
                 )
                 .await?;
                 (committed.version, staged.rows)

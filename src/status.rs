@@ -1,9 +1,11 @@
-//! `status`: per window, what is published now and which run published it.
+//! `status`: per window, what is published now, which run published it, and what failed since.
 //!
-//! Everything comes from the Delta table itself: the current snapshot gives each window's
-//! rows and files (statistics only), and the commits' `commitInfo.idemlake` run records give
-//! the last run that published each window (run id, rows, SQL hash, time, version). Commits are
-//! read newest first and reading stops once every asked-for window is accounted for.
+//! Everything comes from beside the data, with a bounded number of reads whatever the length
+//! of the table's history: the current snapshot (loaded from the latest checkpoint plus the
+//! commits after it) gives each window's rows and files from statistics and, from the tags
+//! idemlake puts on every file it commits, the run id, SQL hash, table version and time of the
+//! publish; one listing of the run log adds failed attempts and emptied windows. No commit
+//! file is read.
 
 use std::collections::BTreeMap;
 
@@ -12,8 +14,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::project::Project;
-use crate::publish;
-use crate::record::{COMMIT_INFO_KEY, RunRecord};
+use crate::publish::{self, TAG_PUBLISHED_AT, TAG_RUN_ID, TAG_SQL_HASH, TAG_VERSION};
 use crate::task::Task;
 use crate::window::Window;
 
@@ -22,7 +23,8 @@ use crate::window::Window;
 pub struct WindowStatus {
     pub task: String,
     pub window: String,
-    /// `published`, `missing` (no data and no run), or `empty` (a run published no rows).
+    /// `published`, `published-untracked` (data not written by idemlake, or mixed),
+    /// `empty` (a run published no rows), `missing` (nothing published).
     pub state: String,
     pub rows: u64,
     pub files: usize,
@@ -30,7 +32,22 @@ pub struct WindowStatus {
     pub run_id: Option<String>,
     pub sql_hash: Option<String>,
     pub published_at: Option<String>,
+    /// Attempts that failed after the last successful publish.
+    pub failed_since: usize,
+    pub last_error: Option<String>,
+    /// `ok` or `mismatch` (published with `on_mismatch = "warn"`) for the last publish.
     pub run_status: Option<String>,
+    /// Published by a run whose SQL hash differs from the task's current one.
+    pub stale: bool,
+}
+
+#[derive(Default)]
+struct Acc {
+    rows: u64,
+    files: usize,
+    /// (version, run id, sql hash, published at) of tagged files.
+    runs: BTreeMap<i64, (String, String, String)>,
+    untagged: usize,
 }
 
 /// The published windows of a task (all of them, or `range`).
@@ -52,86 +69,153 @@ pub async fn status(
         return Ok((None, rows));
     };
 
-    // Rows and files per window label, from the snapshot.
-    let mut data: BTreeMap<String, (u64, usize, jiff::Timestamp)> = BTreeMap::new();
+    let mut data: BTreeMap<String, Acc> = BTreeMap::new();
     for view in table.snapshot()?.snapshot().log_data().iter() {
         let Some(values) = view.partition_values() else {
             continue;
         };
-        for (f, v) in values.fields().iter().zip(values.values()) {
-            if f.name() != &task.partition_by {
-                continue;
+        let Some(v) = values
+            .fields()
+            .iter()
+            .zip(values.values())
+            .find(|(f, _)| f.name() == &task.partition_by)
+            .map(|(_, v)| v)
+        else {
+            continue;
+        };
+        let Some(ts) = partition_instant(v, task) else {
+            continue;
+        };
+        let w = Window::containing(task.grain, &ts.to_zoned(task.timezone.clone()))?;
+        let acc = data.entry(w.label()).or_default();
+        acc.rows += view.num_records().unwrap_or(0) as u64;
+        acc.files += 1;
+        #[allow(deprecated)]
+        let tags = view.add_action().tags.unwrap_or_default();
+        let tag = |k: &str| tags.get(k).cloned().flatten();
+        match (
+            tag(TAG_VERSION).and_then(|v| v.parse::<i64>().ok()),
+            tag(TAG_RUN_ID),
+        ) {
+            (Some(v), Some(run)) => {
+                acc.runs.insert(
+                    v,
+                    (
+                        run,
+                        tag(TAG_SQL_HASH).unwrap_or_default(),
+                        tag(TAG_PUBLISHED_AT).unwrap_or_default(),
+                    ),
+                );
             }
-            let Some(ts) = partition_instant(v, task) else {
-                continue;
-            };
-            let w = Window::containing(task.grain, &ts.to_zoned(task.timezone.clone()))?;
-            let e = data.entry(w.label()).or_insert((0, 0, w.start_ts()));
-            e.0 += view.num_records().unwrap_or(0) as u64;
-            e.1 += 1;
+            _ => acc.untagged += 1,
         }
     }
 
-    let windows: Vec<String> = match &range {
+    let store = table.log_store().object_store(None);
+    let attempts = crate::runlog::attempts(&store).await?;
+
+    let labels: Vec<String> = match &range {
         Some((a, b)) => Window::range(a, b)?.iter().map(Window::label).collect(),
-        None => data.keys().cloned().collect(),
+        None => {
+            let mut l: Vec<String> = data.keys().cloned().collect();
+            l.extend(attempts.keys().filter(|k| !data.contains_key(*k)).cloned());
+            l.sort();
+            l
+        }
     };
 
-    // Newest run record per window, newest commit first.
-    let mut runs: BTreeMap<String, (i64, RunRecord, Option<i64>)> = BTreeMap::new();
-    let log_store = table.log_store();
-    let mut v = version as i64;
-    while v >= 0 && windows.iter().any(|w| !runs.contains_key(w)) {
-        if let Some(bytes) = log_store.read_commit_entry(v as u64).await? {
-            for line in bytes.split(|b| *b == b'\n') {
-                let Ok(action) = serde_json::from_slice::<serde_json::Value>(line) else {
-                    continue;
-                };
-                let Some(info) = action.get("commitInfo") else {
-                    continue;
-                };
-                let Some(rec) = info.get(COMMIT_INFO_KEY) else {
-                    continue;
-                };
-                if let Ok(rec) = serde_json::from_value::<RunRecord>(rec.clone()) {
-                    let ts = info.get("timestamp").and_then(serde_json::Value::as_i64);
-                    runs.entry(rec.window.label.clone()).or_insert((v, rec, ts));
+    let current_hash = crate::plan::sql_hash(task);
+    let mut out = Vec::new();
+    for label in labels {
+        let acc = data.remove(&label).unwrap_or_default();
+        let log = attempts
+            .get(&label.replace(['/', ':'], "_"))
+            .cloned()
+            .unwrap_or_default();
+        let last_ok = log.iter().rposition(|a| a.status != "failed");
+        let failed: Vec<_> = log[last_ok.map(|i| i + 1).unwrap_or(0)..].to_vec();
+        let last_error = match failed.last() {
+            Some(a) => crate::runlog::read(&store, a)
+                .await
+                .ok()
+                .and_then(|r| r.error),
+            None => None,
+        };
+        let mut st = WindowStatus {
+            task: task.name.clone(),
+            window: label.clone(),
+            state: "missing".into(),
+            rows: acc.rows,
+            files: acc.files,
+            version: None,
+            run_id: None,
+            sql_hash: None,
+            published_at: None,
+            failed_since: failed.len(),
+            last_error,
+            run_status: None,
+            stale: false,
+        };
+        if let Some((v, (run, hash, at))) = acc.runs.iter().next_back() {
+            st.state = if acc.untagged > 0 || acc.runs.len() > 1 {
+                "published-untracked"
+            } else {
+                "published"
+            }
+            .into();
+            st.version = Some(*v);
+            st.run_id = Some(run.clone());
+            st.sql_hash = Some(hash.clone());
+            st.published_at = Some(
+                at.split('.')
+                    .next()
+                    .unwrap_or(at)
+                    .trim_end_matches('Z')
+                    .to_string()
+                    + "Z",
+            );
+            st.run_status = log
+                .iter()
+                .rev()
+                .find(|a| &a.run_id == run)
+                .map(|a| a.status.clone())
+                .or(Some("ok".into()));
+        } else if let (true, Some(i)) = (acc.files > 0, last_ok) {
+            // Files without tags (MERGE writes its own): the run log names the publishing run.
+            let ok = &log[i];
+            st.state = "published".into();
+            st.run_status = Some(ok.status.clone());
+            st.published_at = jiff::Timestamp::from_second(ok.at_ms / 1000)
+                .ok()
+                .map(|t| t.to_string());
+            if let Ok(r) = crate::runlog::read(&store, ok).await {
+                st.version = r.table_version;
+                st.run_id = r.run_id;
+                st.sql_hash = r.sql_hash;
+            }
+        } else if acc.files > 0 {
+            st.state = "published-untracked".into();
+        } else if let Some(i) = last_ok {
+            let ok = &log[i];
+            if let Ok(r) = crate::runlog::read(&store, ok).await {
+                st.state = if ok.status == "skipped" {
+                    "missing"
+                } else {
+                    "empty"
                 }
+                .into();
+                st.version = r.table_version;
+                st.run_id = r.run_id;
+                st.sql_hash = r.sql_hash;
+                st.run_status = Some(ok.status.clone());
+                st.published_at = jiff::Timestamp::from_second(ok.at_ms / 1000)
+                    .ok()
+                    .map(|t| t.to_string());
             }
         }
-        v -= 1;
-    }
-
-    let mut out = Vec::new();
-    for label in windows {
-        let (rows, files) = data.get(&label).map(|d| (d.0, d.1)).unwrap_or((0, 0));
-        let run = runs.get(&label);
-        let state = match (files, run) {
-            (0, None) => "missing",
-            (0, Some(_)) => "empty",
-            _ => "published",
-        };
-        out.push(WindowStatus {
-            task: task.name.clone(),
-            window: label,
-            state: state.to_string(),
-            rows,
-            files,
-            version: run.map(|r| r.0),
-            run_id: run.map(|r| r.1.run_id.clone()),
-            sql_hash: run.map(|r| r.1.sql_hash.clone()),
-            published_at: run
-                .and_then(|r| r.2)
-                .and_then(|ms| jiff::Timestamp::from_second(ms / 1000).ok())
-                .map(|t| t.to_string()),
-            run_status: run.map(|r| {
-                if r.1.reconciliation.iter().all(|c| c.ok) {
-                    "ok".to_string()
-                } else {
-                    "mismatch".to_string()
-                }
-            }),
-        });
+        st.stale =
+            st.state != "missing" && st.sql_hash.as_deref().is_some_and(|h| h != current_hash);
+        out.push(st);
     }
     Ok((Some(version as i64), out))
 }
@@ -147,7 +231,10 @@ fn missing(task: &Task, w: &Window) -> WindowStatus {
         run_id: None,
         sql_hash: None,
         published_at: None,
+        failed_since: 0,
+        last_error: None,
         run_status: None,
+        stale: false,
     }
 }
 

@@ -28,6 +28,7 @@ struct RawTask {
     reconcile: Option<RawReconcile>,
     #[serde(default)]
     lint: RawLint,
+    alert: Option<crate::alert::RawAlert>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -170,6 +171,8 @@ pub struct Task {
     pub on_empty: OnEmpty,
     pub reconcile: Option<Reconcile>,
     pub lint_allow: Vec<String>,
+    /// The `[alert]` section, if any.
+    pub alert: Option<crate::alert::AlertSpec>,
 }
 
 /// Is `s` a plain SQL identifier (usable unquoted as table alias or table directory)?
@@ -367,6 +370,11 @@ impl Task {
             }
         };
 
+        let alert = match raw.alert {
+            None => None,
+            Some(a) => Some(a.validate(project_dir, fail)?),
+        };
+
         Ok(Task {
             name: name.to_string(),
             file: file.to_path_buf(),
@@ -389,6 +397,7 @@ impl Task {
                 .iter()
                 .map(|f| f.to_ascii_lowercase())
                 .collect(),
+            alert,
         })
     }
 }

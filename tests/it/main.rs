@@ -1,6 +1,7 @@
 //! idemlake integration tests: one binary, one module per concern (fast to link).
 mod common;
 
+mod alerts;
 mod audit;
 mod backfill;
 mod cli;
@@ -10,4 +11,5 @@ mod python_reader;
 mod rejections;
 mod rerun;
 mod s3;
+mod status;
 mod verify;

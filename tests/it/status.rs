@@ -1,0 +1,304 @@
+//! `status`: exact run history per window from the snapshot (checkpoint + recent commits) and
+//! the run log, on a table with 1,000+ commits whose old commit files are gone — so it cannot
+//! have read them — plus failed attempts and merge-mode windows.
+
+use std::path::Path;
+
+use crate::common::*;
+
+const TASK: &str = "lineitem_by_ship_day";
+
+/// Append commitInfo-only commits (as other writers' maintenance commits would be) up to and
+/// including `last`.
+fn pad_history(table: &Path, from: u64, last: u64) {
+    for v in from..=last {
+        let line = serde_json::json!({"commitInfo": {
+            "timestamp": 1_700_000_000_000u64 + v,
+            "operation": "WRITE",
+            "operationParameters": {"mode": "Append"},
+            "clientVersion": "idemlake-test-padding",
+        }});
+        std::fs::write(
+            table.join("_delta_log").join(format!("{v:020}.json")),
+            format!("{line}\n"),
+        )
+        .unwrap();
+    }
+}
+
+fn status_json(p: &TestProject, from: &str, to: &str) -> Vec<serde_json::Value> {
+    let out = p.run(&[
+        "--output", "json", "status", TASK, "--from", from, "--to", to,
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    json_lines(&out)
+}
+
+fn by_window<'a>(rows: &'a [serde_json::Value], w: &str) -> &'a serde_json::Value {
+    rows.iter()
+        .find(|r| r["window"] == w)
+        .unwrap_or_else(|| panic!("no status line for {w}: {rows:?}"))
+}
+
+#[tokio::test]
+async fn status_at_1000_commits_reads_only_the_checkpoint_and_later_commits() {
+    let p = TestProject::new();
+    let table = p.table_dir(TASK);
+    let out = p.run(&[
+        "backfill",
+        TASK,
+        "--from",
+        "1995-06-01",
+        "--to",
+        "1995-06-05",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(log_version(&table), Some(5));
+    let early = status_json(&p, "1995-06-01", "1995-06-05");
+
+    // 993 commits by someone else, then idemlake commits version 999 (checkpoint) and 1000.
+    pad_history(&table, 6, 998);
+    p.run_ok(TASK, "1995-06-06");
+    assert_eq!(log_version(&table), Some(999));
+    assert!(
+        table
+            .join("_delta_log/00000000000000000999.checkpoint.parquet")
+            .exists(),
+        "delta-rs writes a checkpoint every 100 commits"
+    );
+    p.run_ok(TASK, "1995-06-07");
+    assert_eq!(log_version(&table), Some(1000));
+
+    // A failed attempt on a published window: publishes nothing, shows up as failed since.
+    let out = p
+        .cmd()
+        .env("IDEMLAKE_TEST_FAULT", "before-commit")
+        .args(["run", TASK, "--window", "1995-06-03"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert_eq!(log_version(&table), Some(1000));
+
+    // Remove every commit before the checkpoint: whatever status needs must come from the
+    // checkpoint, the commit after it and the run log.
+    for e in std::fs::read_dir(table.join("_delta_log")).unwrap() {
+        let path = e.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let version = name.split('.').next().and_then(|v| v.parse::<u64>().ok());
+        if version.is_some_and(|v| v < 999) {
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+    let left: Vec<String> = std::fs::read_dir(table.join("_delta_log"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    assert!(
+        left.len() <= 4,
+        "the log holds only the checkpoint, _last_checkpoint and versions 999-1000: {left:?}"
+    );
+
+    let rows = status_json(&p, "1995-06-01", "1995-06-08");
+    assert_eq!(rows.len(), 8);
+    for (i, day) in (1..=5).map(|d| format!("1995-06-{d:02}")).enumerate() {
+        let s = by_window(&rows, &day);
+        assert_eq!(s["state"], "published", "{s}");
+        assert_eq!(s["version"], (i + 1) as i64, "{s}");
+        let e = by_window(&early, &day);
+        assert_eq!(
+            s["run_id"], e["run_id"],
+            "same run as before the history grew"
+        );
+        assert_eq!(s["rows"], e["rows"]);
+        assert_eq!(
+            s["rows"].as_u64().unwrap() as usize,
+            expected_lineitem_day(&day).await.len()
+        );
+        assert!(s["sql_hash"].as_str().is_some_and(|h| h.len() >= 16), "{s}");
+    }
+    assert_eq!(by_window(&rows, "1995-06-06")["version"], 999);
+    assert_eq!(by_window(&rows, "1995-06-07")["version"], 1000);
+    let failed = by_window(&rows, "1995-06-03");
+    assert_eq!(failed["failed_since"], 1, "{failed}");
+    assert!(
+        failed["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("injected")),
+        "{failed}"
+    );
+    assert_eq!(by_window(&rows, "1995-06-02")["failed_since"], 0);
+    let gap = by_window(&rows, "1995-06-08");
+    assert_eq!(gap["state"], "missing");
+    assert!(gap["version"].is_null() && gap["run_id"].is_null());
+
+    // The text form names the failure too.
+    let out = p.run(&["status", TASK, "--from", "1995-06-03", "--to", "1995-06-03"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("last error") && stdout.contains("injected"),
+        "{stdout}"
+    );
+
+    // --missing runs only the gap, on the same truncated history.
+    let out = p.run(&[
+        "--output",
+        "json",
+        "backfill",
+        TASK,
+        "--from",
+        "1995-06-01",
+        "--to",
+        "1995-06-08",
+        "--missing",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let ran = json_lines(&out);
+    assert_eq!(ran.len(), 1, "{ran:?}");
+    assert_eq!(ran[0]["window"]["label"], "1995-06-08");
+    assert_eq!(log_version(&table), Some(1001));
+    assert_eq!(
+        table_rows(&table, "ship_date = DATE '1995-06-08'").await,
+        expected_lineitem_day("1995-06-08").await
+    );
+    // A successful re-run clears the failure.
+    p.run_ok(TASK, "1995-06-03");
+    let s = status_json(&p, "1995-06-03", "1995-06-03");
+    assert_eq!(s[0]["failed_since"], 0);
+    assert_eq!(s[0]["version"], 1002);
+}
+
+#[tokio::test]
+async fn merge_windows_show_the_run_that_published_them() {
+    let p = TestProject::new();
+    let first = run_json(&p, "orders_by_day", "1995-06-01");
+    let out = p.run(&[
+        "--output",
+        "json",
+        "status",
+        "orders_by_day",
+        "--from",
+        "1995-06-01",
+        "--to",
+        "1995-06-02",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let rows = json_lines(&out);
+    assert_eq!(rows[0]["state"], "published", "{rows:?}");
+    assert_eq!(rows[0]["version"], first["table_version"]);
+    assert_eq!(rows[0]["run_id"], first["run_id"]);
+    assert_eq!(rows[0]["rows"], first["rows_written"]);
+    assert_eq!(rows[1]["state"], "missing");
+
+    // The window's table version moves with a re-run.
+    let again = run_json(&p, "orders_by_day", "1995-06-01");
+    let out = p.run(&[
+        "--output",
+        "json",
+        "status",
+        "orders_by_day",
+        "--from",
+        "1995-06-01",
+        "--to",
+        "1995-06-01",
+    ]);
+    let rows = json_lines(&out);
+    assert_eq!(rows[0]["version"], again["table_version"]);
+    assert_eq!(rows[0]["run_id"], again["run_id"]);
+    assert_ne!(again["run_id"], first["run_id"]);
+}
+
+/// Run one window with `--output json` and return its report.
+fn run_json(p: &TestProject, task: &str, window: &str) -> serde_json::Value {
+    let out = p.run(&["--output", "json", "run", task, "--window", window]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    json_lines(&out)
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no JSON report in output:\n{}", text(&out)))
+}
+
+#[test]
+fn status_picture_is_plain_text_off_a_terminal_and_shows_stale_windows() {
+    let p = TestProject::new();
+    let out = p.run(&[
+        "backfill",
+        TASK,
+        "--from",
+        "1995-06-01",
+        "--to",
+        "1995-06-03",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let out = p
+        .cmd()
+        .env("IDEMLAKE_TEST_FAULT", "before-commit")
+        .args(["run", TASK, "--window", "1995-06-05"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 1);
+    p.run_ok(TASK, "1995-06-07");
+    let picture = |p: &TestProject| {
+        let out = p.run(&[
+            "status",
+            TASK,
+            "--from",
+            "1995-06-01",
+            "--to",
+            "1995-06-10",
+            "--picture",
+        ]);
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    insta::assert_snapshot!("picture_before_sql_change", picture(&p));
+
+    // Changing what the task computes makes its published windows stale.
+    let file = p.path().join("tables").join(format!("{TASK}.toml"));
+    let toml = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(
+        &file,
+        toml.replace("FROM lineitem\nWHERE", "FROM lineitem -- v2\nWHERE"),
+    )
+    .unwrap();
+    insta::assert_snapshot!("picture_after_sql_change", picture(&p));
+    let out = p.run(&[
+        "--output",
+        "json",
+        "backfill",
+        TASK,
+        "--from",
+        "1995-06-01",
+        "--to",
+        "1995-06-03",
+        "--stale",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let ran: Vec<String> = json_lines(&out)
+        .iter()
+        .map(|r| r["window"]["label"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        ran,
+        ["1995-06-01", "1995-06-02", "1995-06-03"],
+        "published but stale"
+    );
+    let out = p.run(&[
+        "--output",
+        "json",
+        "backfill",
+        TASK,
+        "--from",
+        "1995-06-01",
+        "--to",
+        "1995-06-03",
+        "--stale",
+    ]);
+    assert_eq!(json_lines(&out).len(), 0, "no longer stale: {}", text(&out));
+
+    // Without a task: one strip per task of the project.
+    let out = p.run(&["status", "--from", "1995-06-01", "--to", "1995-06-07"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    insta::assert_snapshot!("picture_all_tasks", String::from_utf8(out.stdout).unwrap());
+}
