@@ -10,7 +10,7 @@ BIN         := $(TARGET_DIR)/$(PROFILE)/idemlake
 SCALE       ?= 0.01
 DEMO_DAYS   := 1995-06-01 1995-06-02 1995-06-03 1995-06-04 1995-06-05 1995-06-06 1995-06-07
 
-.PHONY: build demo test lint fmt py-env s3-start s3-stop clean-demo
+.PHONY: build demo test test-orchestrators lint fmt py-env s3-start s3-stop clean-demo
 
 build:
 	$(CARGO) build $(CARGO_FLAGS) --bin idemlake
@@ -40,6 +40,11 @@ demo: build
 ## S3 server (SeaweedFS, loopback only) that the S3 tests run against; `make s3-stop` stops it.
 test: py-env s3-start
 	$(CARGO) test $(CARGO_FLAGS) --all-targets
+
+## test-orchestrators: real Airflow (`airflow dags test`) and Dagster (`dagster asset materialize`)
+## runs of examples/ against a temporary sample project (venvs .venv-airflow, .venv-dagster).
+test-orchestrators: build py-env
+	IDEMLAKE_BIN=$(BIN) scripts/test-orchestrators
 
 s3-start:
 	scripts/s3-server start

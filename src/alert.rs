@@ -292,19 +292,19 @@ pub async fn send(spec: &AlertSpec, payload: &Payload) {
     if let Some(argv) = &spec.command
         && let Err(e) = run_command(argv, &body, payload, spec.timeout).await
     {
-        eprintln!(
-            "warning: alert command `{}` failed: {}",
-            argv[0],
-            crate::cli::redact(&e)
+        crate::cli::diag(
+            "WARN",
+            &format!("alert command `{}` failed: {e}", argv[0]),
+            None,
         );
     }
     if let Some(url) = &spec.webhook
         && let Err(e) = post(url, &body, spec.timeout).await
     {
-        eprintln!(
-            "warning: alert webhook {} failed: {}",
-            redact_url(url),
-            crate::cli::redact(&e)
+        crate::cli::diag(
+            "WARN",
+            &format!("alert webhook {} failed: {e}", redact_url(url)),
+            None,
         );
     }
 }

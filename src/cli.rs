@@ -102,12 +102,19 @@ pub enum Command {
     },
     /// Run a window twice on the same inputs without publishing and diff the outputs (exit 4 if they differ)
     #[command(
-        after_help = "Examples:\n  idemlake verify daily_revenue --window 1995-06-01\n  idemlake verify daily_revenue --window 1995-06-01 --against-table"
+        after_help = "Examples:\n  idemlake verify daily_revenue --window 1995-06-01\n  idemlake verify daily_revenue --window 1995-06-01 --against-table\n  idemlake verify daily_revenue --from 1995-06-01 --to 1995-06-30   # every window of a range"
     )]
     Verify {
         task: String,
-        #[arg(long)]
-        window: String,
+        /// The window to verify
+        #[arg(long, required_unless_present = "from", conflicts_with_all = ["from", "to"])]
+        window: Option<String>,
+        /// First window of a range to verify (inclusive), instead of --window
+        #[arg(long, requires = "to")]
+        from: Option<String>,
+        /// Last window of the range (inclusive)
+        #[arg(long, requires = "from")]
+        to: Option<String>,
         /// Also compare with the window as currently published in the table
         #[arg(long)]
         against_table: bool,
@@ -208,23 +215,40 @@ pub fn redact(text: &str) -> String {
     out
 }
 
-fn print_err(format: LogFormat, e: &Error) {
-    match format {
-        LogFormat::Text => eprintln!("error: {}", redact(e.message())),
-        LogFormat::Json => eprintln!(
-            "{}",
-            serde_json::json!({
-                "timestamp": jiff::Timestamp::now().to_string(),
-                "level": "ERROR",
-                "fields": {"message": redact(e.message()), "exit_code": e.kind().exit_code()},
-                "target": "idemlake",
-            })
-        ),
+static LOG_FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
+
+/// Print a diagnostic line on stderr — `level: message` as text, or one JSON object with
+/// `--log-format json` (the shape of the tracing JSON logs) — with secrets redacted.
+pub fn diag(level: &str, message: &str, exit_code: Option<u8>) {
+    let message = redact(message);
+    match LOG_FORMAT.get().copied().unwrap_or(LogFormat::Text) {
+        LogFormat::Text if level == "INFO" => eprintln!("{message}"),
+        LogFormat::Text => eprintln!("{}: {message}", level.to_ascii_lowercase()),
+        LogFormat::Json => {
+            let mut fields = serde_json::json!({ "message": message });
+            if let Some(c) = exit_code {
+                fields["exit_code"] = c.into();
+            }
+            eprintln!(
+                "{}",
+                serde_json::json!({
+                    "timestamp": jiff::Timestamp::now().to_string(),
+                    "level": level,
+                    "fields": fields,
+                    "target": "idemlake",
+                })
+            );
+        }
     }
+}
+
+fn print_err(e: &Error) {
+    diag("ERROR", e.message(), Some(e.kind().exit_code()));
 }
 
 /// Run the parsed command line; returns the exit code.
 pub async fn execute(cli: Cli) -> u8 {
+    let _ = LOG_FORMAT.set(cli.log_format);
     match dispatch(&cli).await {
         Ok(code) => code,
         Err(e) => {
@@ -232,7 +256,7 @@ pub async fn execute(cli: Cli) -> u8 {
                 let line = serde_json::json!({"status": "failed", "error": redact(e.message()), "exit_code": e.kind().exit_code()});
                 println!("{line}");
             }
-            print_err(cli.log_format, &e);
+            print_err(&e);
             let code = e.kind().exit_code();
             alert_command_failure(&cli, &e, code).await;
             code
@@ -357,7 +381,7 @@ async fn dispatch(cli: &Cli) -> Result<u8> {
             if cli.output == OutputFormat::Text {
                 println!("{}", redact(&summary));
             } else {
-                eprintln!("{}", redact(&summary));
+                diag("INFO", &summary, None);
             }
             alert_reports(&project, &task, "backfill", &reports, code).await;
             Ok(code)
@@ -365,23 +389,56 @@ async fn dispatch(cli: &Cli) -> Result<u8> {
         Command::Verify {
             task,
             window,
+            from,
+            to,
             against_table,
         } => {
             let task = project.task(task)?;
-            let window = Window::parse(window, task.grain, &task.timezone)?;
-            let v = crate::verify::verify(&project, &task, &window, *against_table).await?;
-            match cli.output {
+            let print = |v: &crate::verify::Verification| match cli.output {
                 OutputFormat::Json => println!(
                     "{}",
-                    redact(&serde_json::to_string(&v).expect("serialisable"))
+                    redact(&serde_json::to_string(v).expect("serialisable"))
                 ),
-                OutputFormat::Text => println!("{}", redact(&crate::verify::describe(&v))),
-            }
-            Ok(if v.diffs.iter().all(crate::verify::Diff::identical) {
-                0
-            } else {
-                crate::error::ErrorKind::Divergence.exit_code()
-            })
+                OutputFormat::Text => println!("{}", redact(&crate::verify::describe(v))),
+            };
+            let results = match (window, from, to) {
+                (Some(w), _, _) => {
+                    let window = Window::parse(w, task.grain, &task.timezone)?;
+                    let v = crate::verify::verify(&project, &task, &window, *against_table).await?;
+                    print(&v);
+                    vec![v]
+                }
+                (None, Some(a), Some(b)) => {
+                    let (a, b) = crate::backfill::range(&task, a, b)?;
+                    let started = std::time::Instant::now();
+                    let all =
+                        crate::verify::verify_range(&project, &task, &a, &b, *against_table, print)
+                            .await?;
+                    let differ = all.iter().filter(|v| v.status != "identical").count();
+                    diag(
+                        "INFO",
+                        &format!(
+                            "verify {}: {} windows, {differ} differ, {:.1}s",
+                            task.name,
+                            all.len(),
+                            started.elapsed().as_secs_f64()
+                        ),
+                        None,
+                    );
+                    all
+                }
+                _ => return Err(Error::input("give --window, or both --from and --to")),
+            };
+            Ok(
+                if results
+                    .iter()
+                    .all(|v| v.diffs.iter().all(crate::verify::Diff::identical))
+                {
+                    0
+                } else {
+                    crate::error::ErrorKind::Divergence.exit_code()
+                },
+            )
         }
         Command::Audit {
             task,
@@ -513,9 +570,13 @@ async fn dispatch(cli: &Cli) -> Result<u8> {
             for f in files {
                 println!("{}", f.display());
             }
-            eprintln!(
-                "TPC-H SF {scale} ready in {:.1}s",
-                started.elapsed().as_secs_f64()
+            diag(
+                "INFO",
+                &format!(
+                    "TPC-H SF {scale} ready in {:.1}s",
+                    started.elapsed().as_secs_f64()
+                ),
+                None,
             );
             Ok(0)
         }
@@ -556,7 +617,7 @@ async fn validate(cli: &Cli, project: &Project, tasks: &[String]) -> Result<u8> 
                 None => println!("ok       {name}"),
                 Some(e) => {
                     println!("invalid  {name}");
-                    eprintln!("error: {e}");
+                    diag("ERROR", &e, None);
                 }
             },
         }
@@ -660,7 +721,7 @@ pub fn print_report(format: OutputFormat, r: &Report) {
                 );
             }
             if let Some(e) = &r.error {
-                eprintln!("error: {}", redact(e));
+                diag("ERROR", e, r.exit_code);
             }
         }
     }

@@ -210,6 +210,12 @@ impl Runner {
             },
         )
         .await?;
+        tracing::info!(
+            window = %window.label(),
+            rows = staged.rows,
+            files = staged.adds.len(),
+            "staged the window's rows (not visible to readers yet)"
+        );
 
         // Checks, before anything is published.
         let mut checks = vec![Check::counts(
@@ -246,6 +252,7 @@ impl Runner {
             )));
         }
         report.reconciliation = checks.clone();
+        tracing::info!(window = %window.label(), checks = checks.len(), warn, "reconciled");
 
         if staged.rows == 0 {
             match task.on_empty {
@@ -369,6 +376,12 @@ impl Runner {
         report.reconciliation = checks;
         report.table_version = Some(version);
         report.rows_written = staged.rows;
+        tracing::info!(
+            window = %window.label(),
+            version,
+            rows_committed = committed_rows,
+            "published in one commit; read back from the log"
+        );
         if !readback.ok {
             return Err(Error::runtime(format!(
                 "read-back mismatch: version {version} holds {committed_rows} rows for window {}, expected {expected_rows}",

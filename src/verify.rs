@@ -162,8 +162,38 @@ pub async fn verify(
     window: &Window,
     against_table: bool,
 ) -> Result<Verification> {
-    let started = std::time::Instant::now();
     let runner = Runner::new(project, task).await?;
+    verify_with(&runner, window, against_table).await
+}
+
+/// Verify every window of `[from, to]` (inclusive) with one shared runner (sources registered
+/// once), in order; stops at the first error, not at the first difference.
+pub async fn verify_range(
+    project: &Project,
+    task: &Task,
+    from: &Window,
+    to: &Window,
+    against_table: bool,
+    mut each: impl FnMut(&Verification),
+) -> Result<Vec<Verification>> {
+    let runner = Runner::new(project, task).await?;
+    let mut out = Vec::new();
+    for w in Window::range(from, to)? {
+        let v = verify_with(&runner, &w, against_table).await?;
+        each(&v);
+        out.push(v);
+    }
+    Ok(out)
+}
+
+/// Verify one window with an existing runner.
+pub async fn verify_with(
+    runner: &Runner,
+    window: &Window,
+    against_table: bool,
+) -> Result<Verification> {
+    let task = runner.task();
+    let started = std::time::Instant::now();
     let (dir_a, _, planned) = runner.stage_to_temp(window).await?;
     let (dir_b, _, _) = runner.stage_to_temp(window).await?;
     let now = crate::sources::current_versions(runner.session(), &task.sources).await?;

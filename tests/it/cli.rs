@@ -92,3 +92,115 @@ fn validate_accepts_the_sample_tasks() {
         assert!(s.contains(&format!("ok       {t}")), "{s}");
     }
 }
+
+#[test]
+fn every_command_has_help_examples() {
+    let p = TestProject::new();
+    for cmd in [
+        "run",
+        "backfill",
+        "verify",
+        "audit",
+        "repair",
+        "validate",
+        "explain",
+        "status",
+        "gen-tpch",
+        "completions",
+    ] {
+        let out = p.run(&[cmd, "--help"]);
+        assert_eq!(code(&out), 0, "{cmd}: {}", text(&out));
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            help.contains("Example") && help.contains(&format!("idemlake {cmd}")),
+            "{cmd} --help has no example:\n{help}"
+        );
+    }
+}
+
+#[test]
+fn completions_for_each_shell_name_the_commands() {
+    let p = TestProject::new();
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef idemlake"),
+        ("fish", "complete -c idemlake"),
+    ] {
+        let out = p.run(&["completions", shell]);
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(script.contains(marker), "{shell}: {script}");
+        for cmd in ["backfill", "status", "repair"] {
+            assert!(script.contains(cmd), "{shell} completion lacks {cmd}");
+        }
+    }
+    let out = p.run(&["completions", "tcsh"]);
+    assert_eq!(code(&out), 2);
+}
+
+#[test]
+fn log_format_json_makes_every_stderr_line_json_and_no_color_is_respected() {
+    let p = TestProject::new();
+    // A run with info logs and a failure: every stderr line parses as JSON.
+    let out = p
+        .cmd()
+        .env("IDEMLAKE_TEST_FAULT", "before-commit")
+        .args([
+            "-vv",
+            "--log-format",
+            "json",
+            "run",
+            "lineitem_by_ship_day",
+            "--window",
+            "1995-06-01",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(lines.len() >= 2, "{stderr}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["level"].is_string() && l["timestamp"].is_string())
+    );
+    let last = lines.last().unwrap();
+    assert_eq!(last["level"], "ERROR");
+    assert_eq!(last["fields"]["exit_code"], 1);
+    assert!(
+        last["fields"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("injected")
+    );
+
+    // Off a terminal there is never colour; NO_COLOR changes nothing there either.
+    for no_color in [None, Some("1")] {
+        let mut c = p.cmd();
+        if let Some(v) = no_color {
+            c.env("NO_COLOR", v);
+        }
+        let out = c
+            .args([
+                "-v",
+                "status",
+                "lineitem_by_ship_day",
+                "--from",
+                "1995-06-01",
+                "--to",
+                "1995-06-02",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        assert!(
+            !out.stdout.contains(&0x1b) && !out.stderr.contains(&0x1b),
+            "{}",
+            text(&out)
+        );
+    }
+}

@@ -18,6 +18,34 @@ fn verify_passes_on_every_sample_task() {
             "{t}: verify must not write"
         );
     }
+    let out = p.run(&[
+        "verify",
+        "lineitem_by_ship_day",
+        "--from",
+        "1995-06-01",
+        "--to",
+        "1995-06-04",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout)
+            .matches("identical")
+            .count(),
+        4
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("4 windows, 0 differ"));
+    // --window and a range together is a usage error.
+    let out = p.run(&[
+        "verify",
+        "lineitem_by_ship_day",
+        "--window",
+        "1995-06-01",
+        "--from",
+        "1995-06-01",
+        "--to",
+        "1995-06-02",
+    ]);
+    assert_eq!(code(&out), 2);
 }
 
 #[test]
@@ -51,6 +79,21 @@ allow = ["random"]
     assert_eq!(code(&out), 4, "{}", text(&out));
     let s = String::from_utf8_lossy(&out.stdout);
     assert!(s.contains("differs") && s.contains("only in run_a:"), "{s}");
+    // Over a range, every window is verified and the command exits 4.
+    let out = p.run(&[
+        "--output",
+        "json",
+        "verify",
+        "noisy",
+        "--from",
+        "1995-06-01",
+        "--to",
+        "1995-06-03",
+    ]);
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 3, "{}", text(&out));
+    assert!(lines.iter().all(|l| l["status"] == "differs"), "{lines:?}");
     // The allowance is recorded in the commit of a real run.
     p.run_ok("noisy", "1995-06-01");
     let info = commit_actions(&p.table_dir("noisy"), 1)

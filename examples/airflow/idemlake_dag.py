@@ -1,0 +1,153 @@
+"""Airflow DAG: publish one idemlake window per daily DAG run.
+
+Each run executes
+
+    idemlake --project P --lake L --output json run lineitem_by_ship_day \
+        --window "{{ data_interval_start }}/{{ data_interval_end }}"
+
+i.e. the run's data interval, rendered by Airflow as
+``1995-06-01 00:00:00+00:00/1995-06-02 00:00:00+00:00`` (RFC 3339 with a space between date
+and time, which idemlake accepts as an interval of exactly one UTC day). idemlake replaces that
+window atomically, so a retry, a cleared task or a second backfill of the same day republishes
+the same rows (one more Delta version, never duplicates).
+
+Tested with apache-airflow 3.3.2 (see scripts/test-orchestrators); the imports fall back to the
+Airflow 2 locations.
+
+Configuration, resolved when the task runs (first match wins):
+
+    binary   Airflow Variable ``idemlake_bin``      env IDEMLAKE_BIN      default ``idemlake`` on PATH
+    project  Airflow Variable ``idemlake_project``  env IDEMLAKE_PROJECT  default /opt/idemlake
+    lake     Airflow Variable ``idemlake_lake``     env IDEMLAKE_LAKE     default <project>/lake
+
+(Variables can also come from the environment as AIRFLOW_VAR_IDEMLAKE_BIN, ...). When the DAG
+file is parsed: IDEMLAKE_DAG_START (first logical date, default 1992-01-01), IDEMLAKE_DAG_CATCHUP
+(``true`` to let the scheduler create every run since the start date; default false) and
+IDEMLAKE_DAG_MAX_ACTIVE_RUNS (default 4; concurrent windows are safe, each is its own commit) and
+IDEMLAKE_DAG_RETRY_DELAY_SECONDS (first retry delay, default 120; exponential backoff after).
+
+Data intervals. The schedule is a CronDataIntervalTimetable: the scheduled run with logical date
+D covers [D, D+1 day) and starts after D+1 day. Airflow 3's plain ``schedule="@daily"`` would be a
+CronTriggerTimetable whose data interval is empty (start == end), which idemlake rejects (exit 2).
+Note that a *manual* run -- including ``airflow dags test DAG D`` -- gets the last complete
+interval before D, i.e. [D-1 day, D): ``airflow dags test idemlake_lineitem_by_ship_day
+1995-06-02`` publishes ship day 1995-06-01.
+
+Backfill recipes (each window is one atomic commit, so any of these can be re-run safely):
+
+  * Through Airflow 3 (runs appear in the UI; needs a running scheduler):
+        airflow backfill create --dag-id idemlake_lineitem_by_ship_day \
+            --from-date 1995-06-01 --to-date 1995-06-30 --reprocess-behavior failed
+    (Airflow 2: ``airflow dags backfill -s 1995-06-01 -e 1995-06-30 idemlake_lineitem_by_ship_day``.)
+  * With catchup: set IDEMLAKE_DAG_START to the first day and IDEMLAKE_DAG_CATCHUP=true; the
+    scheduler creates one run per missing day, max_active_runs at a time.
+  * Outside Airflow, one process, resumable after a crash (only windows never published run):
+        idemlake --project P --lake L backfill lineitem_by_ship_day \
+            --from 1995-06-01 --to 1995-06-30 --missing --parallel 2
+    ``idemlake status lineitem_by_ship_day --from ... --to ... --output json`` shows the result.
+
+Retries. Exit code 1 (storage, execution, commit conflict after retries) is worth retrying. Exit
+2 (invalid input: task file, SQL, lint, window) and 3 (reconciliation mismatch: the source and
+the output disagree) will fail the same way on every try, so ``IdemlakeBashOperator`` turns them
+into AirflowFailException, which fails the task at once without using up the retries. Exit code
+99 is not treated as "skip" (BashOperator's default) since idemlake never means that.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta, timezone
+
+try:  # Airflow 3
+    from airflow.providers.standard.operators.bash import BashOperator
+    from airflow.sdk import DAG, CronDataIntervalTimetable
+    from airflow.sdk.exceptions import AirflowFailException
+except ImportError:  # Airflow 2.x
+    from airflow import DAG
+    from airflow.exceptions import AirflowFailException
+    from airflow.operators.bash import BashOperator
+    from airflow.timetables.interval import CronDataIntervalTimetable
+
+TASK = "lineitem_by_ship_day"
+
+# idemlake's exit codes that no retry can fix.
+NO_RETRY_EXIT_CODES = {
+    2: "invalid input (task file, SQL, lint, window or schema change)",
+    3: "reconciliation mismatch between source and output",
+}
+
+
+class IdemlakeBashOperator(BashOperator):
+    """A BashOperator that fails without retrying on idemlake's exit codes 2 and 3.
+
+    BashOperator itself only knows ``skip_on_exit_code``; every other non-zero exit code raises
+    a plain AirflowException, which Airflow retries. The exit code is read back from the
+    subprocess hook (its ``sub_process`` attribute), since the exception does not carry it.
+    """
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("skip_on_exit_code", None)
+        super().__init__(**kwargs)
+
+    def execute(self, context):
+        try:
+            return super().execute(context)
+        except Exception as err:
+            proc = getattr(self.subprocess_hook, "sub_process", None)
+            code = getattr(proc, "returncode", None)
+            if code in NO_RETRY_EXIT_CODES:
+                raise AirflowFailException(
+                    f"idemlake exited {code}: {NO_RETRY_EXIT_CODES[code]}; not retrying "
+                    "(fix the cause, then clear the task)"
+                ) from err
+            raise
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+# Airflow Variables are read through Jinja when the task runs (not when the file is parsed), and
+# handed to the shell, which falls back to the worker's environment and then to the defaults.
+IDEMLAKE_COMMAND = """
+set -euo pipefail
+bin="${IDEMLAKE_VAR_BIN:-${IDEMLAKE_BIN:-idemlake}}"
+project="${IDEMLAKE_VAR_PROJECT:-${IDEMLAKE_PROJECT:-/opt/idemlake}}"
+lake="${IDEMLAKE_VAR_LAKE:-${IDEMLAKE_LAKE:-$project/lake}}"
+window="{{ data_interval_start }}/{{ data_interval_end }}"
+echo "idemlake: $bin --project $project --lake $lake run %(task)s --window '$window'" >&2
+exec "$bin" --project "$project" --lake "$lake" --output json run %(task)s --window "$window"
+""" % {"task": TASK}
+
+with DAG(
+    dag_id=f"idemlake_{TASK}",
+    description=f"idemlake: publish {TASK} one UTC day per run (atomic, idempotent)",
+    schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
+    start_date=datetime.fromisoformat(os.environ.get("IDEMLAKE_DAG_START", "1992-01-01")).replace(
+        tzinfo=timezone.utc
+    ),
+    catchup=_env_flag("IDEMLAKE_DAG_CATCHUP", False),
+    max_active_runs=int(os.environ.get("IDEMLAKE_DAG_MAX_ACTIVE_RUNS", "4")),
+    default_args={
+        "retries": 3,
+        "retry_delay": timedelta(seconds=int(os.environ.get("IDEMLAKE_DAG_RETRY_DELAY_SECONDS", "120"))),
+        "retry_exponential_backoff": True,
+        "max_retry_delay": timedelta(minutes=30),
+        "execution_timeout": timedelta(hours=2),
+    },
+    tags=["idemlake", "delta"],
+) as dag:
+    IdemlakeBashOperator(
+        task_id=f"publish_{TASK}",
+        bash_command=IDEMLAKE_COMMAND,
+        env={
+            "IDEMLAKE_VAR_BIN": "{{ var.value.get('idemlake_bin', '') }}",
+            "IDEMLAKE_VAR_PROJECT": "{{ var.value.get('idemlake_project', '') }}",
+            "IDEMLAKE_VAR_LAKE": "{{ var.value.get('idemlake_lake', '') }}",
+        },
+        append_env=True,  # keep the worker's environment: PATH, IDEMLAKE_*, AWS_* for S3 lakes
+        # The last stdout line, idemlake's JSON report for the window, is pushed to XCom.
+    )
