@@ -24,7 +24,7 @@ use crate::project::Project;
 use crate::reconcile::{self, Check};
 use crate::run::{Runner, partition_range};
 use crate::task::Task;
-use crate::window::Window;
+use crate::window::{Grain, Window};
 
 /// One window's audit.
 #[derive(Debug, Clone, Serialize)]
@@ -139,10 +139,17 @@ pub async fn audit(
                 .collect()
         };
         let keys = key.join(", ");
+        // Duplicates are counted per window, not per partition value: a week or month window
+        // holds many daily partitions, and a key repeated on two of its days is a duplicate.
+        let bucket = match task.grain {
+            Grain::Week => format!("CAST(date_trunc('week', {part}) AS DATE)"),
+            Grain::Month => format!("CAST(date_trunc('month', {part}) AS DATE)"),
+            Grain::Day | Grain::Hour => part.clone(),
+        };
         let sql = format!(
-            "SELECT {part}, sum(n) AS n, sum(CASE WHEN n > 1 THEN 1 ELSE 0 END) AS k, sum(CASE WHEN n > 1 THEN n - 1 ELSE 0 END) AS d FROM \
-             (SELECT {part}, {keys}, count(*) AS n FROM __idemlake_target WHERE {part} >= {lo} AND {part} < {hi} GROUP BY {part}, {keys}) \
-             GROUP BY {part}",
+            "SELECT b, sum(n) AS n, sum(CASE WHEN n > 1 THEN 1 ELSE 0 END) AS k, sum(CASE WHEN n > 1 THEN n - 1 ELSE 0 END) AS d FROM \
+             (SELECT {bucket} AS b, {keys}, count(*) AS n FROM __idemlake_target WHERE {part} >= {lo} AND {part} < {hi} GROUP BY {bucket}, {keys}) \
+             GROUP BY b",
             lo = sql_literal(&lo),
             hi = sql_literal(&hi),
         );

@@ -104,3 +104,78 @@ async fn audit_names_exactly_the_damaged_windows_and_repair_fixes_them() {
         assert_eq!(got["partitions"][day(d)], n, "{}: {got}", day(d));
     }
 }
+
+/// A week task over daily partitions: a key repeated on two days of one week is a duplicate
+/// of the window even though each day's partition alone has unique keys.
+#[tokio::test]
+async fn week_windows_count_duplicates_across_their_days() {
+    use datafusion::prelude::SessionContext;
+    use deltalake::DeltaTableBuilder;
+    use deltalake::protocol::SaveMode;
+
+    let p = TestProject::new();
+    let toml = std::fs::read_to_string(repo().join("tables/lineitem_by_ship_day.toml"))
+        .unwrap()
+        .replace("grain = \"day\"", "grain = \"week\"");
+    p.task("lineitem_by_ship_week", &toml);
+    p.run_ok("lineitem_by_ship_week", "1995-W23");
+    let audit = |p: &TestProject| {
+        let out = p.run(&[
+            "--output",
+            "json",
+            "audit",
+            "lineitem_by_ship_week",
+            "--from",
+            "1995-W22",
+            "--to",
+            "1995-W23",
+        ]);
+        (code(&out), json_lines(&out))
+    };
+    let (c, before) = audit(&p);
+    assert_eq!(c, 4, "W22 was never published: {before:?}");
+    assert_eq!(before[1]["status"], "ok", "{before:?}");
+
+    // A legacy job re-appends Monday's rows stamped with Tuesday's date.
+    let table = p.table_dir("lineitem_by_ship_week");
+    let url = url::Url::from_directory_path(&table).unwrap();
+    let mut t = DeltaTableBuilder::from_url(url).unwrap().build().unwrap();
+    t.load().await.unwrap();
+    let ctx = SessionContext::new();
+    t.update_datafusion_session(&ctx.state()).unwrap();
+    ctx.register_table("t", t.table_provider().await.unwrap())
+        .unwrap();
+    let schema = t.snapshot().unwrap().snapshot().arrow_schema();
+    let cols: Vec<String> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.name().as_str() {
+            "ship_date" => "DATE '1995-06-06' AS ship_date".to_string(),
+            n => n.to_string(),
+        })
+        .collect();
+    let monday = ctx
+        .sql(&format!(
+            "SELECT {} FROM t WHERE ship_date = DATE '1995-06-05'",
+            cols.join(", ")
+        ))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let moved: usize = monday.iter().map(|b| b.num_rows()).sum();
+    assert!(moved > 0);
+    t.write(monday)
+        .with_save_mode(SaveMode::Append)
+        .await
+        .unwrap();
+
+    let (c, after) = audit(&p);
+    assert_eq!(c, 4);
+    let w = &after[1];
+    assert_eq!(w["window"], "1995-W23");
+    assert_eq!(w["status"], "damaged", "{w}");
+    assert_eq!(w["duplicate_keys"], moved as u64, "{w}");
+    assert_eq!(w["duplicate_rows"], moved as u64, "{w}");
+}
