@@ -10,7 +10,7 @@ BIN         := $(TARGET_DIR)/$(PROFILE)/idemlake
 SCALE       ?= 0.01
 DEMO_DAYS   := 1995-06-01 1995-06-02 1995-06-03 1995-06-04 1995-06-05 1995-06-06 1995-06-07
 
-.PHONY: build demo test test-orchestrators lint fmt py-env s3-start s3-stop clean-demo
+.PHONY: build demo test test-orchestrators lint fmt py-env s3-start s3-stop clean-demo bench
 
 build:
 	$(CARGO) build $(CARGO_FLAGS) --bin idemlake
@@ -45,6 +45,13 @@ test: py-env s3-start
 ## runs of examples/ against a temporary sample project (venvs .venv-airflow, .venv-dagster).
 test-orchestrators: build py-env
 	IDEMLAKE_BIN=$(BIN) scripts/test-orchestrators
+
+## bench: idemlake vs polars/deltalake/DataFusion peers on TPC-H lineitem (SF 1 by default),
+## always with the release binary; writes bench/RESULTS.md. Not part of `make test`. Knobs
+## (BENCH_SCALE, BENCH_REPS, BENCH_WORK, ...) are listed in scripts/bench.py. ~35 min at SF 1.
+bench:
+	$(CARGO) build --release --bin idemlake
+	BENCH_BIN=$(TARGET_DIR)/release/idemlake python3 scripts/bench.py
 
 s3-start:
 	scripts/s3-server start

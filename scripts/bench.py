@@ -32,6 +32,7 @@ Environment knobs (defaults in brackets):
   BENCH_SCENARIOS comma list of scenarios to run [1,2,3,4,5] (2, 3 and 5 need 1's table)
   BENCH_OUT       report path [<repo>/bench/RESULTS.md]
   BENCH_KEEP      1 keeps the tables in BENCH_WORK afterwards [0]
+  BENCH_BACKFILL_DAYS  days of scenario 3's backfill, from 1995-01-01 [365]
   BENCH_LOAD_RANGE  FROM..TO: load only these ship days in scenario 1 (for developing the
                   harness; the report says so) [every ship day of the source]
 """
@@ -72,6 +73,7 @@ DATA = Path(env("BENCH_DATA", str(WORK / f"data-sf{SCALE}"))).resolve()
 SCENARIOS = {int(s) for s in env("BENCH_SCENARIOS", "1,2,3,4,5").split(",") if s.strip()}
 OUT = Path(env("BENCH_OUT", str(REPO / "bench" / "RESULTS.md"))).resolve()
 KEEP = env("BENCH_KEEP", "0") == "1"
+BF_DAYS = int(env("BENCH_BACKFILL_DAYS", "365"))
 
 VENV = REPO / ".venv-bench"
 PY = VENV / "bin" / "python"
@@ -255,6 +257,14 @@ def first_last_day():
 # ---------------------------------------------------------------- scenarios
 
 
+S1_PEERS = {
+    "floor": lambda out: ["floor", SOURCE, out],
+    "dfcopy": lambda out: ["dfcopy", SOURCE, out],
+    "dfserial": lambda out: ["dfcopy", SOURCE, out, "serial"],
+    "deltaload": lambda out: ["deltaload", SOURCE, out],
+}
+
+
 def scenario1(lo, hi):
     say(f"scenario 1: initial load {lo}..{hi}, {LOAD_REPS} reps (+ warm-up)")
     s1 = WORK / "s1"
@@ -264,15 +274,16 @@ def scenario1(lo, hi):
     COMMANDS.append(f"idemlake --project P --lake L --output json {' '.join(load)}")
     COMMANDS.append(f"python scripts/bench_peer.py floor SOURCE OUT   # polars write_parquet(partition_by='ship_date')")
     COMMANDS.append(f"python scripts/bench_peer.py dfcopy SOURCE OUT  # datafusion COPY ... PARTITIONED BY (ship_date)")
+    COMMANDS.append(f"python scripts/bench_peer.py dfcopy SOURCE OUT serial  # the same with allow_single_file_parallelism=false")
     COMMANDS.append(f"python scripts/bench_peer.py deltaload SOURCE TABLE  # write_deltalake, one commit")
     # warm-up: page cache for the source and the binaries
     warm_to = (dt.date.fromisoformat(lo) + dt.timedelta(days=29)).isoformat()
     run(idem(s1 / "warm", "backfill", TASK, "--from", lo, "--to", warm_to, "--parallel", PARALLEL),
         "s1-warm")
-    for tool in ("floor", "dfcopy", "deltaload"):
-        run(peer(tool, SOURCE, s1 / f"warm-{tool}"), "s1-warm")
+    for tool in S1_PEERS:
+        run(peer(*S1_PEERS[tool](s1 / f"warm-{tool}")), "s1-warm")
     fresh(s1 / "warm")
-    for tool in ("floor", "dfcopy", "deltaload"):
+    for tool in S1_PEERS:
         fresh(s1 / f"warm-{tool}")
     conflicts = []
     for i in range(LOAD_REPS):
@@ -284,9 +295,9 @@ def scenario1(lo, hi):
         conflicts.append(err.split("### ")[-1].count("exceeded maximum commit attempts"))
         record("s1.idemlake", "initial load", "idemlake backfill --parallel " + PARALLEL, secs, rss)
         say(f"  rep {i + 1}: idemlake {secs:.1f} s ({len(reps)} windows)")
-        for tool in ("floor", "dfcopy", "deltaload"):
+        for tool in S1_PEERS:
             out = fresh(s1 / f"{tool}-{i}")
-            secs, rss, _ = run(peer(tool, SOURCE, out), f"s1-{tool}")
+            secs, rss, _ = run(peer(*S1_PEERS[tool](out)), f"s1-{tool}")
             record(f"s1.{tool}", "initial load", tool, secs, rss)
             say(f"  rep {i + 1}: {tool} {secs:.1f} s")
             if i < LOAD_REPS - 1:
@@ -305,6 +316,7 @@ def scenario1(lo, hi):
     CHECKS["s1.idemlake"] = checksum("delta", table)
     CHECKS["s1.floor"] = checksum("parquet", s1 / f"floor-{i}")
     CHECKS["s1.dfcopy"] = checksum("parquet", s1 / f"dfcopy-{i}")
+    CHECKS["s1.dfserial"] = checksum("parquet", s1 / f"dfserial-{i}")
     CHECKS["s1.deltaload"] = checksum("delta", s1 / f"deltaload-{i}")
     return table
 
@@ -369,18 +381,18 @@ def scenario2(table):
 
 
 def scenario3(table, ptable):
-    lo, hi = "1995-01-01", "1995-12-31"
-    days = [(dt.date(1995, 1, 1) + dt.timedelta(days=d)).isoformat() for d in range(365)]
-    say(f"scenario 3: 365-day backfill {lo}..{hi}, {BACKFILL_REPS} reps")
+    days = [(dt.date(1995, 1, 1) + dt.timedelta(days=d)).isoformat() for d in range(BF_DAYS)]
+    lo, hi = days[0], days[-1]
+    say(f"scenario 3: {BF_DAYS}-day backfill {lo}..{hi}, {BACKFILL_REPS} reps")
     lake = table.parent
     args = ["backfill", TASK, "--from", lo, "--to", hi, "--parallel", PARALLEL]
     COMMANDS.append(f"idemlake --project P --lake L --output json {' '.join(args)}")
-    COMMANDS.append("for d in <365 days>: python scripts/bench_peer.py window TABLE SOURCE $d  # sequential, one process per window")
+    COMMANDS.append(f"for d in <{BF_DAYS} days>: python scripts/bench_peer.py window TABLE SOURCE $d  # sequential, one process per window")
     v0, _ = table_version(table)
     for i in range(BACKFILL_REPS):
         secs, rss, text = run(idem(lake, *args), "s3-idemlake")
         reps = check_reports(text, "backfill")
-        record("s3.idemlake", "365-day backfill", "idemlake backfill --parallel " + PARALLEL, secs, rss)
+        record("s3.idemlake", f"{BF_DAYS}-day backfill", "idemlake backfill --parallel " + PARALLEL, secs, rss)
         say(f"  rep {i + 1}: idemlake {secs:.1f} s ({len(reps)} windows)")
         start = time.perf_counter()
         peak = 0
@@ -388,9 +400,9 @@ def scenario3(table, ptable):
             _, r, _ = run(peer("window", ptable, SOURCE, d), "s3-peer")
             peak = max(peak, r)
             if n % 73 == 72:
-                say(f"    peer loop {n + 1}/365")
+                say(f"    peer loop {n + 1}/{BF_DAYS}")
         secs = time.perf_counter() - start
-        record("s3.peer", "365-day backfill", "polars + write_deltalake, 365 processes", secs, peak)
+        record("s3.peer", f"{BF_DAYS}-day backfill", f"polars + write_deltalake, {BF_DAYS} processes", secs, peak)
         say(f"  rep {i + 1}: peer loop {secs:.1f} s")
     v1, _ = table_version(table)
     NOTES.append(f"Scenario 3: idemlake's table went from version {v0} to {v1} "
@@ -485,7 +497,8 @@ def versions():
         "{deltalake.__version__}, pyarrow {pyarrow.__version__}, datafusion {datafusion.__version__}')")],
         capture_output=True, text=True).stdout.strip()
     rustc = subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout.strip()
-    return f"{out} (release build), {rustc}; {py}"
+    build = "release build" if "release" in BIN.parts else "**not a release build**"
+    return f"{out} ({build}, `{BIN}`), {rustc}; {py}"
 
 
 def target_rows():
@@ -501,7 +514,7 @@ def target_rows():
             "—" if r <= 0.5 else f"needs {r / 0.5:.1f}× faster ({med('s2.idemlake'):.2f} s → ≤ {0.5 * med('s2.peer'):.2f} s)")
     if "s3.idemlake" in RESULTS:
         r = med("s3.peer") / med("s3.idemlake")
-        add("365-day backfill ≥ 5× faster than the peer's loop", True, f"{r:.1f}× faster", r >= 5,
+        add(f"{BF_DAYS}-day backfill ≥ 5× faster than the peer's loop", True, f"{r:.1f}× faster", r >= 5,
             "—" if r >= 5 else f"needs {5 / r:.1f}× faster ({med('s3.idemlake'):.0f} s → ≤ {med('s3.peer') / 5:.0f} s)")
     if "s1.idemlake" in RESULTS:
         r = med("s1.idemlake") / med("s1.floor")
@@ -533,7 +546,7 @@ def report(total):
              f"alternate rep by rep. Scenarios 2 and 4: one warm-up per tool, then BENCH_REPS={REPS}. "
              f"Scenario 1: BENCH_LOAD_REPS={LOAD_REPS} (warm-up: one rep of each peer and a 30-day idemlake "
              f"backfill). Scenario 3: BENCH_BACKFILL_REPS={BACKFILL_REPS} (scenario 2's runs are its warm-up) "
-             "— fewer reps because one rep of the peer's 365-process loop takes minutes.")
+             "— fewer reps because one rep of the peer's per-window process loop takes minutes.")
     L.append("- Checksum: rows · first 8 hex digits of sha1(count | sum(l_extendedprice) | "
              "sum(l_orderkey*l_linenumber)) of what was published, read back with polars "
              "(`scan_delta`, i.e. the deltalake reader, or `scan_parquet` for Parquet outputs), "
@@ -553,11 +566,13 @@ def report(total):
         "s1.idemlake", "s1.floor", "s1.source", "source")
     row(1, "initial load, whole table", "s1.idemlake", "s1.dfcopy", "(c) DataFusion COPY … PARTITIONED BY",
         "s1.idemlake", "s1.dfcopy", "s1.source", "source")
+    row(1, "initial load, whole table", "s1.idemlake", "s1.dfserial", "(c') the same, allow_single_file_parallelism=false",
+        "s1.idemlake", "s1.dfserial", "s1.source", "source")
     row(1, "initial load, whole table", "s1.idemlake", "s1.deltaload", "write_deltalake, whole table in 1 commit",
         "s1.idemlake", "s1.deltaload", "s1.source", "source")
     row(2, f"day window {DAY}, loaded table", "s2.idemlake", "s2.peer", "(a) polars + write_deltalake(predicate)",
         "s2.day.idemlake", "s2.day.peer", "s2.day.source")
-    row(3, "365-day backfill (1995)", "s3.idemlake", "s3.peer", "(a) loop of 365 processes",
+    row(3, f"{BF_DAYS}-day backfill (from 1995-01-01)", "s3.idemlake", "s3.peer", f"(a) loop of {BF_DAYS} processes",
         "s3.idemlake", "s3.peer", "s3.source")
     for stage in ("10", str(HISTORY)):
         row(4, f"day window, 10-day table, {stage} commits", f"s4.{stage}.idemlake", f"s4.{stage}.peer",
@@ -575,7 +590,7 @@ def report(total):
     if "s1.idemlake" in RESULTS:
         L.append("\nPeak RSS in scenario 1: " + ", ".join(
             f"{RESULTS[k]['tool']} {stats(k, 1)[2] / 1024:.0f} MiB"
-            for k in ("s1.idemlake", "s1.floor", "s1.dfcopy", "s1.deltaload")) + ".")
+            for k in ("s1.idemlake", "s1.floor", "s1.dfcopy", "s1.dfserial", "s1.deltaload")) + ".")
     L.append("\n## Targets\n")
     L.append("| target | measured (medians) | status | gap |")
     L.append("|---|---|---|---|")

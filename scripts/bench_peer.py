@@ -8,7 +8,9 @@ One process does one thing, so the driver (scripts/bench.py) can time it as a wh
                                  once per window.
   floor    SOURCE OUT            (b) the no-transaction floor: polars write_parquet(partition_by=)
                                  of the whole table.
-  dfcopy   SOURCE OUT            (c) DataFusion COPY ... PARTITIONED BY of the whole table.
+  dfcopy   SOURCE OUT [serial]   (c) DataFusion COPY ... PARTITIONED BY of the whole table;
+                                 `serial` sets datafusion.execution.parquet.
+                                 allow_single_file_parallelism=false (one encoder per file).
   deltaload SOURCE TABLE         extra: the whole table in one write_deltalake commit.
   checksum delta|parquet PATH [FROM TO]
                                  count, sum(l_extendedprice), sum(l_orderkey*l_linenumber) of a
@@ -66,10 +68,13 @@ def floor(source, out):
     print(json.dumps({"rows": df.height}))
 
 
-def dfcopy(source, out):
-    from datafusion import SessionContext
+def dfcopy(source, out, mode="default"):
+    from datafusion import SessionConfig, SessionContext
 
-    ctx = SessionContext()
+    cfg = SessionConfig()
+    if mode == "serial":
+        cfg = cfg.set("datafusion.execution.parquet.allow_single_file_parallelism", "false")
+    ctx = SessionContext(cfg)
     ctx.register_parquet("lineitem", source)
     cols = ", ".join(COLUMNS)
     res = ctx.sql(

@@ -260,6 +260,18 @@ pub fn is_conflict(e: &DeltaTableError) -> bool {
     )
 }
 
+/// Whether committing `version` should also delete expired log files: only when that commit
+/// also writes a checkpoint (and the table allows cleanup). delta-rs otherwise lists the whole
+/// `_delta_log` after *every* commit to look for expired files, a cost that grows with the
+/// table's history; Spark likewise cleans up only at checkpoints.
+fn cleanup_due(table: &DeltaTable, version: i64) -> Result<bool> {
+    use deltalake::table::config::TablePropertiesExt;
+    let snapshot = table.snapshot()?;
+    let config = snapshot.table_config();
+    let interval = config.checkpoint_interval().get() as i64;
+    Ok(config.enable_expired_log_cleanup() && (version + 1) % interval == 0)
+}
+
 /// Who published a file: stored as tags on every `add` idemlake commits, so the snapshot alone
 /// (loaded from checkpoints) says which run published each window, at which version.
 #[derive(Debug, Clone)]
@@ -334,7 +346,8 @@ pub async fn commit_overwrite(
         let result = CommitBuilder::from(
             CommitProperties::default()
                 .with_metadata(app_metadata.clone())
-                .with_max_retries(0),
+                .with_max_retries(0)
+                .with_cleanup_expired_logs(Some(cleanup_due(table, target)?)),
         )
         .with_actions(actions)
         .build(Some(snapshot), table.log_store(), op)
@@ -476,6 +489,7 @@ pub async fn merge(
     let mut attempt = 0;
     loop {
         let rows_before = window_rows(&window_files(&table, partition_by, range)?)?;
+        let cleanup = cleanup_due(&table, table.version().unwrap_or(0) as i64 + 1)?;
         let result = table
             .merge(source.clone(), predicate.clone())
             .with_source_alias("source")
@@ -484,7 +498,8 @@ pub async fn merge(
             .with_commit_properties(
                 CommitProperties::default()
                     .with_metadata(app_metadata.clone())
-                    .with_max_retries(COMMIT_RETRIES),
+                    .with_max_retries(COMMIT_RETRIES)
+                    .with_cleanup_expired_logs(Some(cleanup)),
             )
             .when_matched_update(|u| columns.iter().fold(u, |u, c| u.update(c.as_str(), s(c))))?
             .when_not_matched_insert(|i| columns.iter().fold(i, |i, c| i.set(c.as_str(), s(c))))?
