@@ -73,10 +73,15 @@ pub async fn run(
     let started = std::time::Instant::now();
     let mut rows = 0u64;
     let mut reports = Vec::with_capacity(total);
+    runner.share_scans(&windows);
+    runner.set_parallel(opts.parallel.max(1));
+    // More windows in flight than execute at once: the extra ones are staged and waiting for
+    // a group commit (see `Runner::publish`), which is what amortises commits.
+    let in_flight = opts.parallel.max(1) * 16;
     let mut queue = windows.into_iter();
     let mut running = JoinSet::new();
     loop {
-        while running.len() < opts.parallel.max(1) {
+        while running.len() < in_flight {
             let Some(w) = queue.next() else { break };
             let r = runner.clone();
             running.spawn(async move { r.run(&w).await });

@@ -20,6 +20,7 @@ pub mod reconcile;
 pub mod record;
 pub mod run;
 pub mod runlog;
+pub mod scan;
 pub mod sources;
 pub mod status;
 pub mod storage;

@@ -21,12 +21,15 @@ impl std::io::Write for RedactingStderr {
 
 fn main() -> ExitCode {
     let cli = idemlake::cli::Cli::parse();
+    // delta-rs logs every lost commit race at ERROR ("exceeded maximum commit attempts");
+    // idemlake rebuilds such commits itself and reports its own error if it gives up, so
+    // those lines are hidden below -vv.
     let level = match cli.verbose {
         0 => {
-            "warn,buoyant_kernel::snapshot::builder=off,deltalake_core::operations::merge=error,deltalake_core::kernel::transaction=error"
+            "warn,buoyant_kernel::snapshot::builder=off,deltalake_core::operations::merge=error,deltalake_core::kernel::transaction=off"
         }
         1 => {
-            "warn,idemlake=info,buoyant_kernel::snapshot::builder=off,deltalake_core::kernel::transaction=error"
+            "warn,idemlake=info,buoyant_kernel::snapshot::builder=off,deltalake_core::kernel::transaction=off"
         }
         2 => "info,idemlake=debug,buoyant_kernel=warn",
         _ => "debug",

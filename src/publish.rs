@@ -291,52 +291,100 @@ pub const TAG_PUBLISHED_AT: &str = "idemlake.published_at";
 /// How many times a commit is rebuilt on top of commits that other writers made first.
 pub const REBASE_ATTEMPTS: usize = 200;
 
-/// Commit `adds` replacing the window's files, with the run record in commitInfo.
+/// One window of a commit: its bounds, replaceWhere text, staged files, tags and run record.
+pub struct WindowCommit {
+    pub range: PartitionRange,
+    pub predicate: String,
+    pub adds: Vec<Add>,
+    pub tags: RunTags,
+    /// The window's run record (`record::RunRecord` as JSON).
+    pub record: serde_json::Value,
+}
+
+/// The commitInfo entry for `windows`: one window's run record as is, or for several windows
+/// published together `{"task", "windows", "runs": [record, …]}`.
+fn commit_info(windows: &[WindowCommit]) -> HashMap<String, serde_json::Value> {
+    let value = match windows {
+        [one] => one.record.clone(),
+        many => serde_json::json!({
+            "task": many[0].record.get("task").cloned().unwrap_or_default(),
+            "windows": many.len(),
+            "runs": many.iter().map(|w| w.record.clone()).collect::<Vec<_>>(),
+        }),
+    };
+    HashMap::from([(crate::record::COMMIT_INFO_KEY.to_string(), value)])
+}
+
+/// Does a commitInfo entry name `run_id` (alone or among the runs of a group commit)?
+fn names_run(info: &serde_json::Value, run_id: &str) -> bool {
+    let Some(entry) = info.get(crate::record::COMMIT_INFO_KEY) else {
+        return false;
+    };
+    let is =
+        |r: &serde_json::Value| r.get("run_id").and_then(serde_json::Value::as_str) == Some(run_id);
+    is(entry)
+        || entry
+            .get("runs")
+            .and_then(serde_json::Value::as_array)
+            .is_some_and(|runs| runs.iter().any(is))
+}
+
+/// Commit the staged files of `windows` (distinct windows of one task), each replacing its
+/// window's files, in one commit with the run records in commitInfo.
 ///
 /// The commit is built against the latest snapshot and written as exactly the next version
 /// (put-if-absent). If another writer took that version, the table state is re-read and the
-/// commit rebuilt on top — removing whatever the window holds *in the version right before
-/// ours*, so the window ends up holding exactly this run's rows whatever others committed
+/// commit rebuilt on top — removing whatever each window holds *in the version right before
+/// ours*, so every window ends up holding exactly its run's rows whatever others committed
 /// meanwhile (other windows are never touched; the last writer of a window wins, never a
 /// union). Because the version is known when the commit is built, it is recorded in the
-/// files' tags.
+/// files' tags. Several windows in one commit are published together: each is still
+/// replaced whole, in exactly one commit.
 ///
-/// Exactly once: after *any* failed attempt the table is re-read, and if this run's files are
+/// Exactly once: after *any* failed attempt the table is re-read, and if these files are
 /// already in it (the PUT of the commit succeeded but its response was lost), the commit is
 /// not applied again.
-pub async fn commit_overwrite(
+pub async fn commit_windows(
     table: &mut DeltaTable,
     partition_by: &str,
-    range: PartitionRange,
-    predicate: String,
-    adds: Vec<Add>,
-    app_metadata: HashMap<String, serde_json::Value>,
-    tags: &RunTags,
+    windows: &[WindowCommit],
 ) -> Result<Committed> {
     let base = table.version().unwrap_or(0) as i64;
     let schema = table.snapshot()?.schema();
-    let files_added = adds.len();
+    let files_added = windows.iter().map(|w| w.adds.len()).sum();
+    let app_metadata = commit_info(windows);
+    let predicate = match windows {
+        [one] => one.predicate.clone(),
+        many => many
+            .iter()
+            .map(|w| format!("({})", w.predicate))
+            .collect::<Vec<_>>()
+            .join(" OR "),
+    };
     let mut attempt = 0;
     loop {
         let attempt_base = table.version().unwrap_or(0) as i64;
         let target = attempt_base + 1;
-        let removed = window_files(table, partition_by, range)?;
-        let files_removed = removed.len();
-        let mut actions: Vec<Action> = removed
-            .into_iter()
-            .map(|f| Action::Remove(f.remove))
-            .collect();
+        let mut actions: Vec<Action> = Vec::new();
+        let mut files_removed = 0;
+        for w in windows {
+            let removed = window_files(table, partition_by, w.range)?;
+            files_removed += removed.len();
+            actions.extend(removed.into_iter().map(|f| Action::Remove(f.remove)));
+        }
         let published_at = jiff::Timestamp::now().to_string();
-        actions.extend(adds.iter().cloned().map(|mut a| {
-            a.tags = Some(HashMap::from([
-                (TAG_RUN_ID.to_string(), Some(tags.run_id.clone())),
-                (TAG_WINDOW.to_string(), Some(tags.window.clone())),
-                (TAG_SQL_HASH.to_string(), Some(tags.sql_hash.clone())),
-                (TAG_VERSION.to_string(), Some(target.to_string())),
-                (TAG_PUBLISHED_AT.to_string(), Some(published_at.clone())),
-            ]));
-            Action::Add(a)
-        }));
+        for w in windows {
+            actions.extend(w.adds.iter().cloned().map(|mut a| {
+                a.tags = Some(HashMap::from([
+                    (TAG_RUN_ID.to_string(), Some(w.tags.run_id.clone())),
+                    (TAG_WINDOW.to_string(), Some(w.tags.window.clone())),
+                    (TAG_SQL_HASH.to_string(), Some(w.tags.sql_hash.clone())),
+                    (TAG_VERSION.to_string(), Some(target.to_string())),
+                    (TAG_PUBLISHED_AT.to_string(), Some(published_at.clone())),
+                ]));
+                Action::Add(a)
+            }));
+        }
         let op = DeltaOperation::Write {
             mode: SaveMode::Overwrite,
             partition_by: Some(vec![partition_by.to_string()]),
@@ -354,8 +402,12 @@ pub async fn commit_overwrite(
         .await;
         let e = match result {
             Ok(done) => {
+                let version = done.version() as i64;
+                // delta-rs brought the snapshot up to the new version after the commit
+                // (incrementally); keep it so the next commit need not replay the log.
+                table.state = Some(done.snapshot);
                 return Ok(Committed {
-                    version: done.version() as i64,
+                    version,
                     files_added,
                     files_removed,
                 });
@@ -368,14 +420,14 @@ pub async fn commit_overwrite(
         if table.update_state().await.is_err() {
             return Err(fail(&e));
         }
-        if let Some(version) = landed(table, &adds, base, &tags.run_id).await? {
+        if let Some(version) = landed(table, windows, base).await? {
             tracing::warn!(
                 "the commit reported an error ({e}) but it is in the log at version {version}; not applying it twice"
             );
             return Ok(Committed {
                 version,
                 files_added,
-                files_removed,
+                files_removed: 0,
             });
         }
         let moved = table.version().unwrap_or(0) as i64 > attempt_base;
@@ -395,10 +447,11 @@ pub async fn commit_overwrite(
     }
 }
 
-/// If this run's staged files are in the table, the version of the commit that added them.
-async fn landed(table: &DeltaTable, adds: &[Add], base: i64, run_id: &str) -> Result<Option<i64>> {
-    let Some(first) = adds.first() else {
-        // Nothing added (an emptied window): look for the run id in the commits alone.
+/// If these windows' staged files are in the table, the version of the commit that added them.
+async fn landed(table: &DeltaTable, windows: &[WindowCommit], base: i64) -> Result<Option<i64>> {
+    let run_id = &windows[0].tags.run_id;
+    let Some(first) = windows.iter().find_map(|w| w.adds.first()) else {
+        // Nothing added (emptied windows): look for the run id in the commits alone.
         return find_run_commit(table, base, run_id).await;
     };
     let present = table
@@ -419,7 +472,7 @@ async fn landed(table: &DeltaTable, adds: &[Add], base: i64, run_id: &str) -> Re
     ))
 }
 
-/// The version after `base` whose commitInfo carries `run_id`.
+/// The version after `base` whose commitInfo names `run_id`.
 pub async fn find_run_commit(table: &DeltaTable, base: i64, run_id: &str) -> Result<Option<i64>> {
     let latest = table.version().unwrap_or(0) as i64;
     let log_store = table.log_store();
@@ -431,17 +484,90 @@ pub async fn find_run_commit(table: &DeltaTable, base: i64, run_id: &str) -> Res
             let Ok(action) = serde_json::from_slice::<serde_json::Value>(line) else {
                 continue;
             };
-            let rid = action
+            if action
                 .get("commitInfo")
-                .and_then(|c| c.get(crate::record::COMMIT_INFO_KEY))
-                .and_then(|r| r.get("run_id"))
-                .and_then(serde_json::Value::as_str);
-            if rid == Some(run_id) {
+                .is_some_and(|c| names_run(c, run_id))
+            {
                 return Ok(Some(v));
             }
         }
     }
     Ok(None)
+}
+
+/// A commit as read back from storage: the runs its commitInfo names and its added files
+/// (decoded path → `numRecords`).
+pub struct CommitView {
+    pub version: i64,
+    bytes: bytes::Bytes,
+}
+
+/// Read commit `version` back from storage (one GET of the commit file: no snapshot replay,
+/// whatever the size of the table).
+pub async fn read_commit(table: &DeltaTable, version: i64) -> Result<CommitView> {
+    let bytes = table
+        .log_store()
+        .read_commit_entry(version as u64)
+        .await?
+        .ok_or_else(|| {
+            Error::runtime(format!(
+                "read-back: commit {version} is not in the log after it was reported written"
+            ))
+        })?;
+    Ok(CommitView { version, bytes })
+}
+
+impl CommitView {
+    /// Check that the commit names run `run_id` and adds every file of `staged` (paths as
+    /// staged); returns the rows those files hold.
+    pub fn window_rows(&self, run_id: &str, staged: &[&str]) -> Result<u64> {
+        let version = self.version;
+        let want: std::collections::HashSet<String> =
+            staged.iter().map(|p| percent_decode(p)).collect();
+        let mut rows = 0u64;
+        let mut found = 0usize;
+        let mut ours = false;
+        for line in self.bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let action: serde_json::Value = serde_json::from_slice(line).map_err(|e| {
+                Error::runtime(format!("read-back: commit {version} is not JSON: {e}"))
+            })?;
+            if let Some(info) = action.get("commitInfo") {
+                ours |= names_run(info, run_id);
+            }
+            if let Some(add) = action.get("add") {
+                let path = add
+                    .get("path")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or_default();
+                if want.contains(&percent_decode(path)) {
+                    found += 1;
+                    rows += crate::execute::stats_rows(
+                        path,
+                        add.get("stats").and_then(serde_json::Value::as_str),
+                    )?;
+                }
+            }
+        }
+        if !ours {
+            return Err(Error::runtime(format!(
+                "read-back: commit {version} does not name run {run_id}"
+            )));
+        }
+        if found != want.len() {
+            return Err(Error::runtime(format!(
+                "read-back: commit {version} adds {found} of the {} file(s) this run staged",
+                want.len()
+            )));
+        }
+        Ok(rows)
+    }
+}
+
+/// Undo `%XX` escapes (Delta stores add paths as URL-encoded relative paths).
+fn percent_decode(p: &str) -> String {
+    percent_encoding::percent_decode_str(p)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// Outcome of a MERGE.

@@ -27,12 +27,20 @@ use crate::task::{Mode, OnEmpty, OnMismatch, Task};
 use crate::window::Window;
 
 /// A DataFusion session configured for idemlake: standard SQL identifier rules (unquoted
-/// names are case-insensitive), Delta's planner for Delta sources.
+/// names are case-insensitive), Delta's planner for Delta sources, and Parquet filter
+/// pushdown: a window reads a thin slice of its sources, so the window predicate is evaluated
+/// while decoding (only the filter columns are decoded for rows outside the window) instead of
+/// decoding every column of every row and filtering afterwards (measured at TPC-H SF1: the
+/// day-window scan of lineitem 1.56 s → 0.68 s in a debug build).
 pub fn new_session() -> Result<SessionContext> {
-    let overrides = std::collections::HashMap::from([(
-        "datafusion.sql_parser.enable_ident_normalization".to_string(),
-        "true".to_string(),
-    )]);
+    let overrides = std::collections::HashMap::from(
+        [
+            ("datafusion.sql_parser.enable_ident_normalization", "true"),
+            ("datafusion.execution.parquet.pushdown_filters", "true"),
+            ("datafusion.execution.parquet.reorder_filters", "true"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
     Ok(
         deltalake::delta_datafusion::DeltaSessionContext::new_with_session_overrides(&overrides)?
             .into_inner(),
@@ -119,7 +127,30 @@ pub struct Runner {
     ctx: SessionContext,
     sources: Vec<sources::SourceVersion>,
     table: tokio::sync::Mutex<DeltaTable>,
+    /// Sources read once per chunk of windows instead of once per window (see `scan`).
+    shared: Option<crate::scan::Shared>,
+    /// The highest table version this runner committed (the shared state catches up lazily).
+    last_commit: std::sync::atomic::AtomicI64,
+    /// Staged windows waiting to be committed (see [`Runner::publish`]).
+    pending: std::sync::Mutex<Vec<Pending>>,
+    /// Permits to execute a window (plan, scan, stage, reconcile).
+    exec: tokio::sync::Semaphore,
+    /// The latest table state this runner knows, for readers that must not wait for a commit
+    /// in progress (schema checks, writer settings); updated after every commit.
+    view: std::sync::Mutex<DeltaTable>,
+    exec_limit: std::sync::atomic::AtomicUsize,
 }
+
+/// A staged window waiting for a commit, and where to send the outcome.
+struct Pending {
+    window: publish::WindowCommit,
+    done: tokio::sync::oneshot::Sender<std::result::Result<(i64, u64), (ErrorKind, String)>>,
+}
+
+/// Most windows one commit publishes.
+pub const MAX_WINDOWS_PER_COMMIT: usize = 256;
+/// Permits of a runner before `set_parallel`.
+const DEFAULT_EXEC_PERMITS: usize = 1024;
 
 impl Runner {
     pub async fn new(project: &Project, task: &Task) -> Result<Runner> {
@@ -127,13 +158,185 @@ impl Runner {
         let sources = sources::register(&ctx, &task.sources).await?;
         let url = project.table_url(task)?;
         let table = publish::open(&url).await?;
+        // Which sources windows can share a scan of: decided once from the unbound plans. A
+        // task whose SQL does not plan gets no sharing; its error surfaces in `run`.
+        let shared = match plan::plan(&ctx, task, None).await {
+            Ok(unbound) => {
+                let mut plans = vec![unbound.df.logical_plan()];
+                if let Some(r) = &unbound.reconcile_source {
+                    plans.push(r.logical_plan());
+                }
+                crate::scan::Shared::new(task, &ctx, &plans).await
+            }
+            Err(_) => None,
+        };
+        if let Some(s) = &shared {
+            tracing::debug!(sources = ?s.shared_sources(), "windows share source scans");
+        }
         Ok(Runner {
             task: task.clone(),
             url,
             ctx,
             sources,
+            view: std::sync::Mutex::new(table.clone()),
             table: tokio::sync::Mutex::new(table),
+            shared,
+            last_commit: std::sync::atomic::AtomicI64::new(-1),
+            pending: std::sync::Mutex::new(Vec::new()),
+            exec: tokio::sync::Semaphore::new(DEFAULT_EXEC_PERMITS),
+            exec_limit: std::sync::atomic::AtomicUsize::new(DEFAULT_EXEC_PERMITS),
         })
+    }
+
+    /// Execute at most `n` windows at once (windows waiting for their commit do not count).
+    pub fn set_parallel(&self, n: usize) {
+        use std::sync::atomic::Ordering;
+        let n = n.clamp(1, DEFAULT_EXEC_PERMITS);
+        let was = self.exec_limit.swap(n, Ordering::SeqCst);
+        if n > was {
+            self.exec.add_permits(n - was);
+        } else if n < was {
+            // Called before windows run: every permit is free and can be forgotten.
+            let left = was - n - self.exec.forget_permits(was - n);
+            if left > 0 {
+                tracing::debug!("{left} execution permits were in use and stay available");
+            }
+        }
+    }
+
+    /// Commit a staged window; returns its version and the rows read back for it.
+    ///
+    /// Group commit: every staged window queues here, and whichever waiter takes the table
+    /// lock commits *all* queued windows (distinct windows, up to
+    /// [`MAX_WINDOWS_PER_COMMIT`]) in one commit, then reads that commit back once. While one
+    /// commit is being written the next group forms, so a backfill's commits — whose cost
+    /// grows with the table, not with the group — are amortised over many windows. Each
+    /// window is still replaced whole by exactly one commit.
+    async fn publish(
+        &self,
+        schema: &SchemaRef,
+        window: publish::WindowCommit,
+    ) -> Result<(i64, u64)> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.pending
+            .lock()
+            .expect("not poisoned")
+            .push(Pending { window, done: tx });
+        {
+            let mut table = self.table.lock().await;
+            let batch = self.take_group();
+            if !batch.is_empty() {
+                match self.bring_up_to_date(&mut table, schema).await {
+                    Ok(()) => self.commit_group(&mut table, batch).await,
+                    Err(e) => {
+                        for p in batch {
+                            let _ = p.done.send(Err((e.kind(), e.message().to_string())));
+                        }
+                    }
+                }
+            }
+        }
+        match rx.await {
+            Ok(r) => r.map_err(|(kind, message)| Error::new(kind, message)),
+            Err(_) => Err(Error::runtime("the commit of this window was abandoned")),
+        }
+    }
+
+    /// Queued windows for one commit: distinct windows, oldest first.
+    fn take_group(&self) -> Vec<Pending> {
+        let mut pending = self.pending.lock().expect("not poisoned");
+        let mut seen = std::collections::HashSet::new();
+        let mut group = Vec::new();
+        let mut rest = Vec::new();
+        for p in pending.drain(..) {
+            if group.len() < MAX_WINDOWS_PER_COMMIT && seen.insert(p.window.tags.window.clone()) {
+                group.push(p);
+            } else {
+                rest.push(p);
+            }
+        }
+        *pending = rest;
+        group
+    }
+
+    /// Create the table on first use; catch the state up with this runner's last commit
+    /// (a merge does not leave the shared state at its version).
+    async fn bring_up_to_date(&self, table: &mut DeltaTable, schema: &SchemaRef) -> Result<()> {
+        if table.version().is_none() {
+            *table = publish::ensure_exists(
+                table.clone(),
+                schema,
+                &self.task.partition_by,
+                &self.task.name,
+            )
+            .await?;
+            publish::check_schema(table, schema, &self.task.partition_by)?;
+        }
+        let last = self.last_commit.load(std::sync::atomic::Ordering::SeqCst);
+        if table.version().is_some_and(|v| (v as i64) < last) {
+            table.update_incremental(Some(last as u64)).await?;
+        }
+        *self.view.lock().expect("not poisoned") = table.clone();
+        Ok(())
+    }
+
+    async fn commit_group(&self, table: &mut DeltaTable, group: Vec<Pending>) {
+        let (windows, senders): (Vec<_>, Vec<_>) =
+            group.into_iter().map(|p| (p.window, p.done)).unzip();
+        let fail = |e: &Error| (e.kind(), e.message().to_string());
+        let committed =
+            match publish::commit_windows(table, &self.task.partition_by, &windows).await {
+                Ok(c) => c,
+                Err(e) => {
+                    for tx in senders {
+                        let _ = tx.send(Err(fail(&e)));
+                    }
+                    return;
+                }
+            };
+        self.last_commit
+            .fetch_max(committed.version, std::sync::atomic::Ordering::SeqCst);
+        *self.view.lock().expect("not poisoned") = table.clone();
+        if windows.len() > 1 {
+            tracing::debug!(
+                windows = windows.len(),
+                version = committed.version,
+                "committed a group of windows"
+            );
+        }
+        // Read the commit back from storage once: each window's files, its run id, its rows.
+        let view = publish::read_commit(table, committed.version).await;
+        for (w, tx) in windows.iter().zip(senders) {
+            let paths: Vec<&str> = w.adds.iter().map(|a| a.path.as_str()).collect();
+            let r = match &view {
+                Ok(v) => v
+                    .window_rows(&w.tags.run_id, &paths)
+                    .map(|rows| (committed.version, rows))
+                    .map_err(|e| fail(&e)),
+                Err(e) => Err(fail(e)),
+            };
+            let _ = tx.send(r);
+        }
+    }
+
+    /// Announce the windows a backfill is about to run (in order), so sources are read once
+    /// per chunk of them.
+    pub fn share_scans(&self, windows: &[Window]) {
+        if let Some(s) = &self.shared {
+            s.plan_windows(windows);
+        }
+    }
+
+    /// The session `window` runs in: shared sources as in-memory slices of a chunk scan.
+    async fn session_for(&self, window: &Window) -> Result<SessionContext> {
+        match &self.shared {
+            None => Ok(self.ctx.clone()),
+            Some(s) => {
+                let ws = s.session_for(&self.ctx, window).await?;
+                tracing::debug!(window = %window.label(), shared = ?ws.shared, "window session");
+                Ok(ws.ctx)
+            }
+        }
     }
 
     pub fn task(&self) -> &Task {
@@ -142,7 +345,7 @@ impl Runner {
 
     /// The table as last seen by this runner (refresh with [`Runner::refresh`]).
     pub async fn table(&self) -> DeltaTable {
-        self.table.lock().await.clone()
+        self.view.lock().expect("not poisoned").clone()
     }
 
     /// Bring the runner's table state up to the latest version.
@@ -153,6 +356,7 @@ impl Runner {
         } else {
             *t = publish::open(&self.url).await?;
         }
+        *self.view.lock().expect("not poisoned") = t.clone();
         Ok(())
     }
 
@@ -170,7 +374,7 @@ impl Runner {
             fail_report(&mut report, &e);
         }
         report.duration_ms = started.elapsed().as_millis() as u64;
-        let store = self.table.lock().await.log_store().object_store(None);
+        let store = self.table().await.log_store().object_store(None);
         crate::runlog::record(&store, &report).await;
         report
     }
@@ -179,7 +383,14 @@ impl Runner {
         let task = &self.task;
         let ctx = &self.ctx;
         let url = &self.url;
-        let planned = self.plan(window).await?;
+        // Executing windows are limited (`backfill --parallel`); waiting to commit is not.
+        let permit = self
+            .exec
+            .acquire()
+            .await
+            .map_err(|e| Error::runtime(format!("runner closed: {e}")))?;
+        let session = self.session_for(window).await?;
+        let planned = plan::plan(&session, task, Some(window)).await?;
         report.sql_hash = Some(planned.sql_hash.clone());
         let table = self.table().await;
         if table.version().is_some() {
@@ -200,7 +411,7 @@ impl Runner {
             Some(dir) => temp_sink(dir, &planned)?,
         };
         let staged = stage(
-            ctx,
+            &session,
             task,
             window,
             &planned,
@@ -275,42 +486,35 @@ impl Runner {
         record.rows_written = staged.rows;
         record.reconciliation = checks.clone();
         let range = partition_range(task, window);
-        let mut table = {
-            let mut shared = self.table.lock().await;
-            if shared.version().is_none() {
-                *shared = publish::ensure_exists(
-                    shared.clone(),
-                    &planned.schema,
-                    &task.partition_by,
-                    &task.name,
-                )
-                .await?;
-                publish::check_schema(&shared, &planned.schema, &task.partition_by)?;
-            }
-            shared.clone()
-        };
-        // A private copy at the pre-commit version, to read the commit back from storage.
-        let mut before = table.clone();
-
-        let (version, expected_rows) = match task.mode {
+        let (version, expected_rows, committed_rows) = match task.mode {
             Mode::Overwrite => {
-                let committed = publish::commit_overwrite(
-                    &mut table,
-                    &task.partition_by,
-                    range,
-                    plan::replace_where(task, window),
-                    staged.adds,
-                    record.app_metadata(),
-                    &publish::RunTags {
-                        run_id: run_id.to_string(),
-                        window: window.label(),
-                        sql_hash: planned.sql_hash.clone(),
-                    },
-                )
-                .await?;
-                (committed.version, staged.rows)
+                drop(permit);
+                let (version, committed_rows) = self
+                    .publish(
+                        &planned.schema,
+                        publish::WindowCommit {
+                            range,
+                            predicate: plan::replace_where(task, window),
+                            adds: staged.adds,
+                            tags: publish::RunTags {
+                                run_id: run_id.to_string(),
+                                window: window.label(),
+                                sql_hash: planned.sql_hash.clone(),
+                            },
+                            record: serde_json::to_value(&record).expect("serialisable"),
+                        },
+                    )
+                    .await?;
+                (version, staged.rows, committed_rows)
             }
             Mode::Merge => {
+                let table = {
+                    let mut shared = self.table.lock().await;
+                    self.bring_up_to_date(&mut shared, &planned.schema).await?;
+                    shared.clone()
+                };
+                // A private copy at the pre-commit version, to read the commit back from storage.
+                let mut before = table.clone();
                 let dir = temp.as_ref().expect("merge stages into a temp dir");
                 let source = ctx
                     .read_parquet(
@@ -354,23 +558,22 @@ impl Runner {
                 let v = merged
                     .table
                     .version()
-                    .ok_or_else(|| Error::runtime("merge produced no version"))?;
-                (v as i64, merged.rows_before + merged.inserted)
+                    .ok_or_else(|| Error::runtime("merge produced no version"))?
+                    as i64;
+                self.last_commit
+                    .fetch_max(v, std::sync::atomic::Ordering::SeqCst);
+                // Read the window back from the log on storage (statistics only).
+                if before.version().is_none_or(|b| (b as i64) < v) {
+                    before.update_incremental(Some(v as u64)).await?;
+                }
+                let committed_rows = publish::window_rows(&publish::window_files(
+                    &before,
+                    &task.partition_by,
+                    range,
+                )?)?;
+                (v, merged.rows_before + merged.inserted, committed_rows)
             }
         };
-        {
-            let mut shared = self.table.lock().await;
-            if shared.version().is_none_or(|v| (v as i64) < version) {
-                let _ = shared.update_incremental(Some(version as u64)).await;
-            }
-        }
-
-        // Read the committed window back from the log on storage (statistics only, no data scan).
-        if before.version().is_none_or(|v| (v as i64) < version) {
-            before.update_incremental(Some(version as u64)).await?;
-        }
-        let committed_rows =
-            publish::window_rows(&publish::window_files(&before, &task.partition_by, range)?)?;
         let readback = Check::counts("rows_committed", expected_rows, committed_rows);
         checks.push(readback.clone());
         report.reconciliation = checks;

@@ -53,11 +53,10 @@ async fn parallel_backfill_equals_serial() {
         table_rows(&parallel.table_dir("lineitem_by_ship_day"), "").await,
         expected
     );
-    // Table created at version 0, then exactly one commit per window.
-    assert_eq!(
-        log_version(&parallel.table_dir("lineitem_by_ship_day")),
-        Some(10)
-    );
+    // Table created at version 0, then at most one commit per window (windows staged while
+    // a commit is being written are published together by the next one).
+    let published = log_version(&parallel.table_dir("lineitem_by_ship_day")).unwrap();
+    assert!((1..=10).contains(&published), "version {published}");
 
     // --missing after a complete run does nothing; --stale re-runs nothing either.
     let out = parallel.run(&[
@@ -78,7 +77,7 @@ async fn parallel_backfill_equals_serial() {
     );
     assert_eq!(
         log_version(&parallel.table_dir("lineitem_by_ship_day")),
-        Some(10)
+        Some(published)
     );
 }
 

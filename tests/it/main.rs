@@ -11,5 +11,6 @@ mod python_reader;
 mod rejections;
 mod rerun;
 mod s3;
+mod shared_scan;
 mod status;
 mod verify;

@@ -53,11 +53,13 @@ async fn status_at_1000_commits_reads_only_the_checkpoint_and_later_commits() {
         "1995-06-05",
     ]);
     assert_eq!(code(&out), 0, "{}", text(&out));
-    assert_eq!(log_version(&table), Some(5));
+    // One commit per window at most (a backfill may publish staged windows together).
+    let first = log_version(&table).unwrap();
+    assert!((1..=5).contains(&first), "version {first}");
     let early = status_json(&p, "1995-06-01", "1995-06-05");
 
-    // 993 commits by someone else, then idemlake commits version 999 (checkpoint) and 1000.
-    pad_history(&table, 6, 998);
+    // Commits by someone else up to 998, then idemlake commits version 999 (checkpoint) and 1000.
+    pad_history(&table, first + 1, 998);
     p.run_ok(TASK, "1995-06-06");
     assert_eq!(log_version(&table), Some(999));
     assert!(
@@ -101,11 +103,15 @@ async fn status_at_1000_commits_reads_only_the_checkpoint_and_later_commits() {
 
     let rows = status_json(&p, "1995-06-01", "1995-06-08");
     assert_eq!(rows.len(), 8);
-    for (i, day) in (1..=5).map(|d| format!("1995-06-{d:02}")).enumerate() {
+    for day in (1..=5).map(|d| format!("1995-06-{d:02}")) {
         let s = by_window(&rows, &day);
         assert_eq!(s["state"], "published", "{s}");
-        assert_eq!(s["version"], (i + 1) as i64, "{s}");
         let e = by_window(&early, &day);
+        assert_eq!(s["version"], e["version"], "{s}");
+        assert!(
+            (1..=first as i64).contains(&s["version"].as_i64().unwrap()),
+            "{s}"
+        );
         assert_eq!(
             s["run_id"], e["run_id"],
             "same run as before the history grew"

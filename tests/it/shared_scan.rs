@@ -1,0 +1,150 @@
+//! Shared window scans: a backfill reads each source once per chunk of windows; the published
+//! rows must be exactly those of per-window scans — with sharing on, off, and over budget —
+//! and a source the analysis cannot prove bounded must never be shared.
+
+use crate::common::*;
+
+const FROM: &str = "1995-06-01";
+const TO: &str = "1995-06-10";
+const RANGE: &str = "l_shipdate >= DATE '1995-06-01' AND l_shipdate < DATE '1995-06-11'";
+
+/// lineitem (bounded by the window) joined to orders (read whole): lineitem is shared.
+const JOINED: &str = r#"
+sql = """
+SELECT l.l_shipdate AS ship_date, o.o_orderpriority, count(*) AS lines, sum(l.l_extendedprice) AS revenue
+FROM lineitem l JOIN orders o ON o.o_orderkey = l.l_orderkey
+WHERE l.l_shipdate >= $window_start AND l.l_shipdate < $window_end
+GROUP BY l.l_shipdate, o.o_orderpriority
+"""
+[target]
+partition_by = "ship_date"
+[window]
+grain = "day"
+[sources.lineitem]
+uri = "data/lineitem.parquet"
+[sources.orders]
+uri = "data/orders.parquet"
+[write]
+key = ["ship_date", "o_orderpriority"]
+[reconcile]
+source = "SELECT count(*) AS lines FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end"
+output = "SELECT sum(lines) AS lines FROM output"
+"#;
+
+/// The window's rows above the *global* average quantity: the subquery reads all of lineitem,
+/// so sharing a window slice of lineitem would change the average (and the rows).
+const ABOVE_AVG: &str = r#"
+sql = """
+SELECT l_orderkey, l_linenumber, l_quantity, l_shipdate AS ship_date
+FROM lineitem
+WHERE l_shipdate >= $window_start AND l_shipdate < $window_end
+  AND l_quantity > (SELECT avg(l_quantity) FROM lineitem)
+"""
+[target]
+partition_by = "ship_date"
+[window]
+grain = "day"
+[sources.lineitem]
+uri = "data/lineitem.parquet"
+[write]
+key = ["l_orderkey", "l_linenumber"]
+"#;
+
+/// Backfill both tasks with `IDEMLAKE_SCAN_CACHE_KB` set to `budget` (None: default);
+/// returns the project and the debug log.
+fn backfill(budget: Option<&str>) -> (TestProject, String) {
+    let p = TestProject::new();
+    p.task("joined", JOINED);
+    p.task("above_avg", ABOVE_AVG);
+    let mut log = String::new();
+    for task in ["joined", "above_avg"] {
+        let mut cmd = p.cmd();
+        cmd.env("IDEMLAKE_LOG", "idemlake=debug");
+        match budget {
+            Some(b) => cmd.env("IDEMLAKE_SCAN_CACHE_KB", b),
+            None => cmd.env_remove("IDEMLAKE_SCAN_CACHE_KB"),
+        };
+        let out = cmd
+            .args([
+                "backfill",
+                task,
+                "--from",
+                FROM,
+                "--to",
+                TO,
+                "--parallel",
+                "3",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{task}: {}", text(&out));
+        log.push_str(&format!(
+            "== {task}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    (p, log)
+}
+
+fn section<'a>(log: &'a str, task: &str) -> &'a str {
+    let start = log.find(&format!("== {task}\n")).unwrap();
+    let rest = &log[start + 1..];
+    match rest.find("\n== ") {
+        Some(end) => &rest[..end],
+        None => rest,
+    }
+}
+
+#[tokio::test]
+async fn shared_scans_publish_exactly_what_per_window_scans_do() {
+    let joined_expected = source_rows(&format!(
+        "SELECT l.l_shipdate AS ship_date, o.o_orderpriority, count(*) AS lines, sum(l.l_extendedprice) AS revenue \
+         FROM lineitem l JOIN orders o ON o.o_orderkey = l.l_orderkey WHERE l.{RANGE} \
+         GROUP BY l.l_shipdate, o.o_orderpriority"
+    ))
+    .await;
+    let above_expected = source_rows(&format!(
+        "SELECT l_orderkey, l_linenumber, l_quantity, l_shipdate AS ship_date FROM lineitem \
+         WHERE {RANGE} AND l_quantity > (SELECT avg(l_quantity) FROM lineitem)"
+    ))
+    .await;
+    assert!(joined_expected.len() > 30 && above_expected.len() > 100);
+
+    for (budget, what) in [(None, "default"), (Some("0"), "off"), (Some("1"), "1 KiB")] {
+        let (p, log) = backfill(budget);
+        assert_eq!(
+            table_rows(&p.table_dir("joined"), "").await,
+            joined_expected,
+            "joined, sharing {what}"
+        );
+        assert_eq!(
+            table_rows(&p.table_dir("above_avg"), "").await,
+            above_expected,
+            "above_avg, sharing {what}"
+        );
+        let joined = section(&log, "joined");
+        let above = section(&log, "above_avg");
+        // The subquery's unbounded reference keeps lineitem un-shared whatever the budget.
+        assert!(
+            !above.contains("windows share source scans"),
+            "above_avg must not share: {above}"
+        );
+        match what {
+            "default" => {
+                assert!(
+                    joined.contains(r#"sources=[("lineitem", "l_shipdate")]"#),
+                    "{joined}"
+                );
+                assert!(joined.contains(r#"shared=["lineitem"]"#), "{joined}");
+                // 10 windows from far fewer reads of the source.
+                let loads = joined.matches("shared scan loaded").count();
+                assert!((1..=3).contains(&loads), "{loads} loads: {joined}");
+            }
+            "off" => assert!(!joined.contains("windows share source scans"), "{joined}"),
+            _ => {
+                assert!(joined.contains("shared scan over budget"), "{joined}");
+                assert!(!joined.contains(r#"shared=["lineitem"]"#), "{joined}");
+            }
+        }
+    }
+}
