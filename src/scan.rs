@@ -272,6 +272,26 @@ struct Rows {
     keys: Vec<i64>,
 }
 
+/// The windows of a run in order, with each label's position (looked up once per window).
+#[derive(Default)]
+struct WindowList {
+    list: Vec<Window>,
+    at: HashMap<String, usize>,
+}
+
+impl WindowList {
+    /// The position of `w`, appending it if it was not announced.
+    fn index_of(&mut self, w: &Window) -> usize {
+        let label = w.label();
+        if let Some(i) = self.at.get(&label) {
+            return *i;
+        }
+        self.list.push(w.clone());
+        self.at.insert(label, self.list.len() - 1);
+        self.list.len() - 1
+    }
+}
+
 /// A chunk's rows once loaded: `None` if the chunk exceeded the budget.
 type ChunkRows = Arc<OnceCell<Option<Arc<HashMap<String, Rows>>>>>;
 
@@ -291,7 +311,7 @@ pub struct Shared {
     /// Every column name the task's SQL mentions: shared slices hold only those columns.
     columns: HashSet<String>,
     grain: crate::window::Grain,
-    windows: Mutex<Vec<Window>>,
+    windows: Mutex<WindowList>,
     chunks: Mutex<Vec<Chunk>>,
     next_size: Mutex<usize>,
     budget: u64,
@@ -351,7 +371,7 @@ impl Shared {
             bounds,
             columns: mentioned_columns(plans),
             grain: task.grain,
-            windows: Mutex::new(Vec::new()),
+            windows: Mutex::new(WindowList::default()),
             chunks: Mutex::new(Vec::new()),
             next_size: Mutex::new(FIRST_CHUNK),
             budget,
@@ -370,7 +390,10 @@ impl Shared {
     /// Announce the windows about to run, in order (a backfill); chunks follow this order.
     pub fn plan_windows(&self, windows: &[Window]) {
         let mut w = self.windows.lock().expect("not poisoned");
-        *w = windows.to_vec();
+        *w = WindowList::default();
+        for window in windows {
+            w.index_of(window);
+        }
         self.chunks.lock().expect("not poisoned").clear();
     }
 
@@ -386,7 +409,7 @@ impl Shared {
             let (rows, first, last) = self.chunk_for(window);
             let windows: Vec<Window> = {
                 let w = self.windows.lock().expect("not poisoned");
-                w[first..=last].to_vec()
+                w.list[first..=last].to_vec()
             };
             rows.get_or_try_init(|| self.load(base, &windows))
                 .await?
@@ -433,13 +456,8 @@ impl Shared {
         usize,
     ) {
         let mut windows = self.windows.lock().expect("not poisoned");
-        let idx = match windows.iter().position(|w| w == window) {
-            Some(i) => i,
-            None => {
-                windows.push(window.clone());
-                windows.len() - 1
-            }
-        };
+        let idx = windows.index_of(window);
+        let count = windows.list.len();
         let mut chunks = self.chunks.lock().expect("not poisoned");
         let pos = chunks.iter().position(|c| c.first <= idx && idx <= c.last);
         let pos = match pos {
@@ -452,8 +470,8 @@ impl Shared {
                     .filter(|c| c.first > idx)
                     .map(|c| c.first - 1)
                     .min()
-                    .unwrap_or(windows.len() - 1);
-                let last = (idx + size.max(1) - 1).min(limit).min(windows.len() - 1);
+                    .unwrap_or(count - 1);
+                let last = (idx + size.max(1) - 1).min(limit).min(count - 1);
                 chunks.push(Chunk {
                     first: idx,
                     last,
