@@ -310,7 +310,10 @@ async fn proxy(fault: Fault) -> Proxy {
                     let _ = tokio::io::copy(&mut sr, &mut cw).await;
                 });
                 let mut buf = vec![0u8; 64 * 1024];
-                let mut seen = String::new();
+                // Bytes the client sent on this connection (bounded), as bytes: bodies are
+                // binary, and on a kept-alive connection a request line follows the previous
+                // body directly, without a line break.
+                let mut seen: Vec<u8> = Vec::new();
                 loop {
                     let n = match cr.read(&mut buf).await {
                         Ok(0) | Err(_) => break,
@@ -319,21 +322,15 @@ async fn proxy(fault: Fault) -> Proxy {
                     if dead.load(Ordering::SeqCst) {
                         break;
                     }
-                    seen.push_str(&String::from_utf8_lossy(&buf[..n]));
-                    let trigger = seen.lines().any(|l| {
-                        l.starts_with("PUT ")
-                            && match fault {
-                                Fault::CutParquetUploads => l.contains(".parquet"),
-                                Fault::DieAtCommit => {
-                                    l.contains("_delta_log") && l.contains(".json")
-                                }
-                            }
-                    });
-                    if trigger {
+                    seen.extend_from_slice(&buf[..n]);
+                    if let Some(start) = triggering_request(&seen, fault) {
                         // Forward the request head and a few body bytes, then cut.
-                        let head_end = seen.find("\r\n\r\n").map(|i| i + 4).unwrap_or(seen.len());
                         let already = seen.len() - n;
-                        let upto = (head_end + 16).saturating_sub(already).min(n);
+                        let upto = match find(&seen[start..], b"\r\n\r\n") {
+                            Some(i) => start + i + 4 + 16,
+                            None => start,
+                        };
+                        let upto = upto.saturating_sub(already).min(n);
                         let _ = sw.write_all(&buf[..upto]).await;
                         cuts.fetch_add(1, Ordering::SeqCst);
                         if matches!(fault, Fault::DieAtCommit) {
@@ -342,7 +339,7 @@ async fn proxy(fault: Fault) -> Proxy {
                         break;
                     }
                     if seen.len() > 8192 {
-                        seen = seen[seen.len() - 4096..].to_string();
+                        seen.drain(..seen.len() - 4096);
                     }
                     if sw.write_all(&buf[..n]).await.is_err() {
                         break;
@@ -353,6 +350,29 @@ async fn proxy(fault: Fault) -> Proxy {
         }
     });
     Proxy { addr, cuts }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Where in `seen` the first request that `fault` cuts begins (its `PUT ` request line).
+fn triggering_request(seen: &[u8], fault: Fault) -> Option<usize> {
+    let mut from = 0;
+    while let Some(i) = find(&seen[from..], b"PUT /") {
+        let start = from + i;
+        let line_end = find(&seen[start..], b"\r\n").map(|e| start + e)?;
+        let line = String::from_utf8_lossy(&seen[start..line_end]);
+        let hit = match fault {
+            Fault::CutParquetUploads => line.contains(".parquet"),
+            Fault::DieAtCommit => line.contains("_delta_log") && line.contains(".json"),
+        };
+        if hit {
+            return Some(start);
+        }
+        from = line_end;
+    }
+    None
 }
 
 #[tokio::test(flavor = "multi_thread")]
