@@ -11,6 +11,7 @@ pub mod cli;
 pub mod error;
 pub mod execute;
 pub mod fault;
+pub mod filemap;
 pub mod lint;
 pub mod picture;
 pub mod plan;

@@ -19,14 +19,18 @@ use datafusion::prelude::{DataFrame, col, lit};
 use delta_kernel::engine::arrow_conversion::TryIntoKernel;
 use delta_kernel::expressions::Scalar;
 use deltalake::datafile::writer::WriterConfig;
-use deltalake::kernel::transaction::{CommitBuilder, CommitProperties, TransactionError};
+use deltalake::kernel::transaction::{
+    CommitBuilder, CommitData, CommitProperties, PROTOCOL, TransactionError,
+};
 use deltalake::kernel::{Action, Add, StructType};
 use deltalake::operations::write::WriterStatsConfig;
 use deltalake::protocol::{DeltaOperation, SaveMode};
+use deltalake::logstore::CommitOrBytes;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use url::Url;
 
 use crate::error::{Error, Result};
+use crate::filemap::FileMap;
 
 /// Commit attempts delta-rs makes when other writers commit first (disjoint windows rebase).
 pub const COMMIT_RETRIES: usize = 25;
@@ -194,7 +198,6 @@ impl PartitionRange {
 pub struct WindowFile {
     pub path: String,
     pub rows: Option<u64>,
-    remove: deltalake::kernel::Remove,
 }
 
 /// The files of the window, from the log (partition values and statistics only).
@@ -220,7 +223,6 @@ pub fn window_files(
             out.push(WindowFile {
                 path: view.path().to_string(),
                 rows: view.num_records().map(|n| n as u64),
-                remove: view.remove_action(true),
             });
         }
     }
@@ -332,9 +334,11 @@ fn names_run(info: &serde_json::Value, run_id: &str) -> bool {
 /// Commit the staged files of `windows` (distinct windows of one task), each replacing its
 /// window's files, in one commit with the run records in commitInfo.
 ///
-/// The commit is built against the latest snapshot and written as exactly the next version
-/// (put-if-absent). If another writer took that version, the table state is re-read and the
-/// commit rebuilt on top — removing whatever each window holds *in the version right before
+/// The commit is built from `files` (the live files of the latest version this process knows,
+/// see [`FileMap`]; built from the table's snapshot when `None`) and written as exactly the
+/// next version (put-if-absent); `files` then advances by this commit, so a run of commits
+/// never re-reads or re-materialises the table state. If another writer took that version,
+/// the map is dropped, the table state re-read and the commit rebuilt on top — removing whatever each window holds *in the version right before
 /// ours*, so every window ends up holding exactly its run's rows whatever others committed
 /// meanwhile (other windows are never touched; the last writer of a window wins, never a
 /// union). Because the version is known when the commit is built, it is recorded in the
@@ -346,10 +350,10 @@ fn names_run(info: &serde_json::Value, run_id: &str) -> bool {
 /// not applied again.
 pub async fn commit_windows(
     table: &mut DeltaTable,
+    files: &mut Option<FileMap>,
     partition_by: &str,
     windows: &[WindowCommit],
 ) -> Result<Committed> {
-    let base = table.version().unwrap_or(0) as i64;
     let schema = table.snapshot()?.schema();
     let files_added = windows.iter().map(|w| w.adds.len()).sum();
     let app_metadata = commit_info(windows);
@@ -361,16 +365,26 @@ pub async fn commit_windows(
             .collect::<Vec<_>>()
             .join(" OR "),
     };
+    let ranges: Vec<PartitionRange> = windows.iter().map(|w| w.range).collect();
+    // Log stores that take the commit's bytes (put-if-absent) get them directly; others
+    // (rename-based) go through delta-rs's commit, which stages a temporary file first.
+    let direct = ["DefaultLogStore", "LakeFSLogStore"].contains(&table.log_store().name().as_str());
+    let mut first_base = None;
     let mut attempt = 0;
     loop {
-        let attempt_base = table.version().unwrap_or(0) as i64;
+        if files.is_none() {
+            *files = Some(FileMap::from_table(table, partition_by)?);
+        }
+        let map = files.as_mut().expect("just built");
+        let attempt_base = map.version;
+        let base = *first_base.get_or_insert(attempt_base);
         let target = attempt_base + 1;
         let mut actions: Vec<Action> = Vec::new();
         let mut files_removed = 0;
         for w in windows {
-            let removed = window_files(table, partition_by, w.range)?;
+            let removed = map.removes(w.range);
             files_removed += removed.len();
-            actions.extend(removed.into_iter().map(|f| Action::Remove(f.remove)));
+            actions.extend(removed.into_iter().map(Action::Remove));
         }
         let published_at = jiff::Timestamp::now().to_string();
         for w in windows {
@@ -390,30 +404,45 @@ pub async fn commit_windows(
             partition_by: Some(vec![partition_by.to_string()]),
             predicate: Some(predicate.clone()),
         };
-        let snapshot = table.snapshot()?.snapshot();
-        let result = CommitBuilder::from(
-            CommitProperties::default()
-                .with_metadata(app_metadata.clone())
-                .with_max_retries(0)
-                .with_cleanup_expired_logs(Some(cleanup_due(table, target)?)),
-        )
-        .with_actions(actions)
-        .build(Some(snapshot), table.log_store(), op)
-        .await;
-        let e = match result {
-            Ok(done) => {
-                let version = done.version() as i64;
-                // delta-rs brought the snapshot up to the new version after the commit
-                // (incrementally); keep it so the next commit need not replay the log.
+        let result = if direct {
+            write_next(table, target, actions, op, &app_metadata).await
+        } else {
+            let snapshot = table.snapshot()?.snapshot();
+            CommitBuilder::from(
+                CommitProperties::default()
+                    .with_metadata(app_metadata.clone())
+                    .with_max_retries(0)
+                    .with_cleanup_expired_logs(Some(cleanup_due(table, target)?)),
+            )
+            .with_actions(actions)
+            .build(Some(snapshot), table.log_store(), op)
+            .await
+            .map(|done| {
                 table.state = Some(done.snapshot);
+            })
+        };
+        let e = match result {
+            Ok(()) => {
+                if direct {
+                    let adds: Vec<&Add> = windows.iter().flat_map(|w| &w.adds).collect();
+                    if !map.apply(target, &ranges, &adds) {
+                        *files = None;
+                    }
+                    checkpoint_if_due(table, target).await;
+                } else {
+                    *files = None;
+                }
                 return Ok(Committed {
-                    version,
+                    version: target,
                     files_added,
                     files_removed,
                 });
             }
             Err(e) => e,
         };
+        // Someone else may have committed (or this commit landed and its response was lost):
+        // the map is no longer known to be current; re-read the table.
+        *files = None;
         let fail = |e: &DeltaTableError| {
             Error::runtime(format!("commit failed, nothing was published: {e}"))
         };
@@ -444,6 +473,59 @@ pub async fn commit_windows(
             "version {target} was taken by another writer; rebuilding on top (attempt {attempt})"
         );
         tokio::time::sleep(std::time::Duration::from_millis((attempt as u64 % 8) * 3)).await;
+    }
+}
+
+/// Write `actions` as exactly version `target` (put-if-absent), after delta-rs's protocol
+/// check (writer features, append-only tables). No snapshot is read or refreshed: the caller
+/// knows the live files of `target - 1` and advances its map by this commit.
+async fn write_next(
+    table: &DeltaTable,
+    target: i64,
+    actions: Vec<Action>,
+    op: DeltaOperation,
+    app_metadata: &HashMap<String, serde_json::Value>,
+) -> std::result::Result<(), DeltaTableError> {
+    let snapshot = table.snapshot()?.snapshot();
+    PROTOCOL.can_commit(snapshot, &actions, &op)?;
+    let data = CommitData::new(actions, op, app_metadata.clone(), Vec::new());
+    let bytes = data.get_bytes()?;
+    table
+        .log_store()
+        .write_commit_entry(
+            target as u64,
+            CommitOrBytes::LogBytes(bytes),
+            uuid::Uuid::new_v4(),
+        )
+        .await?;
+    Ok(())
+}
+
+/// After a direct commit: write a checkpoint when the table's interval says so (and clean up
+/// expired log files then, if the table allows it), as delta-rs's post-commit hook would. A
+/// failure here does not undo the commit; it is logged and the next checkpoint covers it.
+async fn checkpoint_if_due(table: &mut DeltaTable, version: i64) {
+    use deltalake::table::config::TablePropertiesExt;
+    let Ok(state) = table.snapshot() else {
+        return;
+    };
+    let config = state.table_config();
+    if (version + 1) % config.checkpoint_interval().get() as i64 != 0 {
+        return;
+    }
+    let cleanup = config.enable_expired_log_cleanup();
+    let done = async {
+        table.update_incremental(Some(version as u64)).await?;
+        deltalake::checkpoints::create_checkpoint(table, None).await?;
+        if cleanup {
+            deltalake::checkpoints::cleanup_metadata(table, None).await?;
+        }
+        Ok::<(), DeltaTableError>(())
+    }
+    .await;
+    match done {
+        Ok(()) => tracing::debug!(version, "checkpoint written"),
+        Err(e) => tracing::warn!("version {version} is committed, but its checkpoint failed: {e}"),
     }
 }
 

@@ -126,7 +126,8 @@ pub struct Runner {
     url: url::Url,
     ctx: SessionContext,
     sources: Vec<sources::SourceVersion>,
-    table: tokio::sync::Mutex<DeltaTable>,
+    /// The table and its live files by window, for commits (one committer at a time).
+    target: tokio::sync::Mutex<Target>,
     /// Sources read once per chunk of windows instead of once per window (see `scan`).
     shared: Option<crate::scan::Shared>,
     /// The highest table version this runner committed (the shared state catches up lazily).
@@ -139,6 +140,14 @@ pub struct Runner {
     /// in progress (schema checks, writer settings); updated after every commit.
     view: std::sync::Mutex<DeltaTable>,
     exec_limit: std::sync::atomic::AtomicUsize,
+}
+
+/// What the committer holds: the table (protocol, schema, configuration; its snapshot may lag
+/// behind this runner's own commits) and the live files of the latest version (`None` when
+/// unknown: rebuilt from a fresh snapshot before the next commit).
+struct Target {
+    table: DeltaTable,
+    files: Option<crate::filemap::FileMap>,
 }
 
 /// A staged window waiting for a commit, and where to send the outcome.
@@ -179,7 +188,7 @@ impl Runner {
             ctx,
             sources,
             view: std::sync::Mutex::new(table.clone()),
-            table: tokio::sync::Mutex::new(table),
+            target: tokio::sync::Mutex::new(Target { table, files: None }),
             shared,
             last_commit: std::sync::atomic::AtomicI64::new(-1),
             pending: std::sync::Mutex::new(Vec::new()),
@@ -223,11 +232,11 @@ impl Runner {
             .expect("not poisoned")
             .push(Pending { window, done: tx });
         {
-            let mut table = self.table.lock().await;
+            let mut target = self.target.lock().await;
             let batch = self.take_group();
             if !batch.is_empty() {
-                match self.bring_up_to_date(&mut table, schema).await {
-                    Ok(()) => self.commit_group(&mut table, batch).await,
+                match self.ensure_table(&mut target, schema).await {
+                    Ok(()) => self.commit_group(&mut target, batch).await,
                     Err(e) => {
                         for p in batch {
                             let _ = p.done.send(Err((e.kind(), e.message().to_string())));
@@ -259,33 +268,46 @@ impl Runner {
         group
     }
 
-    /// Create the table on first use; catch the state up with this runner's last commit
-    /// (a merge does not leave the shared state at its version).
-    async fn bring_up_to_date(&self, table: &mut DeltaTable, schema: &SchemaRef) -> Result<()> {
-        if table.version().is_none() {
-            *table = publish::ensure_exists(
-                table.clone(),
+    /// Create the table on first use (the schema check follows creation by someone else).
+    async fn ensure_table(&self, target: &mut Target, schema: &SchemaRef) -> Result<()> {
+        if target.table.version().is_none() {
+            target.table = publish::ensure_exists(
+                target.table.clone(),
                 schema,
                 &self.task.partition_by,
                 &self.task.name,
             )
             .await?;
-            publish::check_schema(table, schema, &self.task.partition_by)?;
+            publish::check_schema(&target.table, schema, &self.task.partition_by)?;
+            target.files = None;
+            *self.view.lock().expect("not poisoned") = target.table.clone();
         }
+        Ok(())
+    }
+
+    /// Catch the table's snapshot up with this runner's last commit (before a merge, which
+    /// reads the snapshot).
+    async fn catch_up(&self, table: &mut DeltaTable) -> Result<()> {
         let last = self.last_commit.load(std::sync::atomic::Ordering::SeqCst);
         if table.version().is_some_and(|v| (v as i64) < last) {
             table.update_incremental(Some(last as u64)).await?;
         }
-        *self.view.lock().expect("not poisoned") = table.clone();
         Ok(())
     }
 
-    async fn commit_group(&self, table: &mut DeltaTable, group: Vec<Pending>) {
+    async fn commit_group(&self, target: &mut Target, group: Vec<Pending>) {
         let (windows, senders): (Vec<_>, Vec<_>) =
             group.into_iter().map(|p| (p.window, p.done)).unzip();
         let fail = |e: &Error| (e.kind(), e.message().to_string());
         let committed =
-            match publish::commit_windows(table, &self.task.partition_by, &windows).await {
+            match publish::commit_windows(
+                &mut target.table,
+                &mut target.files,
+                &self.task.partition_by,
+                &windows,
+            )
+            .await
+            {
                 Ok(c) => c,
                 Err(e) => {
                     for tx in senders {
@@ -296,7 +318,6 @@ impl Runner {
             };
         self.last_commit
             .fetch_max(committed.version, std::sync::atomic::Ordering::SeqCst);
-        *self.view.lock().expect("not poisoned") = table.clone();
         if windows.len() > 1 {
             tracing::debug!(
                 windows = windows.len(),
@@ -305,7 +326,7 @@ impl Runner {
             );
         }
         // Read the commit back from storage once: each window's files, its run id, its rows.
-        let view = publish::read_commit(table, committed.version).await;
+        let view = publish::read_commit(&target.table, committed.version).await;
         for (w, tx) in windows.iter().zip(senders) {
             let paths: Vec<&str> = w.adds.iter().map(|a| a.path.as_str()).collect();
             let r = match &view {
@@ -343,20 +364,35 @@ impl Runner {
         &self.task
     }
 
-    /// The table as last seen by this runner (refresh with [`Runner::refresh`]).
+    /// The table as last seen by this runner, at least at the version of its last commit
+    /// (refresh with [`Runner::refresh`] to see other writers' commits).
     pub async fn table(&self) -> DeltaTable {
+        let mut t = self.view();
+        let last = self.last_commit.load(std::sync::atomic::Ordering::SeqCst);
+        if t.version().is_some_and(|v| (v as i64) < last)
+            && t.update_incremental(Some(last as u64)).await.is_ok()
+        {
+            *self.view.lock().expect("not poisoned") = t.clone();
+        }
+        t
+    }
+
+    /// The table as last loaded, possibly behind this runner's own commits: for its schema,
+    /// configuration and storage, which those commits do not change.
+    fn view(&self) -> DeltaTable {
         self.view.lock().expect("not poisoned").clone()
     }
 
     /// Bring the runner's table state up to the latest version.
     pub async fn refresh(&self) -> Result<()> {
-        let mut t = self.table.lock().await;
-        if t.version().is_some() {
-            t.update_state().await?;
+        let mut t = self.target.lock().await;
+        if t.table.version().is_some() {
+            t.table.update_state().await?;
         } else {
-            *t = publish::open(&self.url).await?;
+            t.table = publish::open(&self.url).await?;
         }
-        *self.view.lock().expect("not poisoned") = t.clone();
+        t.files = None;
+        *self.view.lock().expect("not poisoned") = t.table.clone();
         Ok(())
     }
 
@@ -374,7 +410,7 @@ impl Runner {
             fail_report(&mut report, &e);
         }
         report.duration_ms = started.elapsed().as_millis() as u64;
-        let store = self.table().await.log_store().object_store(None);
+        let store = self.view().log_store().object_store(None);
         crate::runlog::record(&store, &report).await;
         report
     }
@@ -392,7 +428,7 @@ impl Runner {
         let session = self.session_for(window).await?;
         let planned = plan::plan(&session, task, Some(window)).await?;
         report.sql_hash = Some(planned.sql_hash.clone());
-        let table = self.table().await;
+        let table = self.view();
         if table.version().is_some() {
             publish::check_schema(&table, &planned.schema, &task.partition_by)?;
         }
@@ -475,7 +511,8 @@ impl Runner {
                 }
                 OnEmpty::Skip => {
                     report.status = Status::Skipped;
-                    report.table_version = table.version().map(|v| v as i64);
+                    let last = self.last_commit.load(std::sync::atomic::Ordering::SeqCst);
+                    report.table_version = table.version().map(|v| (v as i64).max(last));
                     return Ok(());
                 }
                 OnEmpty::Clear => {}
@@ -509,9 +546,12 @@ impl Runner {
             }
             Mode::Merge => {
                 let table = {
-                    let mut shared = self.table.lock().await;
-                    self.bring_up_to_date(&mut shared, &planned.schema).await?;
-                    shared.clone()
+                    let mut t = self.target.lock().await;
+                    self.ensure_table(&mut t, &planned.schema).await?;
+                    self.catch_up(&mut t.table).await?;
+                    // The merge commits behind the file map's back.
+                    t.files = None;
+                    t.table.clone()
                 };
                 // A private copy at the pre-commit version, to read the commit back from storage.
                 let mut before = table.clone();

@@ -92,3 +92,84 @@ async fn merge_reruns_update_never_duplicate() {
     assert_eq!(info["operation"], "MERGE");
     assert_eq!(info["idemlake"]["window"]["label"], "1995-06-01");
 }
+
+/// One process commits the same windows again and again: its map of the table's live files
+/// advances with each commit (the table state is never re-read), across checkpoints. Every
+/// commit must remove exactly the files the previous commit of that window added, the
+/// checkpoints must be written as the table's interval says, and a fresh reader (delta-rs,
+/// loading from the checkpoint) must see each window's rows once.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_process_replaces_windows_repeatedly_across_checkpoints() {
+    use idemlake::record::Status;
+    let p = TestProject::new();
+    let name = "lineitem_by_ship_day";
+    let table = p.table_dir(name);
+    p.run_ok(name, "1995-06-01"); // versions 0 (create) and 1
+    let url = url::Url::from_directory_path(&table).unwrap();
+    let t = deltalake::open_table(url).await.unwrap();
+    t.set_tbl_properties()
+        .with_properties(std::collections::HashMap::from([(
+            "delta.checkpointInterval".to_string(),
+            "3".to_string(),
+        )]))
+        .await
+        .unwrap(); // version 2
+
+    let project = idemlake::project::Project::resolve(Some(p.path()), None).unwrap();
+    let task = project.task(name).unwrap();
+    let runner = idemlake::run::Runner::new(&project, &task).await.unwrap();
+    let days = [
+        "1995-06-01",
+        "1995-06-02",
+        "1995-06-01",
+        "1995-06-01",
+        "1995-06-02",
+        "1995-06-01",
+        "1995-06-01",
+    ];
+    for (i, day) in days.iter().enumerate() {
+        let w = idemlake::window::Window::parse(day, task.grain, &task.timezone).unwrap();
+        let r = runner.run(&w).await;
+        assert_eq!(r.status, Status::Ok, "{day}: {:?}", r.error);
+        assert_eq!(r.table_version, Some(3 + i as i64), "{day}");
+    }
+    assert_eq!(log_version(&table), Some(9));
+
+    // Each commit removes what the previous commit of its window added, nothing else.
+    let mut live: std::collections::HashMap<String, Vec<String>> = Default::default();
+    for v in 1..=9u64 {
+        let actions = commit_actions(&table, v);
+        let paths = |kind: &str| {
+            let mut ps: Vec<String> = actions
+                .iter()
+                .filter_map(|a| a.get(kind))
+                .map(|a| a["path"].as_str().unwrap().to_string())
+                .collect();
+            ps.sort();
+            ps
+        };
+        let (adds, removes) = (paths("add"), paths("remove"));
+        if v == 2 {
+            assert!(adds.is_empty() && removes.is_empty(), "property change only");
+            continue;
+        }
+        let day = actions
+            .iter()
+            .find_map(|a| a.get("add"))
+            .map(|a| a["partitionValues"]["ship_date"].as_str().unwrap().to_string())
+            .unwrap();
+        let before = live.insert(day.clone(), adds).unwrap_or_default();
+        assert_eq!(removes, before, "version {v} ({day}) removes the previous files");
+    }
+    for v in [5, 8] {
+        let cp = table.join(format!("_delta_log/{v:020}.checkpoint.parquet"));
+        assert!(cp.is_file(), "checkpoint at version {v}");
+    }
+    for day in ["1995-06-01", "1995-06-02"] {
+        assert_eq!(
+            table_rows(&table, &format!("ship_date = DATE '{day}'")).await,
+            expected_lineitem_day(day).await,
+            "{day}"
+        );
+    }
+}
