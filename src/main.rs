@@ -5,6 +5,12 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// mimalloc instead of the system allocator: DataFusion and the Parquet reader allocate and
+/// free large buffers per batch; glibc returns them to the kernel and every new one is
+/// page-faulted and zeroed again (~15 % of a day window's CPU in `perf`).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Log output with credentials from the environment replaced by `***`.
 struct RedactingStderr;
 

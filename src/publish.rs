@@ -3,9 +3,10 @@
 //! Overwrite mode commits `remove` actions for every file whose *partition value* lies in the
 //! window (found from the log alone; no data file is opened) together with the new `add`
 //! actions, as one `WRITE` commit with `mode=Overwrite` and the replaceWhere predicate. Readers
-//! see the old window or the new one, never a mix. Concurrent commits are resolved by
-//! delta-rs's conflict checker against that predicate (disjoint windows rebase and retry;
-//! the same window conflicts). Merge mode delegates to delta-rs MERGE with a predicate that
+//! see the old window or the new one, never a mix. The files to remove come from a
+//! [`FileMap`] advanced by each commit (no snapshot refresh per commit); a commit is written
+//! put-if-absent as exactly the next version, and when another writer took it, it is rebuilt
+//! on top of the re-read table (each window replaced whole; the last writer of a window wins). Merge mode delegates to delta-rs MERGE with a predicate that
 //! carries the window bounds, so only the window's files are read or rewritten.
 //! After every commit the log is re-read from storage and the window's row count taken from
 //! the file statistics must match what was written.
@@ -577,11 +578,12 @@ pub async fn find_run_commit(table: &DeltaTable, base: i64, run_id: &str) -> Res
     Ok(None)
 }
 
-/// A commit as read back from storage: the runs its commitInfo names and its added files
-/// (decoded path → `numRecords`).
+/// A commit as read back from storage, parsed once: the run ids its commitInfo names and
+/// its added files (decoded path → raw `stats`).
 pub struct CommitView {
     pub version: i64,
-    bytes: bytes::Bytes,
+    runs: std::collections::HashSet<String>,
+    adds: HashMap<String, Option<String>>,
 }
 
 /// Read commit `version` back from storage (one GET of the commit file: no snapshot replay,
@@ -596,7 +598,43 @@ pub async fn read_commit(table: &DeltaTable, version: i64) -> Result<CommitView>
                 "read-back: commit {version} is not in the log after it was reported written"
             ))
         })?;
-    Ok(CommitView { version, bytes })
+    let mut view = CommitView {
+        version,
+        runs: Default::default(),
+        adds: HashMap::new(),
+    };
+    for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let action: serde_json::Value = serde_json::from_slice(line).map_err(|e| {
+            Error::runtime(format!("read-back: commit {version} is not JSON: {e}"))
+        })?;
+        if let Some(entry) = action
+            .get("commitInfo")
+            .and_then(|i| i.get(crate::record::COMMIT_INFO_KEY))
+        {
+            let runs = entry
+                .get("runs")
+                .and_then(serde_json::Value::as_array)
+                .map(|r| r.iter().collect::<Vec<_>>())
+                .unwrap_or_else(|| vec![entry]);
+            view.runs.extend(
+                runs.iter()
+                    .filter_map(|r| r.get("run_id").and_then(serde_json::Value::as_str))
+                    .map(str::to_string),
+            );
+        }
+        if let Some(add) = action.get("add") {
+            let path = add
+                .get("path")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default();
+            let stats = add
+                .get("stats")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_string);
+            view.adds.insert(percent_decode(path), stats);
+        }
+    }
+    Ok(view)
 }
 
 impl CommitView {
@@ -604,36 +642,20 @@ impl CommitView {
     /// staged); returns the rows those files hold.
     pub fn window_rows(&self, run_id: &str, staged: &[&str]) -> Result<u64> {
         let version = self.version;
+        if !self.runs.contains(run_id) {
+            return Err(Error::runtime(format!(
+                "read-back: commit {version} does not name run {run_id}"
+            )));
+        }
         let want: std::collections::HashSet<String> =
             staged.iter().map(|p| percent_decode(p)).collect();
         let mut rows = 0u64;
         let mut found = 0usize;
-        let mut ours = false;
-        for line in self.bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-            let action: serde_json::Value = serde_json::from_slice(line).map_err(|e| {
-                Error::runtime(format!("read-back: commit {version} is not JSON: {e}"))
-            })?;
-            if let Some(info) = action.get("commitInfo") {
-                ours |= names_run(info, run_id);
+        for path in &want {
+            if let Some(stats) = self.adds.get(path) {
+                found += 1;
+                rows += crate::execute::stats_rows(path, stats.as_deref())?;
             }
-            if let Some(add) = action.get("add") {
-                let path = add
-                    .get("path")
-                    .and_then(serde_json::Value::as_str)
-                    .unwrap_or_default();
-                if want.contains(&percent_decode(path)) {
-                    found += 1;
-                    rows += crate::execute::stats_rows(
-                        path,
-                        add.get("stats").and_then(serde_json::Value::as_str),
-                    )?;
-                }
-            }
-        }
-        if !ours {
-            return Err(Error::runtime(format!(
-                "read-back: commit {version} does not name run {run_id}"
-            )));
         }
         if found != want.len() {
             return Err(Error::runtime(format!(

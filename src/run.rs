@@ -163,10 +163,13 @@ const DEFAULT_EXEC_PERMITS: usize = 1024;
 
 impl Runner {
     pub async fn new(project: &Project, task: &Task) -> Result<Runner> {
+        let t0 = Instant::now();
         let ctx = new_session()?;
         let sources = sources::register(&ctx, &task.sources).await?;
+        let sources_ms = t0.elapsed().as_millis();
         let url = project.table_url(task)?;
         let table = publish::open(&url).await?;
+        let table_ms = t0.elapsed().as_millis() - sources_ms;
         // Which sources windows can share a scan of: decided once from the unbound plans. A
         // task whose SQL does not plan gets no sharing; its error surfaces in `run`.
         let shared = match plan::plan(&ctx, task, None).await {
@@ -182,6 +185,13 @@ impl Runner {
         if let Some(s) = &shared {
             tracing::debug!(sources = ?s.shared_sources(), "windows share source scans");
         }
+        tracing::debug!(
+            sources_ms,
+            table_ms,
+            total_ms = t0.elapsed().as_millis(),
+            version = ?table.version(),
+            "runner ready"
+        );
         Ok(Runner {
             task: task.clone(),
             url,
