@@ -166,7 +166,10 @@ mod tests {
         let t = PartitionRange::Timestamp(0, 0);
         let hour = 3_600_000_000i64;
         assert_eq!(partition_key(t, "1970-01-01 01:00:00"), Some(hour));
-        assert_eq!(partition_key(t, "1970-01-01 01:00:00.000001"), Some(hour + 1));
+        assert_eq!(
+            partition_key(t, "1970-01-01 01:00:00.000001"),
+            Some(hour + 1)
+        );
         assert_eq!(partition_key(t, "1970-01-01T01:00:00.000000Z"), Some(hour));
         assert_eq!(partition_key(t, "01:00"), None);
     }
@@ -198,8 +201,15 @@ mod tests {
         assert_eq!((m.version, m.len()), (4, 3));
         let paths = |rs: Vec<Remove>| rs.into_iter().map(|r| r.path).collect::<Vec<_>>();
         assert_eq!(paths(m.removes(day(2))), ["b", "c"]);
-        assert_eq!(paths(m.removes(PartitionRange::Date(0, 10))), ["a", "b", "c"]);
-        assert!(m.removes(day(2)).iter().all(|r| r.deletion_timestamp.is_some()));
+        assert_eq!(
+            paths(m.removes(PartitionRange::Date(0, 10))),
+            ["a", "b", "c"]
+        );
+        assert!(
+            m.removes(day(2))
+                .iter()
+                .all(|r| r.deletion_timestamp.is_some())
+        );
         let d = add("1970-01-03", "d");
         assert!(m.apply(5, &[day(2)], &[&d]));
         assert_eq!(paths(m.removes(PartitionRange::Date(0, 10))), ["a", "d"]);

@@ -24,9 +24,9 @@ use deltalake::kernel::transaction::{
     CommitBuilder, CommitData, CommitProperties, PROTOCOL, TransactionError,
 };
 use deltalake::kernel::{Action, Add, StructType};
+use deltalake::logstore::CommitOrBytes;
 use deltalake::operations::write::WriterStatsConfig;
 use deltalake::protocol::{DeltaOperation, SaveMode};
-use deltalake::logstore::CommitOrBytes;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use url::Url;
 
@@ -604,9 +604,8 @@ pub async fn read_commit(table: &DeltaTable, version: i64) -> Result<CommitView>
         adds: HashMap::new(),
     };
     for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-        let action: serde_json::Value = serde_json::from_slice(line).map_err(|e| {
-            Error::runtime(format!("read-back: commit {version} is not JSON: {e}"))
-        })?;
+        let action: serde_json::Value = serde_json::from_slice(line)
+            .map_err(|e| Error::runtime(format!("read-back: commit {version} is not JSON: {e}")))?;
         if let Some(entry) = action
             .get("commitInfo")
             .and_then(|i| i.get(crate::record::COMMIT_INFO_KEY))

@@ -309,23 +309,22 @@ impl Runner {
         let (windows, senders): (Vec<_>, Vec<_>) =
             group.into_iter().map(|p| (p.window, p.done)).unzip();
         let fail = |e: &Error| (e.kind(), e.message().to_string());
-        let committed =
-            match publish::commit_windows(
-                &mut target.table,
-                &mut target.files,
-                &self.task.partition_by,
-                &windows,
-            )
-            .await
-            {
-                Ok(c) => c,
-                Err(e) => {
-                    for tx in senders {
-                        let _ = tx.send(Err(fail(&e)));
-                    }
-                    return;
+        let committed = match publish::commit_windows(
+            &mut target.table,
+            &mut target.files,
+            &self.task.partition_by,
+            &windows,
+        )
+        .await
+        {
+            Ok(c) => c,
+            Err(e) => {
+                for tx in senders {
+                    let _ = tx.send(Err(fail(&e)));
                 }
-            };
+                return;
+            }
+        };
         self.last_commit
             .fetch_max(committed.version, std::sync::atomic::Ordering::SeqCst);
         if windows.len() > 1 {

@@ -150,16 +150,27 @@ async fn one_process_replaces_windows_repeatedly_across_checkpoints() {
         };
         let (adds, removes) = (paths("add"), paths("remove"));
         if v == 2 {
-            assert!(adds.is_empty() && removes.is_empty(), "property change only");
+            assert!(
+                adds.is_empty() && removes.is_empty(),
+                "property change only"
+            );
             continue;
         }
         let day = actions
             .iter()
             .find_map(|a| a.get("add"))
-            .map(|a| a["partitionValues"]["ship_date"].as_str().unwrap().to_string())
+            .map(|a| {
+                a["partitionValues"]["ship_date"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
             .unwrap();
         let before = live.insert(day.clone(), adds).unwrap_or_default();
-        assert_eq!(removes, before, "version {v} ({day}) removes the previous files");
+        assert_eq!(
+            removes, before,
+            "version {v} ({day}) removes the previous files"
+        );
     }
     for v in [5, 8] {
         let cp = table.join(format!("_delta_log/{v:020}.checkpoint.parquet"));
