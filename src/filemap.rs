@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use delta_kernel::expressions::Scalar;
 use deltalake::DeltaTable;
-use deltalake::kernel::{Add, Remove};
+use deltalake::kernel::{Add, LogicalFileView, Remove};
 
 use crate::error::Result;
 use crate::publish::PartitionRange;
@@ -36,19 +36,11 @@ impl FileMap {
         let state = table.snapshot()?;
         let mut files: BTreeMap<i64, Vec<Remove>> = BTreeMap::new();
         for view in state.snapshot().log_data().iter() {
-            let Some(values) = view.partition_values() else {
-                continue;
-            };
-            let key = values
-                .fields()
-                .iter()
-                .zip(values.values())
-                .find(|(f, _)| f.name() == partition_by)
-                .and_then(|(_, v)| match v {
-                    Scalar::Date(d) => Some(*d as i64),
-                    Scalar::Timestamp(t) | Scalar::TimestampNtz(t) => Some(*t),
-                    _ => None,
-                });
+            let key = partition_value(&view, partition_by).and_then(|v| match v {
+                Scalar::Date(d) => Some(d as i64),
+                Scalar::Timestamp(t) | Scalar::TimestampNtz(t) => Some(t),
+                _ => None,
+            });
             if let Some(key) = key {
                 files.entry(key).or_default().push(view.remove_action(true));
             }
@@ -110,6 +102,17 @@ impl FileMap {
         self.version = version;
         true
     }
+}
+
+/// The typed value of column `partition_by` among a file's partition values.
+pub fn partition_value(view: &LogicalFileView, partition_by: &str) -> Option<Scalar> {
+    let values = view.partition_values()?;
+    values
+        .fields()
+        .iter()
+        .zip(values.values())
+        .find(|(f, _)| f.name() == partition_by)
+        .map(|(_, v)| v.clone())
 }
 
 fn bounds(range: PartitionRange) -> (i64, i64) {

@@ -212,15 +212,8 @@ pub fn window_files(
     };
     let mut out = Vec::new();
     for view in state.snapshot().log_data().iter() {
-        let Some(values) = view.partition_values() else {
-            continue;
-        };
-        let hit = values
-            .fields()
-            .iter()
-            .zip(values.values())
-            .any(|(f, v)| f.name() == partition_by && range.contains(v));
-        if hit {
+        let value = crate::filemap::partition_value(&view, partition_by);
+        if value.is_some_and(|v| range.contains(&v)) {
             out.push(WindowFile {
                 path: view.path().to_string(),
                 rows: view.num_records().map(|n| n as u64),
