@@ -118,7 +118,7 @@ pub async fn audit(
     let expected = expected?;
 
     // The table side: rows and duplicate keys per partition value.
-    let table = runner.table().await;
+    let table = runner.table().await?;
     let mut actual: BTreeMap<String, [u64; 3]> = BTreeMap::new();
     if table.version().is_some() {
         table.update_datafusion_session(&ctx.state())?;
@@ -210,7 +210,7 @@ async fn reconcile_window(runner: &Runner, w: &Window) -> Result<Vec<Check>> {
         .expect("planned with [reconcile]")
         .collect()
         .await?;
-    let table = runner.table().await;
+    let table = runner.table().await?;
     let ctx = runner.session();
     table.update_datafusion_session(&ctx.state())?;
     let (lo, hi) = partition_range(task, w).lo_hi();

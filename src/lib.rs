@@ -13,6 +13,7 @@ pub mod execute;
 pub mod fault;
 pub mod filemap;
 pub mod lint;
+pub mod mapped;
 pub mod picture;
 pub mod plan;
 pub mod project;

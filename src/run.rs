@@ -41,10 +41,14 @@ pub fn new_session() -> Result<SessionContext> {
         ]
         .map(|(k, v)| (k.to_string(), v.to_string())),
     );
-    Ok(
+    let ctx =
         deltalake::delta_datafusion::DeltaSessionContext::new_with_session_overrides(&overrides)?
-            .into_inner(),
-    )
+            .into_inner();
+    // Local sources are read through memory maps (see `mapped`).
+    let local = url::Url::parse("file:///").expect("a valid URL");
+    ctx.runtime_env()
+        .register_object_store(&local, crate::mapped::MappedLocal::for_sources());
+    Ok(ctx)
 }
 
 /// The window's bounds on the partition column (for the row check and the log).
@@ -140,6 +144,10 @@ pub struct Runner {
     /// in progress (schema checks, writer settings); updated after every commit.
     view: std::sync::Mutex<DeltaTable>,
     exec_limit: std::sync::atomic::AtomicUsize,
+    /// The target table's first load, started with the runner so that it overlaps the first
+    /// window's source scan; awaited (once) by [`Runner::loaded`] before the table is used.
+    opening: std::sync::Mutex<Option<tokio::task::JoinHandle<Result<DeltaTable>>>>,
+    loaded: tokio::sync::OnceCell<()>,
 }
 
 /// What the committer holds: the table (protocol, schema, configuration; its snapshot may lag
@@ -168,8 +176,22 @@ impl Runner {
         let sources = sources::register(&ctx, &task.sources).await?;
         let sources_ms = t0.elapsed().as_millis();
         let url = project.table_url(task)?;
-        let table = publish::open(&url).await?;
-        let table_ms = t0.elapsed().as_millis() - sources_ms;
+        // The table loads in the background (its log replay is independent of the sources);
+        // until then the runner holds it unloaded (no I/O).
+        let table = publish::builder(&url)?.build()?;
+        let opening = {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let t = Instant::now();
+                let table = publish::open(&url).await;
+                tracing::debug!(
+                    ms = t.elapsed().as_millis() as u64,
+                    version = ?table.as_ref().ok().and_then(|t| t.version()),
+                    "target table loaded"
+                );
+                table
+            })
+        };
         // Which sources windows can share a scan of: decided once from the unbound plans. A
         // task whose SQL does not plan gets no sharing; its error surfaces in `run`.
         let shared = match plan::plan(&ctx, task, None).await {
@@ -187,9 +209,7 @@ impl Runner {
         }
         tracing::debug!(
             sources_ms,
-            table_ms,
             total_ms = t0.elapsed().as_millis(),
-            version = ?table.version(),
             "runner ready"
         );
         Ok(Runner {
@@ -204,7 +224,29 @@ impl Runner {
             pending: std::sync::Mutex::new(Vec::new()),
             exec: tokio::sync::Semaphore::new(DEFAULT_EXEC_PERMITS),
             exec_limit: std::sync::atomic::AtomicUsize::new(DEFAULT_EXEC_PERMITS),
+            opening: std::sync::Mutex::new(Some(opening)),
+            loaded: tokio::sync::OnceCell::new(),
         })
+    }
+
+    /// Wait for the target table's first load (started by [`Runner::new`]); a failed load
+    /// is retried by the next caller.
+    async fn loaded(&self) -> Result<()> {
+        self.loaded
+            .get_or_try_init(|| async {
+                let handle = self.opening.lock().expect("not poisoned").take();
+                let table = match handle {
+                    Some(h) => h.await.map_err(|e| {
+                        Error::runtime(format!("loading the target table failed: {e}"))
+                    })??,
+                    None => publish::open(&self.url).await?,
+                };
+                *self.view.lock().expect("not poisoned") = table.clone();
+                self.target.lock().await.table = table;
+                Ok::<(), Error>(())
+            })
+            .await?;
+        Ok(())
     }
 
     /// Execute at most `n` windows at once (windows waiting for their commit do not count).
@@ -236,6 +278,7 @@ impl Runner {
         schema: &SchemaRef,
         window: publish::WindowCommit,
     ) -> Result<(i64, u64)> {
+        self.loaded().await?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.pending
             .lock()
@@ -375,7 +418,8 @@ impl Runner {
 
     /// The table as last seen by this runner, at least at the version of its last commit
     /// (refresh with [`Runner::refresh`] to see other writers' commits).
-    pub async fn table(&self) -> DeltaTable {
+    pub async fn table(&self) -> Result<DeltaTable> {
+        self.loaded().await?;
         let mut t = self.view();
         let last = self.last_commit.load(std::sync::atomic::Ordering::SeqCst);
         if t.version().is_some_and(|v| (v as i64) < last)
@@ -383,7 +427,7 @@ impl Runner {
         {
             *self.view.lock().expect("not poisoned") = t.clone();
         }
-        t
+        Ok(t)
     }
 
     /// The table as last loaded, possibly behind this runner's own commits: for its schema,
@@ -394,6 +438,7 @@ impl Runner {
 
     /// Bring the runner's table state up to the latest version.
     pub async fn refresh(&self) -> Result<()> {
+        self.loaded().await?;
         let mut t = self.target.lock().await;
         if t.table.version().is_some() {
             t.table.update_state().await?;
@@ -437,6 +482,7 @@ impl Runner {
         let session = self.session_for(window).await?;
         let planned = plan::plan(&session, task, Some(window)).await?;
         report.sql_hash = Some(planned.sql_hash.clone());
+        self.loaded().await?;
         let table = self.view();
         if table.version().is_some() {
             publish::check_schema(&table, &planned.schema, &task.partition_by)?;

@@ -224,7 +224,7 @@ pub async fn verify_with(
     let mut diffs = vec![diff(&ctx, &schema, "run_a", "run_b").await?];
 
     if against_table {
-        let table = runner.table().await;
+        let table = runner.table().await?;
         if table.version().is_none() {
             return Err(Error::runtime(
                 "--against-table: the task's table does not exist yet",
