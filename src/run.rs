@@ -148,6 +148,11 @@ pub struct Runner {
     /// window's source scan; awaited (once) by [`Runner::loaded`] before the table is used.
     opening: std::sync::Mutex<Option<tokio::task::JoinHandle<Result<DeltaTable>>>>,
     loaded: tokio::sync::OnceCell<()>,
+    /// Windows announced by [`Runner::share_scans`] (1 until then).
+    announced: std::sync::atomic::AtomicUsize,
+    /// Whether the task's queries planned unbound when the runner was created: the checks
+    /// that do not depend on the window (reconcile columns) are then not repeated per window.
+    validated: bool,
 }
 
 /// What the committer holds: the table (protocol, schema, configuration; its snapshot may lag
@@ -194,8 +199,10 @@ impl Runner {
         };
         // Which sources windows can share a scan of: decided once from the unbound plans. A
         // task whose SQL does not plan gets no sharing; its error surfaces in `run`.
+        let mut validated = false;
         let shared = match plan::plan(&ctx, task, None).await {
             Ok(unbound) => {
+                validated = true;
                 let mut plans = vec![unbound.df.logical_plan()];
                 if let Some(r) = &unbound.reconcile_source {
                     plans.push(r.logical_plan());
@@ -226,6 +233,8 @@ impl Runner {
             exec_limit: std::sync::atomic::AtomicUsize::new(DEFAULT_EXEC_PERMITS),
             opening: std::sync::Mutex::new(Some(opening)),
             loaded: tokio::sync::OnceCell::new(),
+            announced: std::sync::atomic::AtomicUsize::new(1),
+            validated,
         })
     }
 
@@ -395,9 +404,24 @@ impl Runner {
     /// Announce the windows a backfill is about to run (in order), so sources are read once
     /// per chunk of them.
     pub fn share_scans(&self, windows: &[Window]) {
+        self.announced
+            .store(windows.len(), std::sync::atomic::Ordering::SeqCst);
         if let Some(s) = &self.shared {
             s.plan_windows(windows);
         }
+    }
+
+    /// Partitions of a window session over in-memory slices: the session's share of the
+    /// cores when several windows execute at once (splitting a slice further only adds
+    /// planning and merging work per window), all of them for a single window.
+    fn window_partitions(&self) -> usize {
+        use std::sync::atomic::Ordering;
+        let at_once = self
+            .exec_limit
+            .load(Ordering::SeqCst)
+            .min(self.announced.load(Ordering::SeqCst))
+            .max(1);
+        (self.ctx.copied_config().target_partitions() / at_once).max(1)
     }
 
     /// The session `window` runs in: shared sources as in-memory slices of a chunk scan.
@@ -405,7 +429,9 @@ impl Runner {
         match &self.shared {
             None => Ok(self.ctx.clone()),
             Some(s) => {
-                let ws = s.session_for(&self.ctx, window).await?;
+                let ws = s
+                    .session_for(&self.ctx, window, self.window_partitions())
+                    .await?;
                 tracing::debug!(window = %window.label(), shared = ?ws.shared, "window session");
                 Ok(ws.ctx)
             }
@@ -480,7 +506,7 @@ impl Runner {
             .await
             .map_err(|e| Error::runtime(format!("runner closed: {e}")))?;
         let session = self.session_for(window).await?;
-        let planned = plan::plan(&session, task, Some(window)).await?;
+        let planned = plan::plan_window(&session, task, window, !self.validated).await?;
         report.sql_hash = Some(planned.sql_hash.clone());
         self.loaded().await?;
         let table = self.view();

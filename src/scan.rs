@@ -20,7 +20,8 @@
 //!   source un-shared: the window reads it directly, as before.
 //! - Memory is bounded: a chunk whose rows exceed the budget is abandoned (its windows read
 //!   the source directly) and later chunks get smaller; chunk sizes adapt to the measured
-//!   bytes per window (`IDEMLAKE_SCAN_CACHE_KB`, default 256 MiB; 0 turns sharing off).
+//!   bytes per window (`IDEMLAKE_SCAN_CACHE_KB`; default an eighth of the machine's — or the
+//!   container's — memory, between 64 MiB and 1 GiB; 0 turns sharing off).
 //! - Sources are pinned for a run (see `sources`), so reading a chunk once is the same as
 //!   reading it per window.
 
@@ -44,8 +45,31 @@ use crate::plan::window_params;
 use crate::task::Task;
 use crate::window::Window;
 
-/// Default memory budget for one chunk of shared source rows (KiB).
-const DEFAULT_BUDGET_KB: u64 = 256 * 1024;
+/// Bounds of the default memory budget for one chunk of shared source rows (KiB).
+const MIN_BUDGET_KB: u64 = 64 * 1024;
+const MAX_BUDGET_KB: u64 = 1024 * 1024;
+/// The budget when the memory available cannot be read.
+const FALLBACK_BUDGET_KB: u64 = 256 * 1024;
+
+/// The default chunk budget: an eighth of the memory this process may use (the machine's, or
+/// its cgroup's limit if lower), within [`MIN_BUDGET_KB`, `MAX_BUDGET_KB`]. Fewer, larger
+/// chunks mean fewer passes over an unsorted source (each pass decodes all of it).
+fn default_budget_kb() -> u64 {
+    let total_kb = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    });
+    let cgroup_kb = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(|b| b / 1024);
+    match (total_kb, cgroup_kb) {
+        (None, None) => FALLBACK_BUDGET_KB,
+        (a, b) => (a.unwrap_or(u64::MAX).min(b.unwrap_or(u64::MAX)) / 8)
+            .clamp(MIN_BUDGET_KB, MAX_BUDGET_KB),
+    }
+}
 /// Windows in the first chunk, before bytes per window are known.
 const FIRST_CHUNK: usize = 32;
 /// Most windows one chunk may hold.
@@ -316,6 +340,8 @@ pub struct Shared {
     windows: Mutex<WindowList>,
     chunks: Mutex<Vec<Chunk>>,
     next_size: Mutex<usize>,
+    /// The first window (index) no chunk has been cut for yet.
+    frontier: std::sync::atomic::AtomicUsize,
     budget: u64,
     /// Set when a single window's rows exceed the budget: windows then read directly.
     off: std::sync::atomic::AtomicBool,
@@ -337,7 +363,7 @@ impl Shared {
         let budget = std::env::var("IDEMLAKE_SCAN_CACHE_KB")
             .ok()
             .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(DEFAULT_BUDGET_KB)
+            .unwrap_or_else(default_budget_kb)
             * 1024;
         if budget == 0 || bounds.is_empty() {
             return None;
@@ -376,6 +402,7 @@ impl Shared {
             windows: Mutex::new(WindowList::default()),
             chunks: Mutex::new(Vec::new()),
             next_size: Mutex::new(FIRST_CHUNK),
+            frontier: std::sync::atomic::AtomicUsize::new(0),
             budget,
             off: std::sync::atomic::AtomicBool::new(false),
         })
@@ -397,6 +424,7 @@ impl Shared {
             w.index_of(window);
         }
         self.chunks.lock().expect("not poisoned").clear();
+        self.frontier.store(0, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// A session for `window`: shared sources as in-memory slices, the others as in `base`.
@@ -404,6 +432,7 @@ impl Shared {
         &self,
         base: &SessionContext,
         window: &Window,
+        partitions: usize,
     ) -> Result<WindowSession> {
         let mut loaded = None;
         while !self.off.load(std::sync::atomic::Ordering::SeqCst) {
@@ -426,7 +455,12 @@ impl Shared {
                 .expect("not poisoned")
                 .retain(|c| !Arc::ptr_eq(&c.rows, &rows));
         }
-        let ctx = SessionContext::new_with_config_rt(base.copied_config(), base.runtime_env());
+        let mut config = base.copied_config();
+        if loaded.is_some() {
+            // Every shared source is an in-memory slice: use the caller's share of the cores.
+            config = config.with_target_partitions(partitions.max(1));
+        }
+        let ctx = SessionContext::new_with_config_rt(config, base.runtime_env());
         let mut shared = Vec::new();
         let params: HashMap<String, ScalarValue> =
             window_params(self.grain, window).into_iter().collect();
@@ -441,7 +475,7 @@ impl Shared {
             };
             match slice {
                 Some(batch) => {
-                    let parts = split(&batch, base.copied_config().target_partitions());
+                    let parts = split(&batch, partitions.max(1));
                     ctx.register_table(
                         alias.as_str(),
                         Arc::new(MemTable::try_new(batch.schema(), parts)?),
@@ -474,21 +508,43 @@ impl Shared {
         let pos = match pos {
             Some(p) => p,
             None => {
-                let size = *self.next_size.lock().expect("not poisoned");
-                // A chunk never overlaps an existing one.
-                let limit = chunks
-                    .iter()
-                    .filter(|c| c.first > idx)
-                    .map(|c| c.first - 1)
-                    .min()
-                    .unwrap_or(count - 1);
-                let last = (idx + size.max(1) - 1).min(limit).min(count - 1);
-                chunks.push(Chunk {
-                    first: idx,
+                let size = (*self.next_size.lock().expect("not poisoned")).max(1);
+                let new_chunk = |first: usize, last: usize| Chunk {
+                    first,
                     last,
                     handed: 0,
                     rows: Arc::new(OnceCell::new()),
-                });
+                };
+                let frontier = self.frontier.load(std::sync::atomic::Ordering::SeqCst);
+                if idx >= frontier {
+                    // Chunks are cut in window order from the first window no chunk has
+                    // covered yet, whatever order windows arrive in (concurrent windows
+                    // start in any order): chunk sizes follow the measurements, not arrival.
+                    let mut first = frontier;
+                    loop {
+                        let last = (first + size - 1).min(count - 1);
+                        chunks.push(new_chunk(first, last));
+                        if last >= idx {
+                            break;
+                        }
+                        first = last + 1;
+                    }
+                    self.frontier.store(
+                        chunks[chunks.len() - 1].last + 1,
+                        std::sync::atomic::Ordering::SeqCst,
+                    );
+                } else {
+                    // A window whose chunk was dropped (over budget): a smaller chunk from
+                    // it, never overlapping an existing one.
+                    let limit = chunks
+                        .iter()
+                        .filter(|c| c.first > idx)
+                        .map(|c| c.first - 1)
+                        .min()
+                        .unwrap_or(count - 1);
+                    let last = (idx + size - 1).min(limit).min(count - 1);
+                    chunks.push(new_chunk(idx, last));
+                }
                 chunks.len() - 1
             }
         };

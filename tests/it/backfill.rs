@@ -140,8 +140,11 @@ async fn kill_9_at_random_moments_never_leaves_a_partial_or_doubled_window() {
     let mut rng = Lcg(20261129);
     let bin = assert_cmd::cargo::cargo_bin!("idemlake");
     let mut killed = 0;
+    // Kill moments are drawn within the time a full backfill takes here (measured on every
+    // round that completes), so the test keeps killing runs as the engine gets faster.
+    let mut span_ms = 1500u64;
     for round in 0..8 {
-        // Alternate a full backfill and a --missing resume, killed after 0–1.5 s.
+        // Alternate a full backfill and a --missing resume, killed at a random moment.
         let mut c = std::process::Command::new(bin);
         c.arg("--project").arg(p.path()).args([
             "backfill",
@@ -156,15 +159,18 @@ async fn kill_9_at_random_moments_never_leaves_a_partial_or_doubled_window() {
         if round % 2 == 1 {
             c.arg("--missing");
         }
+        let started = std::time::Instant::now();
         let mut child = c
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(rng.next() % 1500));
+        std::thread::sleep(Duration::from_millis(rng.next() % span_ms));
         if child.try_wait().unwrap().is_none() {
             child.kill().unwrap(); // SIGKILL
             killed += 1;
+        } else if round % 2 == 0 {
+            span_ms = (started.elapsed().as_millis() as u64).max(50);
         }
         child.wait().unwrap();
         if log_version(&table).is_none() {
