@@ -16,10 +16,9 @@ use arrow::datatypes::SchemaRef;
 use datafusion::catalog::streaming::StreamingTable;
 use datafusion::common::ScalarValue;
 use datafusion::execution::TaskContext;
-use datafusion::physical_plan::SendableRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::PartitionStream;
-use datafusion::prelude::DataFrame;
+use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
 use deltalake::ObjectStore;
 use deltalake::datafile::writer::{DeltaWriter, WriterConfig};
 use deltalake::kernel::Add;
@@ -117,20 +116,27 @@ pub fn output_channel(
 /// Stream `df` into `sink`, checking window bounds; tee into `tee` (the output-reconcile
 /// query, already planned against the channel) when given.
 pub async fn stage(
-    df: DataFrame,
+    plan: Arc<dyn ExecutionPlan>,
+    task_ctx: Arc<TaskContext>,
     schema: SchemaRef,
     bounds: &Bounds,
     sink: Sink,
-    tee: Option<(mpsc::Sender<RecordBatch>, DataFrame)>,
+    tee: Option<(mpsc::Sender<RecordBatch>, Arc<dyn ExecutionPlan>)>,
 ) -> Result<Staged> {
     let (tx, agg_task) = match tee {
-        Some((tx, out_df)) => (Some(tx), Some(tokio::spawn(out_df.collect()))),
+        Some((tx, out)) => (
+            Some(tx),
+            Some(tokio::spawn(datafusion::physical_plan::collect(
+                out,
+                task_ctx.clone(),
+            ))),
+        ),
         None => (None, None),
     };
     let store = sink.store.clone();
     let mut writer = DeltaWriter::new(sink.store, sink.config);
     let result = async {
-        let mut stream = df.execute_stream().await?;
+        let mut stream = datafusion::physical_plan::execute_stream(plan, task_ctx)?;
         let mut rows = 0u64;
         let mut batches = 0u64;
         while let Some(batch) = stream.next().await {

@@ -16,6 +16,7 @@ pub mod lint;
 pub mod mapped;
 pub mod picture;
 pub mod plan;
+pub mod prepared;
 pub mod project;
 pub mod publish;
 pub mod reconcile;

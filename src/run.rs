@@ -133,7 +133,7 @@ pub struct Runner {
     /// The table and its live files by window, for commits (one committer at a time).
     target: tokio::sync::Mutex<Target>,
     /// Sources read once per chunk of windows instead of once per window (see `scan`).
-    shared: Option<crate::scan::Shared>,
+    shared: Option<Arc<crate::scan::Shared>>,
     /// The highest table version this runner committed (the shared state catches up lazily).
     last_commit: std::sync::atomic::AtomicI64,
     /// Staged windows waiting to be committed (see [`Runner::publish`]).
@@ -148,6 +148,8 @@ pub struct Runner {
     /// window's source scan; awaited (once) by [`Runner::loaded`] before the table is used.
     opening: std::sync::Mutex<Option<tokio::task::JoinHandle<Result<DeltaTable>>>>,
     loaded: tokio::sync::OnceCell<()>,
+    /// The task's queries planned once, bound per window (`None` if they cannot be).
+    prepared: Option<crate::prepared::Prepared>,
     /// Windows announced by [`Runner::share_scans`] (1 until then).
     announced: std::sync::atomic::AtomicUsize,
     /// Whether the task's queries planned unbound when the runner was created: the checks
@@ -207,13 +209,33 @@ impl Runner {
                 if let Some(r) = &unbound.reconcile_source {
                     plans.push(r.logical_plan());
                 }
-                crate::scan::Shared::new(task, &ctx, &plans).await
+                crate::scan::Shared::new(task, &ctx, &plans)
+                    .await
+                    .map(Arc::new)
             }
             Err(_) => None,
         };
         if let Some(s) = &shared {
             tracing::debug!(sources = ?s.shared_sources(), "windows share source scans");
         }
+        let prepared = if validated {
+            let template = match &shared {
+                Some(s) => s.template_session(&ctx).await,
+                None => Ok(ctx.clone()),
+            };
+            match template {
+                Ok(t) => crate::prepared::Prepared::new(&t, task)
+                    .await
+                    .map_err(|e| tracing::debug!("queries not prepared: {e}"))
+                    .ok(),
+                Err(e) => {
+                    tracing::debug!("queries not prepared: {e}");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         tracing::debug!(
             sources_ms,
             total_ms = t0.elapsed().as_millis(),
@@ -234,6 +256,7 @@ impl Runner {
             opening: std::sync::Mutex::new(Some(opening)),
             loaded: tokio::sync::OnceCell::new(),
             announced: std::sync::atomic::AtomicUsize::new(1),
+            prepared,
             validated,
         })
     }
@@ -476,6 +499,27 @@ impl Runner {
         Ok(())
     }
 
+    /// The task planned for `window` in its session: bound from the prepared plans when the
+    /// session matches them, planned on its own otherwise (see `prepared`).
+    async fn plan_in(
+        &self,
+        session: &SessionContext,
+        window: &Window,
+    ) -> Result<(Planned, Option<crate::prepared::WindowPlans>)> {
+        if let Some(p) = &self.prepared {
+            match p.bind(session, &self.task, window).await {
+                Ok(Some((planned, plans))) => {
+                    tracing::debug!(window = %window.label(), "bound the prepared plans");
+                    return Ok((planned, Some(plans)));
+                }
+                Ok(None) => {}
+                Err(e) => tracing::debug!("prepared plans not used for {}: {e}", window.label()),
+            }
+        }
+        let planned = plan::plan_window(session, &self.task, window, !self.validated).await?;
+        Ok((planned, None))
+    }
+
     /// Plan the task for `window` in this runner's session.
     pub async fn plan(&self, window: &Window) -> Result<Planned> {
         plan::plan(&self.ctx, &self.task, Some(window)).await
@@ -506,7 +550,7 @@ impl Runner {
             .await
             .map_err(|e| Error::runtime(format!("runner closed: {e}")))?;
         let session = self.session_for(window).await?;
-        let planned = plan::plan_window(&session, task, window, !self.validated).await?;
+        let (planned, plans) = self.plan_in(&session, window).await?;
         report.sql_hash = Some(planned.sql_hash.clone());
         self.loaded().await?;
         let table = self.view();
@@ -531,7 +575,7 @@ impl Runner {
             &session,
             task,
             window,
-            &planned,
+            (&planned, plans.as_ref()),
             Sink {
                 store: store.clone(),
                 config,
@@ -553,7 +597,13 @@ impl Runner {
         )];
         let mut warn = false;
         if let (Some(r), Some(src)) = (&task.reconcile, &planned.reconcile_source) {
-            let source_rows = src.clone().collect().await?;
+            let source_rows = match plans.as_ref().and_then(|p| p.source.clone()) {
+                Some(plan) => {
+                    let ctx = plans.as_ref().expect("checked").task_ctx.clone();
+                    datafusion::physical_plan::collect(plan, ctx).await?
+                }
+                None => src.clone().collect().await?,
+            };
             let out = staged.output_aggregates.as_deref().unwrap_or_default();
             let rc = reconcile::compare(&source_rows, out, &r.tolerance)?;
             if rc.iter().any(|c| !c.ok) {
@@ -756,7 +806,7 @@ impl Runner {
             &self.ctx,
             &self.task,
             window,
-            &planned,
+            (&planned, None),
             Sink { store, config },
         )
         .await?;
@@ -809,19 +859,40 @@ async fn stage(
     ctx: &SessionContext,
     task: &Task,
     window: &Window,
-    planned: &Planned,
+    plans: (&Planned, Option<&crate::prepared::WindowPlans>),
     sink: Sink,
 ) -> Result<Staged> {
+    let (planned, plans) = plans;
     let tee = match &task.reconcile {
         None => None,
         Some(_) => {
             let (provider, tx) = execute::output_channel(planned.schema.clone())?;
-            let out = plan::plan_output_query(ctx, task, provider, Some(&planned.params)).await?;
+            let prepared = match plans {
+                Some(p) => p.output(ctx, provider.clone()).await?,
+                None => None,
+            };
+            let out = match prepared {
+                Some(out) => out,
+                None => {
+                    plan::plan_output_query(ctx, task, provider, Some(&planned.params))
+                        .await?
+                        .create_physical_plan()
+                        .await?
+                }
+            };
             Some((tx, out))
         }
     };
+    let (main, task_ctx) = match plans {
+        Some(p) => (p.main.clone(), p.task_ctx.clone()),
+        None => (
+            planned.df.clone().create_physical_plan().await?,
+            Arc::new(planned.df.task_ctx()),
+        ),
+    };
     execute::stage(
-        planned.df.clone(),
+        main,
+        task_ctx,
         planned.schema.clone(),
         &bounds(task, window),
         sink,

@@ -320,6 +320,8 @@ impl WindowList {
 
 /// A chunk's rows once loaded: `None` if the chunk exceeded the budget.
 type ChunkRows = Arc<OnceCell<Option<Arc<HashMap<String, Rows>>>>>;
+/// A chunk as handed out: its rows cell and its first and last window.
+type ChunkRef = (ChunkRows, usize, usize);
 
 /// A chunk of consecutive windows (indexes into the run's window list) and its rows, loaded
 /// once by the first window that needs them.
@@ -408,6 +410,35 @@ impl Shared {
         })
     }
 
+    /// A session like `base` in which every shared source is an empty table with the columns
+    /// its slices will have: what window sessions look like, for planning once (`prepared`).
+    pub async fn template_session(&self, base: &SessionContext) -> Result<SessionContext> {
+        let ctx = SessionContext::new_with_config_rt(base.copied_config(), base.runtime_env());
+        for alias in base_tables(base) {
+            let provider = base.table_provider(alias.as_str()).await?;
+            match self.bounds.iter().find(|b| b.alias == alias) {
+                Some(b) => {
+                    let schema = provider.schema();
+                    let kept: Vec<_> = schema
+                        .fields()
+                        .iter()
+                        .filter(|f| self.columns.contains(f.name()) || f.name() == &b.column)
+                        .cloned()
+                        .collect();
+                    let schema = Arc::new(arrow::datatypes::Schema::new(kept));
+                    ctx.register_table(
+                        alias.as_str(),
+                        Arc::new(MemTable::try_new(schema, vec![vec![]])?),
+                    )?;
+                }
+                None => {
+                    ctx.register_table(alias.as_str(), provider)?;
+                }
+            }
+        }
+        Ok(ctx)
+    }
+
     /// The sources that are shared (for logs and `explain`).
     pub fn shared_sources(&self) -> Vec<(String, String)> {
         self.bounds
@@ -429,18 +460,29 @@ impl Shared {
 
     /// A session for `window`: shared sources as in-memory slices, the others as in `base`.
     pub async fn session_for(
-        &self,
+        self: &Arc<Self>,
         base: &SessionContext,
         window: &Window,
         partitions: usize,
     ) -> Result<WindowSession> {
         let mut loaded = None;
         while !self.off.load(std::sync::atomic::Ordering::SeqCst) {
-            let (rows, first, last) = self.chunk_for(window);
+            let ((rows, first, last), ahead) = self.chunk_for(window);
             let windows: Vec<Window> = {
                 let w = self.windows.lock().expect("not poisoned");
                 w.list[first..=last].to_vec()
             };
+            if let Some((cell, first, last)) = ahead {
+                let ahead: Vec<Window> = {
+                    let w = self.windows.lock().expect("not poisoned");
+                    w.list[first..=last].to_vec()
+                };
+                let (me, base) = (self.clone(), base.clone());
+                // A failed read-ahead leaves the cell empty: the chunk's first window reads it.
+                tokio::spawn(async move {
+                    let _ = cell.get_or_try_init(|| me.load(&base, &ahead)).await;
+                });
+            }
             loaded = rows
                 .get_or_try_init(|| self.load(base, &windows))
                 .await?
@@ -490,32 +532,26 @@ impl Shared {
         Ok(WindowSession { ctx, shared })
     }
 
-    /// The chunk holding `window` (created if needed), as (rows cell, first, last).
-    #[allow(clippy::type_complexity)]
-    fn chunk_for(
-        &self,
-        window: &Window,
-    ) -> (
-        Arc<OnceCell<Option<Arc<HashMap<String, Rows>>>>>,
-        usize,
-        usize,
-    ) {
+    /// The chunk holding `window` (created if needed), as (rows cell, first, last), and the
+    /// next chunk to read ahead, if one was cut for that now.
+    fn chunk_for(&self, window: &Window) -> (ChunkRef, Option<ChunkRef>) {
+        use std::sync::atomic::Ordering;
         let mut windows = self.windows.lock().expect("not poisoned");
         let idx = windows.index_of(window);
         let count = windows.list.len();
         let mut chunks = self.chunks.lock().expect("not poisoned");
+        let size = (*self.next_size.lock().expect("not poisoned")).max(1);
+        let new_chunk = |first: usize, last: usize| Chunk {
+            first,
+            last,
+            handed: 0,
+            rows: Arc::new(OnceCell::new()),
+        };
         let pos = chunks.iter().position(|c| c.first <= idx && idx <= c.last);
         let pos = match pos {
             Some(p) => p,
             None => {
-                let size = (*self.next_size.lock().expect("not poisoned")).max(1);
-                let new_chunk = |first: usize, last: usize| Chunk {
-                    first,
-                    last,
-                    handed: 0,
-                    rows: Arc::new(OnceCell::new()),
-                };
-                let frontier = self.frontier.load(std::sync::atomic::Ordering::SeqCst);
+                let frontier = self.frontier.load(Ordering::SeqCst);
                 if idx >= frontier {
                     // Chunks are cut in window order from the first window no chunk has
                     // covered yet, whatever order windows arrive in (concurrent windows
@@ -529,10 +565,8 @@ impl Shared {
                         }
                         first = last + 1;
                     }
-                    self.frontier.store(
-                        chunks[chunks.len() - 1].last + 1,
-                        std::sync::atomic::Ordering::SeqCst,
-                    );
+                    self.frontier
+                        .store(chunks[chunks.len() - 1].last + 1, Ordering::SeqCst);
                 } else {
                     // A window whose chunk was dropped (over budget): a smaller chunk from
                     // it, never overlapping an existing one.
@@ -551,11 +585,26 @@ impl Shared {
         let c = &mut chunks[pos];
         c.handed += 1;
         let out = (c.rows.clone(), c.first, c.last);
-        if c.handed > c.last - c.first {
+        let len = c.last - c.first + 1;
+        let half_handed = c.handed * 2 >= len;
+        let is_last_cut = c.last + 1 == self.frontier.load(Ordering::SeqCst);
+        if c.handed >= len {
             // Every window of the chunk has its session; the rows live on in those sessions.
             chunks.remove(pos);
         }
-        out
+        // Read ahead: once half of the newest chunk's windows have started, cut the next one
+        // so that its scan overlaps the remaining windows (chunks aim at half the budget, so
+        // two in memory stay within it).
+        let frontier = self.frontier.load(Ordering::SeqCst);
+        let off = self.off.load(Ordering::SeqCst);
+        let ahead = (half_handed && is_last_cut && frontier < count && !off).then(|| {
+            let last = (frontier + size - 1).min(count - 1);
+            chunks.push(new_chunk(frontier, last));
+            self.frontier.store(last + 1, Ordering::SeqCst);
+            let c = &chunks[chunks.len() - 1];
+            (c.rows.clone(), c.first, c.last)
+        });
+        (out, ahead)
     }
 
     /// Read every shared source once for `windows` (sorted on its bound column), within the

@@ -147,11 +147,17 @@ async fn shared_scans_publish_exactly_what_per_window_scans_do() {
                     "{joined}"
                 );
                 assert!(joined.contains("shared scan loaded windows=8 "), "{joined}");
+                // Windows bind the queries prepared once (slices match the template's tables).
+                assert!(joined.contains("bound the prepared plans"), "{joined}");
+                assert!(above.contains("bound the prepared plans"), "{above}");
             }
             "off" => assert!(!joined.contains("windows share source scans"), "{joined}"),
             _ => {
                 assert!(joined.contains("shared scan over budget"), "{joined}");
                 assert!(!joined.contains(r#"shared=["lineitem"]"#), "{joined}");
+                // lineitem read directly has more columns than the prepared slice: each
+                // window plans on its own.
+                assert!(!joined.contains("bound the prepared plans"), "{joined}");
             }
         }
     }
