@@ -35,6 +35,8 @@ Environment knobs (defaults in brackets):
   BENCH_OUT       report path [<repo>/bench/RESULTS.md]
   BENCH_KEEP      1 keeps the tables in BENCH_WORK afterwards [0]
   BENCH_BACKFILL_DAYS  days of scenario 3's backfill, from 1995-01-01 [365]
+  BENCH_SETTLE    seconds between deleting files and a timed scenario-1 load [35]: ext4 scans
+                  past recently freed inodes on every create (see settle())
   BENCH_LOAD_RANGE  FROM..TO: load only these ship days in scenario 1 (for developing the
                   harness; the report says so) [every ship day of the source]
 """
@@ -77,6 +79,7 @@ SCENARIOS = {int(s) for s in env("BENCH_SCENARIOS", "1,2,3,4,5").split(",") if s
 OUT = Path(env("BENCH_OUT", str(REPO / "bench" / "RESULTS.md"))).resolve()
 KEEP = env("BENCH_KEEP", "0") == "1"
 BF_DAYS = int(env("BENCH_BACKFILL_DAYS", "365"))
+SETTLE = float(env("BENCH_SETTLE", "35"))
 
 VENV = REPO / ".venv-bench"
 PY = VENV / "bin" / "python"
@@ -162,11 +165,30 @@ def table_version(table):
     return (max(versions) if versions else -1), checkpoints
 
 
+DELETED_AT = [None]  # when this script last deleted files (None: not since the last settle)
+
+
 def fresh(path):
     path = Path(path)
     if path.exists():
         shutil.rmtree(path)
+        DELETED_AT[0] = time.monotonic()
     return path
+
+
+def settle():
+    """Before a timed run that creates thousands of files: let inodes this script freed age.
+
+    ext4 does not reuse an inode freed in the last ~30 s (dirty_expire_centisecs); while many
+    are that young, every file or directory created scans past them (`recently_deleted` in a
+    profile: 11 % of a load's CPU right after deleting the previous load). Whichever tool ran
+    first after a cleanup paid for it, so scenario 1 waits until those inodes are older.
+    """
+    if DELETED_AT[0] is not None:
+        left = SETTLE - (time.monotonic() - DELETED_AT[0])
+        if left > 0:
+            time.sleep(left)
+        DELETED_AT[0] = None
 
 
 def copy_table(src, dst):
@@ -235,6 +257,7 @@ def setup():
     for p in WORK.iterdir():
         if not p.name.startswith("data-") and p != DATA:
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+            DELETED_AT[0] = time.monotonic()
     (PROJECT / "tables").mkdir(parents=True)
     shutil.copy(REPO / "tables" / f"{TASK}.toml", PROJECT / "tables")
     if not SOURCE.exists():
@@ -293,6 +316,7 @@ def scenario1(lo, hi):
     for i in range(LOAD_REPS):
         if i > 0:
             fresh(lake(i - 1))
+        settle()
         secs, rss, text = run(idem(lake(i), *load), "s1-idemlake")
         reps = check_reports(text, "initial load")
         err = (LOGS / "s1-idemlake.err").read_text(errors="replace")
@@ -301,6 +325,7 @@ def scenario1(lo, hi):
         say(f"  rep {i + 1}: idemlake {secs:.1f} s ({len(reps)} windows)")
         for tool in S1_PEERS:
             out = fresh(s1 / f"{tool}-{i}")
+            settle()
             secs, rss, _ = run(peer(*S1_PEERS[tool](out)), f"s1-{tool}")
             record(f"s1.{tool}", "initial load", tool, secs, rss)
             say(f"  rep {i + 1}: {tool} {secs:.1f} s")
@@ -550,7 +575,8 @@ def report(total, partial=False):
     L.append(f"- Reps: every cell is the median (min–max, n reps) of whole-process wall times; tools "
              f"alternate rep by rep. Scenarios 2 and 4: one warm-up per tool, then BENCH_REPS={REPS}. "
              f"Scenario 1: BENCH_LOAD_REPS={LOAD_REPS} (" + ("warm-up: one rep of each peer and a 30-day idemlake "
-             "backfill" if LOAD_WARMUP else "no warm-up: BENCH_LOAD_WARMUP=0") + "). "
+             "backfill" if LOAD_WARMUP else "no warm-up: BENCH_LOAD_WARMUP=0") + f"; each scenario-1 run starts "
+             f"≥ {SETTLE:g} s after the script last deleted files, BENCH_SETTLE — see settle()). "
              f"Scenario 3: BENCH_BACKFILL_REPS={BACKFILL_REPS} (scenario 2's runs are its warm-up) "
              "— fewer reps because one rep of the idemlake load or of the peer's per-window process loop takes minutes.")
     dev = [f"{k}={v}" for k, v, d in (("BENCH_LOAD_REPS", LOAD_REPS, 1), ("BENCH_BACKFILL_DAYS", BF_DAYS, 365),
