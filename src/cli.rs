@@ -524,7 +524,7 @@ async fn dispatch(cli: &Cli) -> Result<u8> {
         Command::Explain { task, window } => {
             let task = project.task(task)?;
             let window = Window::parse(window, task.grain, &task.timezone)?;
-            let text = crate::run::explain(&project, &task, &window).await?;
+            let text = crate::explain::explain(&project, &task, &window).await?;
             println!("{}", redact(&text));
             Ok(0)
         }
@@ -598,7 +598,7 @@ async fn validate(cli: &Cli, project: &Project, tasks: &[String]) -> Result<u8> 
     let mut worst = 0u8;
     for name in names {
         let result = match project.task(&name) {
-            Ok(task) => crate::run::validate(&task).await,
+            Ok(task) => crate::explain::validate(&task).await,
             Err(e) => Err(e),
         };
         let (status, error) = match &result {

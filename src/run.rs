@@ -12,17 +12,18 @@ use std::time::Instant;
 use arrow::datatypes::SchemaRef;
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use deltalake::DeltaTable;
-use deltalake::datafile::writer::WriterConfig;
-use object_store::local::LocalFileSystem;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::execute::{self, Bounds, Sink, Staged};
+use crate::execute::{self, Sink, Staged};
 use crate::plan::{self, Planned};
 use crate::project::Project;
 use crate::publish::{self, PartitionRange};
 use crate::reconcile::{self, Check};
 use crate::record::{Report, RunRecord, Status};
 use crate::sources;
+use crate::stage::{
+    check_unique_key, stage, temp_dir, temp_sink, tempdir_for_merge, writer_config,
+};
 use crate::task::{Mode, OnEmpty, OnMismatch, Task};
 use crate::window::Window;
 
@@ -60,21 +61,6 @@ pub fn partition_range(task: &Task, w: &Window) -> PartitionRange {
         )
     } else {
         PartitionRange::Timestamp(w.start_ts().as_microsecond(), w.end_ts().as_microsecond())
-    }
-}
-
-fn bounds(task: &Task, w: &Window) -> Bounds {
-    let (lo, hi) = partition_range(task, w).lo_hi();
-    let shown = if task.grain.uses_dates() {
-        format!("[{}, {})", w.start_date(), w.end_date())
-    } else {
-        format!("[{}, {})", w.start_ts(), w.end_ts())
-    };
-    Bounds {
-        column: task.partition_by.clone(),
-        lo,
-        hi,
-        shown,
     }
 }
 
@@ -767,31 +753,6 @@ impl Runner {
     }
 }
 
-/// A sink writing unpartitioned Parquet files into a local temporary directory.
-fn temp_sink(
-    dir: &tempfile::TempDir,
-    planned: &Planned,
-) -> Result<(Arc<dyn object_store::ObjectStore>, WriterConfig)> {
-    Ok((
-        Arc::new(LocalFileSystem::new_with_prefix(dir.path())?)
-            as Arc<dyn object_store::ObjectStore>,
-        WriterConfig::new(
-            planned.schema.clone(),
-            vec![],
-            None,
-            None,
-            None,
-            delta_kernel::table_properties::DataSkippingNumIndexedCols::NumColumns(32),
-            None,
-        ),
-    ))
-}
-
-/// A private temporary directory for staged rows.
-pub fn temp_dir(prefix: &str) -> Result<tempfile::TempDir> {
-    Ok(tempfile::Builder::new().prefix(prefix).tempdir()?)
-}
-
 impl Runner {
     /// Execute the window into a private temporary directory without publishing anything
     /// (same plan, window check and reconciliation tee as a run). For `verify`.
@@ -822,180 +783,4 @@ impl Runner {
     pub fn source_versions(&self) -> &[sources::SourceVersion] {
         &self.sources
     }
-}
-
-fn tempdir_for_merge(task: &Task) -> Result<Option<tempfile::TempDir>> {
-    Ok(match task.mode {
-        Mode::Overwrite => None,
-        Mode::Merge => Some(
-            tempfile::Builder::new()
-                .prefix("idemlake-merge-")
-                .tempdir()?,
-        ),
-    })
-}
-
-fn writer_config(
-    table: &DeltaTable,
-    schema: SchemaRef,
-    partition_by: &str,
-) -> Result<WriterConfig> {
-    if table.version().is_some() {
-        return publish::writer_config(table, schema, partition_by);
-    }
-    Ok(WriterConfig::new(
-        schema,
-        vec![partition_by.to_string()],
-        None,
-        std::num::NonZeroU64::new(128 * 1024 * 1024),
-        None,
-        delta_kernel::table_properties::DataSkippingNumIndexedCols::NumColumns(32),
-        None,
-    ))
-}
-
-/// Execute the plan into `sink`, teeing into the output-reconcile query if there is one.
-async fn stage(
-    ctx: &SessionContext,
-    task: &Task,
-    window: &Window,
-    plans: (&Planned, Option<&crate::prepared::WindowPlans>),
-    sink: Sink,
-) -> Result<Staged> {
-    let (planned, plans) = plans;
-    let tee = match &task.reconcile {
-        None => None,
-        Some(_) => {
-            let (provider, tx) = execute::output_channel(planned.schema.clone())?;
-            let prepared = match plans {
-                Some(p) => p.output(ctx, provider.clone()).await?,
-                None => None,
-            };
-            let out = match prepared {
-                Some(out) => out,
-                None => {
-                    plan::plan_output_query(ctx, task, provider, Some(&planned.params))
-                        .await?
-                        .create_physical_plan()
-                        .await?
-                }
-            };
-            Some((tx, out))
-        }
-    };
-    let (main, task_ctx) = match plans {
-        Some(p) => (p.main.clone(), p.task_ctx.clone()),
-        None => (
-            planned.df.clone().create_physical_plan().await?,
-            Arc::new(planned.df.task_ctx()),
-        ),
-    };
-    execute::stage(
-        main,
-        task_ctx,
-        planned.schema.clone(),
-        &bounds(task, window),
-        sink,
-        tee,
-    )
-    .await
-}
-
-/// A merge key must be unique within one run's output.
-async fn check_unique_key(source: datafusion::prelude::DataFrame, key: &[String]) -> Result<()> {
-    use datafusion::functions_aggregate::expr_fn::count;
-    use datafusion::prelude::{col, lit};
-    let keys: Vec<_> = key
-        .iter()
-        .map(|k| col(datafusion::common::Column::from_name(k)))
-        .collect();
-    let dups = source
-        .aggregate(keys, vec![count(lit(1)).alias("n")])?
-        .filter(col("n").gt(lit(1i64)))?
-        .limit(0, Some(3))?
-        .collect()
-        .await?;
-    let n: usize = dups.iter().map(|b| b.num_rows()).sum();
-    if n > 0 {
-        let shown = arrow::util::pretty::pretty_format_batches(&dups)?.to_string();
-        return Err(Error::runtime(format!(
-            "[write].key ({}) is not unique in this run's output, so a merge would be ambiguous; nothing was published. Duplicates (first {n}):\n{shown}",
-            key.join(", ")
-        )));
-    }
-    Ok(())
-}
-
-/// Parse, lint and plan a task without a window and without reading rows.
-pub async fn validate(task: &Task) -> Result<()> {
-    let ctx = new_session()?;
-    sources::register(&ctx, &task.sources).await?;
-    plan::plan(&ctx, task, None).await?;
-    Ok(())
-}
-
-/// The bound parameters, plans and replaceWhere predicate of a window, as text.
-pub async fn explain(project: &Project, task: &Task, window: &Window) -> Result<String> {
-    use std::fmt::Write;
-    let ctx = new_session()?;
-    let versions = sources::register(&ctx, &task.sources).await?;
-    let planned = plan::plan(&ctx, task, Some(window)).await?;
-    let mut s = String::new();
-    let _ = writeln!(s, "task:          {} ({})", task.name, task.file.display());
-    let _ = writeln!(s, "table:         {}", project.table_url(task)?);
-    let _ = writeln!(s, "mode:          {:?}", task.mode);
-    let _ = writeln!(
-        s,
-        "window:        {} = {} ({} {}, {} h)",
-        window.label(),
-        window.interval(),
-        task.grain,
-        task.timezone_name,
-        window.hours()
-    );
-    let _ = writeln!(s, "replaceWhere:  {}", plan::replace_where(task, window));
-    let _ = writeln!(s, "sql hash:      {}", planned.sql_hash);
-    if !task.lint_allow.is_empty() {
-        let _ = writeln!(
-            s,
-            "lint allow:    {} (non-deterministic functions allowed: reruns may differ)",
-            task.lint_allow.join(", ")
-        );
-    }
-    let _ = writeln!(s, "\nparameters (bound by DataFusion, not by text):");
-    for (name, value) in &planned.params {
-        let _ = writeln!(s, "  ${name:<16} = {value} ({})", value.data_type());
-    }
-    let _ = writeln!(s, "\nsources:");
-    for v in &versions {
-        let pin = match (v.version, v.files) {
-            (Some(ver), _) => format!("delta version {ver}"),
-            (None, Some(n)) => format!(
-                "{n} file(s), fingerprint {}",
-                v.fingerprint.clone().unwrap_or_default()
-            ),
-            _ => String::new(),
-        };
-        let _ = writeln!(s, "  {:<16} {:?}  {pin}", v.alias, v.format);
-    }
-    let _ = writeln!(
-        s,
-        "\nsql ({}):\n{}",
-        task.sql_file.display(),
-        task.sql.trim()
-    );
-    let _ = writeln!(
-        s,
-        "\nlogical plan (window bound):\n{}",
-        planned.df.logical_plan().display_indent()
-    );
-    let optimized = planned.df.clone().into_optimized_plan()?;
-    let _ = writeln!(s, "\noptimized plan:\n{}", optimized.display_indent());
-    let physical = planned.df.clone().create_physical_plan().await?;
-    let _ = writeln!(
-        s,
-        "\nphysical plan:\n{}",
-        datafusion::physical_plan::displayable(physical.as_ref()).indent(true)
-    );
-    Ok(s)
 }

@@ -1,0 +1,167 @@
+//! Staging a window: where its rows are written before anything is published (the table's own
+//! directory for an overwrite, a private temporary directory for a merge or `verify`), with
+//! which writer settings, and the execution itself with its `[reconcile].output` tee.
+//!
+//! Invariant: staged files are invisible to readers until a commit names them; a failure
+//! here leaves at most unreferenced files, which the caller discards.
+
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use datafusion::prelude::SessionContext;
+use deltalake::DeltaTable;
+use deltalake::datafile::writer::WriterConfig;
+use object_store::local::LocalFileSystem;
+
+use crate::error::{Error, Result};
+use crate::execute::{self, Bounds, Sink, Staged};
+use crate::plan::{self, Planned};
+use crate::publish;
+use crate::run::partition_range;
+use crate::task::{Mode, Task};
+use crate::window::Window;
+
+pub fn bounds(task: &Task, w: &Window) -> Bounds {
+    let (lo, hi) = partition_range(task, w).lo_hi();
+    let shown = if task.grain.uses_dates() {
+        format!("[{}, {})", w.start_date(), w.end_date())
+    } else {
+        format!("[{}, {})", w.start_ts(), w.end_ts())
+    };
+    Bounds {
+        column: task.partition_by.clone(),
+        lo,
+        hi,
+        shown,
+    }
+}
+
+/// A sink writing unpartitioned Parquet files into a local temporary directory.
+pub fn temp_sink(
+    dir: &tempfile::TempDir,
+    planned: &Planned,
+) -> Result<(Arc<dyn object_store::ObjectStore>, WriterConfig)> {
+    Ok((
+        Arc::new(LocalFileSystem::new_with_prefix(dir.path())?)
+            as Arc<dyn object_store::ObjectStore>,
+        WriterConfig::new(
+            planned.schema.clone(),
+            vec![],
+            None,
+            None,
+            None,
+            delta_kernel::table_properties::DataSkippingNumIndexedCols::NumColumns(32),
+            None,
+        ),
+    ))
+}
+
+/// A private temporary directory for staged rows.
+pub fn temp_dir(prefix: &str) -> Result<tempfile::TempDir> {
+    Ok(tempfile::Builder::new().prefix(prefix).tempdir()?)
+}
+
+pub fn tempdir_for_merge(task: &Task) -> Result<Option<tempfile::TempDir>> {
+    Ok(match task.mode {
+        Mode::Overwrite => None,
+        Mode::Merge => Some(
+            tempfile::Builder::new()
+                .prefix("idemlake-merge-")
+                .tempdir()?,
+        ),
+    })
+}
+
+pub fn writer_config(
+    table: &DeltaTable,
+    schema: SchemaRef,
+    partition_by: &str,
+) -> Result<WriterConfig> {
+    if table.version().is_some() {
+        return publish::writer_config(table, schema, partition_by);
+    }
+    Ok(WriterConfig::new(
+        schema,
+        vec![partition_by.to_string()],
+        None,
+        std::num::NonZeroU64::new(128 * 1024 * 1024),
+        None,
+        delta_kernel::table_properties::DataSkippingNumIndexedCols::NumColumns(32),
+        None,
+    ))
+}
+
+/// Execute the plan into `sink`, teeing into the output-reconcile query if there is one.
+pub async fn stage(
+    ctx: &SessionContext,
+    task: &Task,
+    window: &Window,
+    plans: (&Planned, Option<&crate::prepared::WindowPlans>),
+    sink: Sink,
+) -> Result<Staged> {
+    let (planned, plans) = plans;
+    let tee = match &task.reconcile {
+        None => None,
+        Some(_) => {
+            let (provider, tx) = execute::output_channel(planned.schema.clone())?;
+            let prepared = match plans {
+                Some(p) => p.output(ctx, provider.clone()).await?,
+                None => None,
+            };
+            let out = match prepared {
+                Some(out) => out,
+                None => {
+                    plan::plan_output_query(ctx, task, provider, Some(&planned.params))
+                        .await?
+                        .create_physical_plan()
+                        .await?
+                }
+            };
+            Some((tx, out))
+        }
+    };
+    let (main, task_ctx) = match plans {
+        Some(p) => (p.main.clone(), p.task_ctx.clone()),
+        None => (
+            planned.df.clone().create_physical_plan().await?,
+            Arc::new(planned.df.task_ctx()),
+        ),
+    };
+    execute::stage(
+        main,
+        task_ctx,
+        planned.schema.clone(),
+        &bounds(task, window),
+        sink,
+        tee,
+    )
+    .await
+}
+
+/// A merge key must be unique within one run's output.
+pub async fn check_unique_key(
+    source: datafusion::prelude::DataFrame,
+    key: &[String],
+) -> Result<()> {
+    use datafusion::functions_aggregate::expr_fn::count;
+    use datafusion::prelude::{col, lit};
+    let keys: Vec<_> = key
+        .iter()
+        .map(|k| col(datafusion::common::Column::from_name(k)))
+        .collect();
+    let dups = source
+        .aggregate(keys, vec![count(lit(1)).alias("n")])?
+        .filter(col("n").gt(lit(1i64)))?
+        .limit(0, Some(3))?
+        .collect()
+        .await?;
+    let n: usize = dups.iter().map(|b| b.num_rows()).sum();
+    if n > 0 {
+        let shown = arrow::util::pretty::pretty_format_batches(&dups)?.to_string();
+        return Err(Error::runtime(format!(
+            "[write].key ({}) is not unique in this run's output, so a merge would be ambiguous; nothing was published. Duplicates (first {n}):\n{shown}",
+            key.join(", ")
+        )));
+    }
+    Ok(())
+}
