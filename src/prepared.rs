@@ -26,7 +26,7 @@ use datafusion::catalog::default_table_source::provider_as_source;
 use datafusion::common::tree_node::{Transformed, TreeNodeRecursion};
 use datafusion::common::{ScalarValue, TableReference};
 use datafusion::datasource::MemTable;
-use datafusion::execution::TaskContext;
+use datafusion::execution::{SessionState, TaskContext};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::optimizer::optimizer::Optimizer;
 use datafusion::optimizer::simplify_expressions::SimplifyExpressions;
@@ -50,10 +50,13 @@ pub struct Prepared {
 /// A window's physical plans, from a [`Prepared`] task.
 pub struct WindowPlans {
     pub main: Arc<dyn ExecutionPlan>,
+    /// `[reconcile].source` (the [`Planned`] returned with these plans leaves it `None`).
     pub source: Option<Arc<dyn ExecutionPlan>>,
     /// `[reconcile].output`, optimised and bound, reading the table `output`.
     output: Option<LogicalPlan>,
     pub task_ctx: Arc<TaskContext>,
+    /// The window session's state the plans were made in (planning the output side reuses it).
+    state: SessionState,
 }
 
 impl Prepared {
@@ -117,25 +120,27 @@ impl Prepared {
             Some(p) => Some(bind_params(p.clone(), &params, &state)?),
             None => None,
         };
-        let physical = |p: &LogicalPlan| {
-            let (p, state) = (p.clone(), state.clone());
-            async move { state.query_planner().create_physical_plan(&p, &state).await }
+        let planner = state.query_planner().clone();
+        let main_exec = planner.create_physical_plan(&main, &state).await?;
+        let source_exec = match &source {
+            Some(p) => Some(planner.create_physical_plan(p, &state).await?),
+            None => None,
         };
-        let plans = WindowPlans {
-            main: physical(&main).await?,
-            source: match &source {
-                Some(p) => Some(physical(p).await?),
-                None => None,
-            },
-            output,
-            task_ctx: state.task_ctx(),
-        };
+        // The DataFrame is for callers that show or inspect the plan; execution uses the
+        // physical plans (and `reconcile_source` stays `None`: `plans.source` is it).
         let planned = Planned {
             df: DataFrame::new(state.clone(), main),
             schema: self.schema.clone(),
             params,
             sql_hash: self.sql_hash.clone(),
-            reconcile_source: source.map(|p| DataFrame::new(state.clone(), p)),
+            reconcile_source: None,
+        };
+        let plans = WindowPlans {
+            main: main_exec,
+            source: source_exec,
+            output,
+            task_ctx: state.task_ctx(),
+            state,
         };
         Ok(Some((planned, plans)))
     }
@@ -145,7 +150,6 @@ impl WindowPlans {
     /// `[reconcile].output` reading `provider` as the `output` table.
     pub async fn output(
         &self,
-        session: &SessionContext,
         provider: Arc<dyn TableProvider>,
     ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
         let Some(p) = &self.output else {
@@ -153,11 +157,11 @@ impl WindowPlans {
         };
         let providers = HashMap::from([(TableReference::bare(OUTPUT_TABLE), provider)]);
         let p = swap_tables(p.clone(), &providers)?;
-        let state = session.state();
+        let state = &self.state;
         Ok(Some(
             state
                 .query_planner()
-                .create_physical_plan(&p, &state)
+                .create_physical_plan(&p, state)
                 .await?,
         ))
     }
@@ -208,7 +212,7 @@ fn swap_tables(
 fn bind_params(
     plan: LogicalPlan,
     params: &[(String, ScalarValue)],
-    state: &datafusion::execution::SessionState,
+    state: &SessionState,
 ) -> Result<LogicalPlan> {
     let map: HashMap<String, ScalarValue> = params.iter().cloned().collect();
     let bound = plan.with_param_values(map)?;
@@ -220,7 +224,7 @@ fn instantiate(
     plan: &LogicalPlan,
     providers: &HashMap<TableReference, Arc<dyn TableProvider>>,
     params: &[(String, ScalarValue)],
-    state: &datafusion::execution::SessionState,
+    state: &SessionState,
 ) -> Result<LogicalPlan> {
     bind_params(swap_tables(plan.clone(), providers)?, params, state)
 }

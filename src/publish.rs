@@ -145,21 +145,31 @@ pub fn check_schema(table: &DeltaTable, schema: &Schema, partition_by: &str) -> 
     Ok(())
 }
 
-/// Writer settings for the table: its stats configuration, 128 MiB files.
+/// Writer settings for the table: its stats configuration (Delta's defaults — 32 indexed
+/// columns — for a table not created yet), 128 MiB files.
 pub fn writer_config(
     table: &DeltaTable,
     schema: Arc<Schema>,
     partition_by: &str,
 ) -> Result<WriterConfig> {
-    let stats = WriterStatsConfig::from_config(table.snapshot()?.snapshot().table_configuration());
+    let (num_indexed_cols, stats_columns) = if table.version().is_some() {
+        let stats =
+            WriterStatsConfig::from_config(table.snapshot()?.snapshot().table_configuration());
+        (stats.num_indexed_cols, stats.stats_columns)
+    } else {
+        (
+            delta_kernel::table_properties::DataSkippingNumIndexedCols::NumColumns(32),
+            None,
+        )
+    };
     Ok(WriterConfig::new(
         schema,
         vec![partition_by.to_string()],
         None,
         std::num::NonZeroU64::new(128 * 1024 * 1024),
         None,
-        stats.num_indexed_cols,
-        stats.stats_columns,
+        num_indexed_cols,
+        stats_columns,
     ))
 }
 

@@ -16,14 +16,13 @@ use deltalake::DeltaTable;
 use crate::error::{Error, ErrorKind, Result};
 use crate::execute::{self, Sink, Staged};
 use crate::plan::{self, Planned};
+use crate::prepared::WindowPlans;
 use crate::project::Project;
 use crate::publish::{self, PartitionRange};
 use crate::reconcile::{self, Check};
 use crate::record::{Report, RunRecord, Status};
 use crate::sources;
-use crate::stage::{
-    check_unique_key, stage, temp_dir, temp_sink, tempdir_for_merge, writer_config,
-};
+use crate::stage::{check_unique_key, stage, temp_dir, temp_sink, tempdir_for_merge};
 use crate::task::{Mode, OnEmpty, OnMismatch, Task};
 use crate::window::Window;
 
@@ -553,7 +552,7 @@ impl Runner {
         let (store, config) = match &temp {
             None => (
                 table.log_store().object_store(None),
-                writer_config(&table, planned.schema.clone(), &task.partition_by)?,
+                publish::writer_config(&table, planned.schema.clone(), &task.partition_by)?,
             ),
             Some(dir) => temp_sink(dir, &planned)?,
         };
@@ -582,13 +581,18 @@ impl Runner {
             execute::rows_in(&staged.adds)?,
         )];
         let mut warn = false;
-        if let (Some(r), Some(src)) = (&task.reconcile, &planned.reconcile_source) {
-            let source_rows = match plans.as_ref().and_then(|p| p.source.clone()) {
-                Some(plan) => {
-                    let ctx = plans.as_ref().expect("checked").task_ctx.clone();
-                    datafusion::physical_plan::collect(plan, ctx).await?
-                }
-                None => src.clone().collect().await?,
+        if let Some(r) = &task.reconcile {
+            let source_rows = match (plans.as_ref(), &planned.reconcile_source) {
+                (
+                    Some(WindowPlans {
+                        source: Some(plan),
+                        task_ctx,
+                        ..
+                    }),
+                    _,
+                ) => datafusion::physical_plan::collect(plan.clone(), task_ctx.clone()).await?,
+                (_, Some(src)) => src.clone().collect().await?,
+                _ => return Err(Error::runtime("[reconcile].source was not planned")),
             };
             let out = staged.output_aggregates.as_deref().unwrap_or_default();
             let rc = reconcile::compare(&source_rows, out, &r.tolerance)?;

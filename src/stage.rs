@@ -7,16 +7,13 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::SchemaRef;
 use datafusion::prelude::SessionContext;
-use deltalake::DeltaTable;
 use deltalake::datafile::writer::WriterConfig;
 use object_store::local::LocalFileSystem;
 
 use crate::error::{Error, Result};
 use crate::execute::{self, Bounds, Sink, Staged};
 use crate::plan::{self, Planned};
-use crate::publish;
 use crate::run::partition_range;
 use crate::task::{Mode, Task};
 use crate::window::Window;
@@ -72,25 +69,6 @@ pub fn tempdir_for_merge(task: &Task) -> Result<Option<tempfile::TempDir>> {
     })
 }
 
-pub fn writer_config(
-    table: &DeltaTable,
-    schema: SchemaRef,
-    partition_by: &str,
-) -> Result<WriterConfig> {
-    if table.version().is_some() {
-        return publish::writer_config(table, schema, partition_by);
-    }
-    Ok(WriterConfig::new(
-        schema,
-        vec![partition_by.to_string()],
-        None,
-        std::num::NonZeroU64::new(128 * 1024 * 1024),
-        None,
-        delta_kernel::table_properties::DataSkippingNumIndexedCols::NumColumns(32),
-        None,
-    ))
-}
-
 /// Execute the plan into `sink`, teeing into the output-reconcile query if there is one.
 pub async fn stage(
     ctx: &SessionContext,
@@ -105,7 +83,7 @@ pub async fn stage(
         Some(_) => {
             let (provider, tx) = execute::output_channel(planned.schema.clone())?;
             let prepared = match plans {
-                Some(p) => p.output(ctx, provider.clone()).await?,
+                Some(p) => p.output(provider.clone()).await?,
                 None => None,
             };
             let out = match prepared {
