@@ -90,7 +90,7 @@ impl Prepared {
     /// session's tables do not match the template (plan the window the ordinary way).
     pub async fn bind(
         &self,
-        session: &SessionContext,
+        session: &crate::scan::WindowSession,
         task: &Task,
         window: &Window,
     ) -> Result<Option<(Planned, WindowPlans)>> {
@@ -101,7 +101,7 @@ impl Prepared {
                 if providers.contains_key(&name) {
                     continue;
                 }
-                let Ok(provider) = session.table_provider(name.clone()).await else {
+                let Ok(provider) = session.provider(&name).await else {
                     return Ok(None);
                 };
                 if !same_columns(&provider.schema(), &schema) {

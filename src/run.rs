@@ -433,15 +433,15 @@ impl Runner {
     }
 
     /// The session `window` runs in: shared sources as in-memory slices of a chunk scan.
-    async fn session_for(&self, window: &Window) -> Result<SessionContext> {
+    async fn session_for(&self, window: &Window) -> Result<crate::scan::WindowSession> {
         match &self.shared {
-            None => Ok(self.ctx.clone()),
+            None => Ok(crate::scan::WindowSession::base(&self.ctx)),
             Some(s) => {
                 let ws = s
                     .session_for(&self.ctx, window, self.window_partitions())
                     .await?;
                 tracing::debug!(window = %window.label(), shared = ?ws.shared, "window session");
-                Ok(ws.ctx)
+                Ok(ws)
             }
         }
     }
@@ -486,23 +486,30 @@ impl Runner {
 
     /// The task planned for `window` in its session: bound from the prepared plans when the
     /// session matches them, planned on its own otherwise (see `prepared`).
+    /// The task planned for `window`, and the session to execute it in: the prepared plans
+    /// bound to the window's tables, or (if they do not fit) the window planned on its own.
     async fn plan_in(
         &self,
-        session: &SessionContext,
+        session: &crate::scan::WindowSession,
         window: &Window,
-    ) -> Result<(Planned, Option<crate::prepared::WindowPlans>)> {
+    ) -> Result<(
+        Planned,
+        Option<crate::prepared::WindowPlans>,
+        SessionContext,
+    )> {
         if let Some(p) = &self.prepared {
             match p.bind(session, &self.task, window).await {
                 Ok(Some((planned, plans))) => {
                     tracing::debug!(window = %window.label(), "bound the prepared plans");
-                    return Ok((planned, Some(plans)));
+                    return Ok((planned, Some(plans), self.ctx.clone()));
                 }
                 Ok(None) => {}
                 Err(e) => tracing::debug!("prepared plans not used for {}: {e}", window.label()),
             }
         }
-        let planned = plan::plan_window(session, &self.task, window, !self.validated).await?;
-        Ok((planned, None))
+        let ctx = session.context().await?;
+        let planned = plan::plan_window(&ctx, &self.task, window, !self.validated).await?;
+        Ok((planned, None, ctx))
     }
 
     /// Plan the task for `window` in this runner's session.
@@ -535,7 +542,7 @@ impl Runner {
             .await
             .map_err(|e| Error::runtime(format!("runner closed: {e}")))?;
         let session = self.session_for(window).await?;
-        let (planned, plans) = self.plan_in(&session, window).await?;
+        let (planned, plans, session) = self.plan_in(&session, window).await?;
         report.sql_hash = Some(planned.sql_hash.clone());
         self.loaded().await?;
         let table = self.view();

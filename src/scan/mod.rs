@@ -4,38 +4,45 @@
 //! A window query typically reads a thin slice of a large source (`WHERE l_shipdate >=
 //! $window_start AND l_shipdate < $window_end`). Without sharing, every window of a backfill —
 //! and the `[reconcile].source` query of every window — scans the whole source again. Here the
-//! task's SQL (unbound, unoptimised) is analysed once: for a source whose *every* reference is
-//! restricted by a lower and an upper bound on one column by window parameters (through
-//! filters, inner joins and table aliases only), the rows any window can see are exactly the
-//! rows whose column lies in that window's bounds. The source is then read once per *chunk* of
-//! consecutive windows (bounds of the whole chunk pushed into the scan), sorted on that column,
-//! and each window's session gets an in-memory table holding only its own slice.
+//! task's SQL (unbound, unoptimised) is analysed once (`bounds`): for a source whose *every*
+//! reference is bounded on one column by window parameters, the rows any window can see are
+//! exactly the rows whose column lies in that window's bounds. The source is then read once
+//! per *chunk* of consecutive windows (bounds of the whole chunk pushed into the scan), in
+//! batches each sorted on that column, and each window's session gets an in-memory table
+//! holding only its own rows.
+//!
+//! Chunk sizes: the first chunk of a run is small (windows start soon); its scan reads the
+//! whole run's range once and counts the rows of every window (a census) while keeping only
+//! the chunk's. Later chunks are cut from those counts and the bytes per row measured so far,
+//! as few as the budget allows, of even size. Without a census (a run of few windows, or
+//! windows not announced) chunk sizes follow the measured bytes per window.
 //!
 //! Invariants:
 //! - A window's result is the same with or without sharing: its slice holds every source row
 //!   satisfying the bounds its own filters impose (bounds are inclusive, a superset of `<`),
 //!   and its SQL applies all of its filters again on top. Anything the analysis cannot prove
-//!   (a reference inside a subquery expression, behind an outer join, aggregation or
-//!   projection; bounds of different columns or types; non-integer-like columns) leaves that
-//!   source un-shared: the window reads it directly, as before.
+//!   leaves that source un-shared: the window reads it directly, as before.
 //! - Memory is bounded: a chunk whose rows exceed the budget is abandoned (its windows read
-//!   the source directly) and later chunks get smaller; chunk sizes adapt to the measured
-//!   bytes per window (`IDEMLAKE_SCAN_CACHE_KB`; default an eighth of the machine's — or the
-//!   container's — memory, between 64 MiB and 1 GiB; 0 turns sharing off).
+//!   the source directly) and later chunks get smaller (`IDEMLAKE_SCAN_CACHE_KB`; default an
+//!   eighth of the machine's — or the container's — memory, between 64 MiB and 1 GiB; 0 turns
+//!   sharing off).
 //! - Sources are pinned for a run (see `sources`), so reading a chunk once is the same as
 //!   reading it per window.
+
+mod bounds;
+mod session;
+
+pub use session::WindowSession;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use arrow::array::{Array, Int64Array, RecordBatch};
 use arrow::compute::{SortOptions, cast, concat_batches, sort_to_indices, take_record_batch};
-use arrow::datatypes::DataType;
-use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{Column, ScalarValue, TableReference};
+use arrow::datatypes::{DataType, SchemaRef};
+use datafusion::common::{Column, ScalarValue};
 use datafusion::datasource::MemTable;
-use datafusion::logical_expr::utils::split_conjunction;
-use datafusion::logical_expr::{BinaryExpr, Expr, JoinType, LogicalPlan, Operator};
+use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::prelude::{SessionContext, col, lit};
 use futures::StreamExt;
 use tokio::sync::OnceCell;
@@ -44,6 +51,7 @@ use crate::error::Result;
 use crate::plan::window_params;
 use crate::task::Task;
 use crate::window::Window;
+use bounds::{Bound, analyze, as_i64, mentioned_columns, sliceable};
 
 /// Bounds of the default memory budget for one chunk of shared source rows (KiB).
 const MIN_BUDGET_KB: u64 = 64 * 1024;
@@ -72,230 +80,38 @@ fn default_budget_kb() -> u64 {
 }
 /// Windows in the first chunk, before bytes per window are known.
 const FIRST_CHUNK: usize = 32;
+/// The smallest batch size a window session over slices gets.
+const MIN_BATCH: usize = 1024;
 /// Most windows one chunk may hold.
 const MAX_CHUNK: usize = 4096;
-/// Small scan batches are merged once they hold this many bytes.
+/// Scan batches of fewer rows are small: merged once they hold [`MERGE_BYTES`].
+const SMALL_ROWS: usize = 2048;
 const MERGE_BYTES: u64 = 8 << 20;
-
-/// How one reference to a source is bounded by window parameters.
-#[derive(Debug, Clone, PartialEq)]
-struct Leaf {
-    column: String,
-    lower: String,
-    upper: String,
-}
-
-/// A source whose every reference is bounded on one column.
-#[derive(Debug, Clone)]
-pub struct Bound {
-    alias: String,
-    column: String,
-    /// (lower parameter, upper parameter) of each reference.
-    leaves: Vec<(String, String)>,
-}
-
-impl Bound {
-    /// The inclusive bounds `[lo, hi]` of the rows `window` can see, as ScalarValues.
-    fn window_bounds(
-        &self,
-        params: &HashMap<String, ScalarValue>,
-    ) -> Option<(ScalarValue, ScalarValue)> {
-        let mut lo: Option<ScalarValue> = None;
-        let mut hi: Option<ScalarValue> = None;
-        for (l, u) in &self.leaves {
-            let (l, u) = (params.get(l)?, params.get(u)?);
-            if lo.as_ref().is_none_or(|x| l < x) {
-                lo = Some(l.clone());
-            }
-            if hi.as_ref().is_none_or(|x| u > x) {
-                hi = Some(u.clone());
-            }
-        }
-        Some((lo?, hi?))
-    }
-}
-
-/// Which sources of a task can be shared, found from its unbound plans.
-fn analyze(aliases: &[&str], plans: &[&LogicalPlan]) -> Vec<Bound> {
-    let mut out = Vec::new();
-    for alias in aliases {
-        let mut total = 0usize;
-        let mut leaves = Vec::new();
-        for p in plans {
-            total += count_scans(p, alias);
-            let mut found = Vec::new();
-            walk(p, &[], &mut found);
-            leaves.extend(
-                found
-                    .into_iter()
-                    .filter(|(table, _)| same_name(table, alias))
-                    .map(|(_, leaf)| leaf),
-            );
-        }
-        if total == 0 || leaves.len() != total {
-            continue;
-        }
-        let Some(leaves) = leaves.into_iter().collect::<Option<Vec<Leaf>>>() else {
-            continue;
-        };
-        let column = leaves[0].column.clone();
-        if leaves.iter().any(|l| l.column != column) {
-            continue;
-        }
-        out.push(Bound {
-            alias: alias.to_string(),
-            column,
-            leaves: leaves.into_iter().map(|l| (l.lower, l.upper)).collect(),
-        });
-    }
-    out
-}
-
-fn same_name(table: &TableReference, alias: &str) -> bool {
-    table.table().eq_ignore_ascii_case(alias)
-}
-
-/// Every scan of `alias` in `plan`, subqueries included.
-fn count_scans(plan: &LogicalPlan, alias: &str) -> usize {
-    let mut n = 0;
-    let _ = plan.apply_with_subqueries(|p| {
-        if let LogicalPlan::TableScan(s) = p
-            && same_name(&s.table_name, alias)
-        {
-            n += 1;
-        }
-        Ok(TreeNodeRecursion::Continue)
-    });
-    n
-}
-
-/// The scan a node stands for if it is a scan under table aliases only, with the qualifier
-/// its columns carry above it.
-fn leaf_scan(plan: &LogicalPlan) -> Option<(TableReference, TableReference)> {
-    match plan {
-        LogicalPlan::TableScan(s) => Some((s.table_name.clone(), s.table_name.clone())),
-        LogicalPlan::SubqueryAlias(a) => {
-            leaf_scan(&a.input).map(|(table, _)| (table, a.alias.clone()))
-        }
-        _ => None,
-    }
-}
-
-/// Collect, for each scan reachable through plan inputs, the bound its filters impose
-/// (`None` if it has none). `above` are the conjuncts that restrict this node's rows.
-fn walk(plan: &LogicalPlan, above: &[&Expr], out: &mut Vec<(TableReference, Option<Leaf>)>) {
-    if let Some((table, qualifier)) = leaf_scan(plan) {
-        out.push((table, leaf_bound(above, &qualifier)));
-        return;
-    }
-    match plan {
-        LogicalPlan::Filter(f) => {
-            let mut next: Vec<&Expr> = above.to_vec();
-            next.extend(split_conjunction(&f.predicate));
-            walk(&f.input, &next, out);
-        }
-        LogicalPlan::Join(j) if j.join_type == JoinType::Inner => {
-            let mut next: Vec<&Expr> = above.to_vec();
-            if let Some(f) = &j.filter {
-                next.extend(split_conjunction(f));
-            }
-            walk(&j.left, &next, out);
-            walk(&j.right, &next, out);
-        }
-        other => {
-            for input in other.inputs() {
-                walk(input, &[], out);
-            }
-        }
-    }
-}
-
-fn param_name(e: &Expr) -> Option<String> {
-    match e {
-        Expr::Placeholder(p) => Some(p.id.trim_start_matches('$').to_string()),
-        _ => None,
-    }
-}
-
-fn column_of<'a>(e: &'a Expr, qualifier: &TableReference) -> Option<&'a Column> {
-    match e {
-        Expr::Column(c) if c.relation.as_ref() == Some(qualifier) => Some(c),
-        _ => None,
-    }
-}
-
-/// One lower and one upper window-parameter bound on the same column of `qualifier`.
-fn leaf_bound(conjuncts: &[&Expr], qualifier: &TableReference) -> Option<Leaf> {
-    let mut lowers: Vec<(String, String)> = Vec::new();
-    let mut uppers: Vec<(String, String)> = Vec::new();
-    for e in conjuncts {
-        match e {
-            Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
-                let (c, p, op) = if let (Some(c), Some(p)) =
-                    (column_of(left, qualifier), param_name(right))
-                {
-                    (c, p, *op)
-                } else if let (Some(c), Some(p)) = (column_of(right, qualifier), param_name(left)) {
-                    let Some(swapped) = op.swap() else { continue };
-                    (c, p, swapped)
-                } else {
-                    continue;
-                };
-                match op {
-                    Operator::Gt | Operator::GtEq => lowers.push((c.name.clone(), p)),
-                    Operator::Lt | Operator::LtEq => uppers.push((c.name.clone(), p)),
-                    Operator::Eq => {
-                        lowers.push((c.name.clone(), p.clone()));
-                        uppers.push((c.name.clone(), p));
-                    }
-                    _ => {}
-                }
-            }
-            Expr::Between(b) if !b.negated => {
-                if let (Some(c), Some(lo), Some(hi)) = (
-                    column_of(&b.expr, qualifier),
-                    param_name(&b.low),
-                    param_name(&b.high),
-                ) {
-                    lowers.push((c.name.clone(), lo));
-                    uppers.push((c.name.clone(), hi));
-                }
-            }
-            _ => {}
-        }
-    }
-    lowers.iter().find_map(|(c, lo)| {
-        uppers.iter().find(|(c2, _)| c2 == c).map(|(_, hi)| Leaf {
-            column: c.clone(),
-            lower: lo.clone(),
-            upper: hi.clone(),
-        })
-    })
-}
-
-/// Column types whose order survives a cast to Int64 (so slices can be found by binary search).
-fn sliceable(dt: &DataType) -> bool {
-    matches!(
-        dt,
-        DataType::Date32
-            | DataType::Date64
-            | DataType::Timestamp(_, _)
-            | DataType::Int16
-            | DataType::Int32
-            | DataType::Int64
-    )
-}
-
-fn as_i64(v: &ScalarValue) -> Option<i64> {
-    let a = cast(&v.to_array().ok()?, &DataType::Int64).ok()?;
-    let a = a.as_any().downcast_ref::<Int64Array>()?;
-    (a.len() == 1 && a.is_valid(0)).then(|| a.value(0))
-}
 
 /// One source's rows for a chunk of windows, sorted on the bound column.
 struct Rows {
     batch: RecordBatch,
     keys: Vec<i64>,
+}
+
+impl Rows {
+    /// `parts` (batches in arrival order) as one batch sorted on `column`.
+    fn sorted(schema: SchemaRef, parts: Vec<RecordBatch>, column: &str) -> Result<Rows> {
+        let batch = concat_batches(&schema, &parts)?;
+        drop(parts);
+        let at = schema.index_of(column)?;
+        let order = sort_to_indices(batch.column(at), Some(SortOptions::default()), None)?;
+        let batch = take_record_batch(&batch, &order)?;
+        let keys = cast(batch.column(at), &DataType::Int64)?;
+        let keys = keys
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .expect("cast to Int64")
+            .iter()
+            .map(|v| v.unwrap_or(i64::MIN))
+            .collect();
+        Ok(Rows { batch, keys })
+    }
 }
 
 /// The windows of a run in order, with each label's position (looked up once per window).
@@ -315,6 +131,23 @@ impl WindowList {
         self.list.push(w.clone());
         self.at.insert(label, self.list.len() - 1);
         self.list.len() - 1
+    }
+}
+
+/// A census of one source: how many rows each key has (as sorted keys and the rows below
+/// each), and each announced window's inclusive bounds (`(MAX, MIN)` if it has none).
+struct Tally {
+    keys: Vec<i64>,
+    below: Vec<u64>,
+    bounds: Vec<(i64, i64)>,
+}
+
+impl Tally {
+    /// Rows with key in `[lo, hi]`.
+    fn rows(&self, lo: i64, hi: i64) -> u64 {
+        let at = |i: usize| self.below[i];
+        at(self.keys.partition_point(|k| *k <= hi))
+            .saturating_sub(at(self.keys.partition_point(|k| *k < lo)))
     }
 }
 
@@ -347,13 +180,12 @@ pub struct Shared {
     budget: u64,
     /// Set when a single window's rows exceed the budget: windows then read directly.
     off: std::sync::atomic::AtomicBool,
-}
-
-/// What `session_for` hands a window.
-pub struct WindowSession {
-    pub ctx: SessionContext,
-    /// Aliases read from a shared slice, for logs.
-    pub shared: Vec<String>,
+    /// Claimed by the load that takes the census.
+    census_taken: std::sync::atomic::AtomicBool,
+    /// Rows of each shared source in each announced window (by index), once counted.
+    census: Mutex<Option<Arc<HashMap<String, Tally>>>>,
+    /// Bytes per row of each shared source, as last measured.
+    row_bytes: Mutex<HashMap<String, f64>>,
 }
 
 impl Shared {
@@ -407,6 +239,9 @@ impl Shared {
             frontier: std::sync::atomic::AtomicUsize::new(0),
             budget,
             off: std::sync::atomic::AtomicBool::new(false),
+            census_taken: std::sync::atomic::AtomicBool::new(false),
+            census: Mutex::new(None),
+            row_bytes: Mutex::new(HashMap::new()),
         })
     }
 
@@ -456,9 +291,12 @@ impl Shared {
         }
         self.chunks.lock().expect("not poisoned").clear();
         self.frontier.store(0, std::sync::atomic::Ordering::SeqCst);
+        *self.census.lock().expect("not poisoned") = None;
+        self.census_taken
+            .store(false, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// A session for `window`: shared sources as in-memory slices, the others as in `base`.
+    /// The session for `window`: shared sources as in-memory slices, the others as in `base`.
     pub async fn session_for(
         self: &Arc<Self>,
         base: &SessionContext,
@@ -497,39 +335,51 @@ impl Shared {
                 .expect("not poisoned")
                 .retain(|c| !Arc::ptr_eq(&c.rows, &rows));
         }
-        let mut config = base.copied_config();
-        if loaded.is_some() {
-            // Every shared source is an in-memory slice: use the caller's share of the cores.
-            config = config.with_target_partitions(partitions.max(1));
-        }
-        let ctx = SessionContext::new_with_config_rt(config, base.runtime_env());
-        let mut shared = Vec::new();
+        let Some(rows) = &loaded else {
+            return Ok(WindowSession::base(base));
+        };
         let params: HashMap<String, ScalarValue> =
             window_params(self.grain, window).into_iter().collect();
-        for alias in base_tables(base) {
-            let provider = base.table_provider(alias.as_str()).await?;
-            let slice = match (&loaded, self.bounds.iter().find(|b| b.alias == alias)) {
-                (Some(rows), Some(b)) => rows
-                    .get(&alias)
-                    .and_then(|r| Some((r, b.window_bounds(&params)?)))
-                    .and_then(|(r, (lo, hi))| slice(r, &lo, &hi)),
-                _ => None,
-            };
-            match slice {
-                Some(batch) => {
-                    let parts = split(&batch, partitions.max(1));
-                    ctx.register_table(
-                        alias.as_str(),
-                        Arc::new(MemTable::try_new(batch.schema(), parts)?),
-                    )?;
-                    shared.push(alias);
-                }
-                None => {
-                    ctx.register_table(alias.as_str(), provider)?;
+        let mut slices = HashMap::new();
+        {
+            for b in &self.bounds {
+                let Some(r) = rows.get(&b.alias) else {
+                    continue;
+                };
+                if let Some(batch) = b
+                    .window_bounds(&params)
+                    .and_then(|(lo, hi)| slice(r, &lo, &hi, b.upper_strict))
+                {
+                    slices.insert(b.alias.clone(), split(&batch, partitions.max(1)));
                 }
             }
         }
-        Ok(WindowSession { ctx, shared })
+        let mut config = base.copied_config();
+        {
+            // Every shared source is an in-memory slice: use the caller's share of the cores.
+            config = config.with_target_partitions(partitions.max(1));
+            // Batches at least half the batch size pass through filters without being copied
+            // into a new batch; a window's slice is one batch per partition, so a batch size
+            // of about its size keeps it as it is (it is never split: the size is at least it).
+            let largest = slices
+                .values()
+                .flatten()
+                .flatten()
+                .map(|b| b.num_rows())
+                .max()
+                .unwrap_or(0);
+            let default = config.batch_size();
+            if largest < default {
+                config = config.with_batch_size(largest.max(MIN_BATCH));
+            }
+        }
+        let mut tables: HashMap<String, Arc<dyn datafusion::catalog::TableProvider>> =
+            HashMap::new();
+        for (alias, parts) in slices {
+            let schema = parts[0][0].schema();
+            tables.insert(alias, Arc::new(MemTable::try_new(schema, parts)?));
+        }
+        Ok(WindowSession::with_slices(base, config, tables))
     }
 
     /// The chunk holding `window` (created if needed), as (rows cell, first, last), and the
@@ -558,7 +408,9 @@ impl Shared {
                     // start in any order): chunk sizes follow the measurements, not arrival.
                     let mut first = frontier;
                     loop {
-                        let last = (first + size - 1).min(count - 1);
+                        let last = self
+                            .cut(first, count)
+                            .unwrap_or((first + size - 1).min(count - 1));
                         chunks.push(new_chunk(first, last));
                         if last >= idx {
                             break;
@@ -594,16 +446,21 @@ impl Shared {
         }
         // Read ahead: once half of the newest chunk's windows have started, cut the next one
         // so that its scan overlaps the remaining windows (chunks aim at half the budget, so
-        // two in memory stay within it).
+        // two in memory stay within it). After the first chunk, which is small (windows start
+        // soon), the next one is read as soon as the census is in.
+        let early = out.1 == 0 && self.census.lock().expect("not poisoned").is_some();
         let frontier = self.frontier.load(Ordering::SeqCst);
         let off = self.off.load(Ordering::SeqCst);
-        let ahead = (half_handed && is_last_cut && frontier < count && !off).then(|| {
-            let last = (frontier + size - 1).min(count - 1);
-            chunks.push(new_chunk(frontier, last));
-            self.frontier.store(last + 1, Ordering::SeqCst);
-            let c = &chunks[chunks.len() - 1];
-            (c.rows.clone(), c.first, c.last)
-        });
+        let ahead =
+            ((half_handed || early) && is_last_cut && frontier < count && !off).then(|| {
+                let last = self
+                    .cut(frontier, count)
+                    .unwrap_or((frontier + size - 1).min(count - 1));
+                chunks.push(new_chunk(frontier, last));
+                self.frontier.store(last + 1, Ordering::SeqCst);
+                let c = &chunks[chunks.len() - 1];
+                (c.rows.clone(), c.first, c.last)
+            });
         (out, ahead)
     }
 
@@ -617,23 +474,28 @@ impl Shared {
         let started = std::time::Instant::now();
         let mut out = HashMap::new();
         let mut bytes = 0u64;
+        // The first chunk of a run of more windows than it holds takes the census.
+        let census: Option<Vec<Window>> = {
+            let all = self.windows.lock().expect("not poisoned");
+            (all.list.len() > windows.len()
+                && !self
+                    .census_taken
+                    .swap(true, std::sync::atomic::Ordering::SeqCst))
+            .then(|| all.list.clone())
+        };
+        let mut counts: HashMap<String, Tally> = HashMap::new();
         for b in &self.bounds {
-            let mut lo: Option<ScalarValue> = None;
-            let mut hi: Option<ScalarValue> = None;
-            for w in windows {
-                let params: HashMap<String, ScalarValue> =
-                    window_params(self.grain, w).into_iter().collect();
-                let Some((l, h)) = b.window_bounds(&params) else {
-                    return Ok(None);
-                };
-                if lo.as_ref().is_none_or(|x| &l < x) {
-                    lo = Some(l);
-                }
-                if hi.as_ref().is_none_or(|x| &h > x) {
-                    hi = Some(h);
-                }
-            }
-            let (Some(lo), Some(hi)) = (lo, hi) else {
+            let Some((lo, hi)) = self.span(b, windows) else {
+                return Ok(None);
+            };
+            let scanned = match &census {
+                Some(all) => match self.span(b, all) {
+                    Some(span) => span,
+                    None => return Ok(None),
+                },
+                None => (lo.clone(), hi.clone()),
+            };
+            let (Some(lo_i), Some(hi_i)) = (as_i64(&lo), as_i64(&hi)) else {
                 return Ok(None);
             };
             let c = col(Column::new(Some(b.alias.as_str()), b.column.as_str()));
@@ -663,34 +525,65 @@ impl Shared {
                 .filter(|c| self.columns.contains(&c.name) || c.name == b.column)
                 .map(Expr::Column)
                 .collect();
+            let (scan_lo, scan_hi) = scanned;
             let df = df
-                .filter(c.clone().gt_eq(lit(lo)).and(c.lt_eq(lit(hi))))?
+                .filter(c.clone().gt_eq(lit(scan_lo)).and(c.lt_eq(lit(scan_hi))))?
                 .select(keep)?;
+            let key_at = df.schema().as_arrow().index_of(&b.column)?;
+            let mut census_keys: HashMap<i64, u64> = HashMap::new();
             let schema = Arc::new(df.schema().as_arrow().clone());
             let mut stream = df.execute_stream().await?;
             // A filtered scan yields many small batches whose buffers' fixed overhead dwarfs
             // their rows (~4 MB for one day of lineitem in ~700 batches vs ~0.5 MB once
             // concatenated): small batches are merged as they arrive, so the budget and the
-            // chunk sizing see what the rows really cost.
-            let mut batches = Vec::new();
+            // chunk sizing see what the rows really cost. Large ones are kept as they come.
+            let mut parts = Vec::new();
             let mut small = Vec::new();
             let mut small_bytes = 0u64;
             let mut kept = 0u64;
+            let mut rows = 0u64;
             while let Some(batch) = stream.next().await {
-                let batch = compact(batch?)?;
+                let mut batch = batch?;
+                if census.is_some() {
+                    // The scan covers the whole run: count every window's rows, keep the
+                    // chunk's.
+                    let keys = cast(batch.column(key_at), &DataType::Int64)?;
+                    let keys = keys.as_any().downcast_ref::<Int64Array>().expect("Int64");
+                    let mut keep = Vec::with_capacity(keys.len());
+                    for k in keys.iter() {
+                        keep.push(k.is_some_and(|k| {
+                            *census_keys.entry(k).or_insert(0) += 1;
+                            lo_i <= k && k <= hi_i
+                        }));
+                    }
+                    batch = arrow::compute::filter_record_batch(
+                        &batch,
+                        &arrow::array::BooleanArray::from(keep),
+                    )?;
+                }
+                let batch = compact(batch)?;
+                rows += batch.num_rows() as u64;
                 if batch.num_rows() == 0 {
                     continue;
                 }
-                small_bytes += batch.get_array_memory_size() as u64;
-                small.push(batch);
+                let size = batch.get_array_memory_size() as u64;
+                if batch.num_rows() >= SMALL_ROWS {
+                    // Large enough to count as it is (it is copied once, into the chunk).
+                    kept += size;
+                    parts.push(batch);
+                } else {
+                    small_bytes += size;
+                    small.push(batch);
+                }
                 if small_bytes > MERGE_BYTES {
                     let merged = concat_batches(&schema, &small)?;
                     small.clear();
                     small_bytes = 0;
                     kept += merged.get_array_memory_size() as u64;
-                    batches.push(merged);
+                    parts.push(merged);
                 }
                 if bytes + kept + small_bytes > self.budget {
+                    self.measured(&b.alias, kept + small_bytes, rows);
                     self.resize(windows.len(), bytes, true);
                     if windows.len() == 1 {
                         // Not even one window fits: stop trying for the rest of the run.
@@ -704,34 +597,139 @@ impl Shared {
                     return Ok(None);
                 }
             }
-            batches.extend(small);
-            let batch = concat_batches(&schema, &batches)?;
-            drop(batches);
-            bytes += batch.get_array_memory_size() as u64;
-            let key_col = batch.column(batch.schema().index_of(&b.column)?).clone();
-            let order = sort_to_indices(&key_col, Some(SortOptions::default()), None)?;
-            let batch = take_record_batch(&batch, &order)?;
-            let keys = cast(
-                batch.column(batch.schema().index_of(&b.column)?),
-                &DataType::Int64,
-            )?;
-            let keys = keys
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .expect("cast to Int64")
-                .iter()
-                .map(|v| v.unwrap_or(i64::MIN))
-                .collect();
-            out.insert(b.alias.clone(), Rows { batch, keys });
+            if !small.is_empty() {
+                let merged = concat_batches(&schema, &small)?;
+                kept += merged.get_array_memory_size() as u64;
+                parts.push(merged);
+            }
+            bytes += kept;
+            self.measured(&b.alias, kept, rows);
+            if let Some(all) = &census {
+                counts.insert(b.alias.clone(), self.tally(b, all, census_keys));
+            }
+            out.insert(b.alias.clone(), Rows::sorted(schema, parts, &b.column)?);
         }
         self.resize(windows.len(), bytes, false);
+        if census.is_some() {
+            *self.census.lock().expect("not poisoned") = Some(Arc::new(counts));
+        }
         tracing::debug!(
             windows = windows.len(),
             kb = bytes / 1024,
             ms = started.elapsed().as_millis() as u64,
+            census = census.is_some(),
             "shared scan loaded"
         );
         Ok(Some(Arc::new(out)))
+    }
+
+    /// The inclusive bounds of `b` covering all of `windows`.
+    fn span(&self, b: &Bound, windows: &[Window]) -> Option<(ScalarValue, ScalarValue)> {
+        let mut lo: Option<ScalarValue> = None;
+        let mut hi: Option<ScalarValue> = None;
+        for w in windows {
+            let params: HashMap<String, ScalarValue> =
+                window_params(self.grain, w).into_iter().collect();
+            let (l, h) = b.window_bounds(&params)?;
+            if lo.as_ref().is_none_or(|x| &l < x) {
+                lo = Some(l);
+            }
+            if hi.as_ref().is_none_or(|x| &h > x) {
+                hi = Some(h);
+            }
+        }
+        Some((lo?, hi?))
+    }
+
+    /// The census of `b` over `windows`: its count per key, as prefix sums, and each
+    /// window's bounds.
+    fn tally(&self, b: &Bound, windows: &[Window], per_key: HashMap<i64, u64>) -> Tally {
+        let mut counted: Vec<(i64, u64)> = per_key.into_iter().collect();
+        counted.sort_unstable();
+        let mut below = Vec::with_capacity(counted.len() + 1);
+        let mut sum = 0u64;
+        for (_, n) in &counted {
+            below.push(sum);
+            sum += n;
+        }
+        below.push(sum);
+        let bounds = windows
+            .iter()
+            .map(|w| {
+                let params: HashMap<String, ScalarValue> =
+                    window_params(self.grain, w).into_iter().collect();
+                b.window_bounds(&params)
+                    .and_then(|(l, h)| Some((as_i64(&l)?, as_i64(&h)?)))
+                    .unwrap_or((i64::MAX, i64::MIN))
+            })
+            .collect();
+        Tally {
+            keys: counted.into_iter().map(|(k, _)| k).collect(),
+            below,
+            bounds,
+        }
+    }
+
+    /// Record the bytes per row a load of `alias` measured.
+    fn measured(&self, alias: &str, bytes: u64, rows: u64) {
+        if rows > 0 {
+            self.row_bytes
+                .lock()
+                .expect("not poisoned")
+                .insert(alias.to_string(), bytes as f64 / rows as f64);
+        }
+    }
+
+    /// The last window of a chunk starting at `first`, cut from the census: the fewest chunks
+    /// whose estimated bytes fit half the budget each (two may be in memory at once), of even
+    /// size. `None` without a census (or for windows it did not count).
+    fn cut(&self, first: usize, count: usize) -> Option<usize> {
+        let census = self.census.lock().expect("not poisoned").clone()?;
+        let row_bytes = self.row_bytes.lock().expect("not poisoned").clone();
+        let end = census.values().map(|t| t.bounds.len()).min()?.min(count);
+        if first >= end {
+            return None;
+        }
+        let sources: Vec<(&Tally, f64)> = census
+            .iter()
+            .map(|(alias, t)| Some((t, *row_bytes.get(alias)?)))
+            .collect::<Option<_>>()?;
+        // Estimated bytes of windows first..=last, growing `last` one window at a time.
+        let mut spans: Vec<(i64, i64)> = sources.iter().map(|(t, _)| t.bounds[first]).collect();
+        let mut grow = |last: usize| -> f64 {
+            sources
+                .iter()
+                .zip(spans.iter_mut())
+                .map(|((t, per_row), span)| {
+                    let (l, h) = t.bounds[last];
+                    *span = (span.0.min(l), span.1.max(h));
+                    t.rows(span.0, span.1) as f64 * per_row
+                })
+                .sum()
+        };
+        let remaining = {
+            let mut spans: Vec<(i64, i64)> = sources.iter().map(|(t, _)| t.bounds[first]).collect();
+            for (i, (t, _)) in sources.iter().enumerate() {
+                for w in first..end {
+                    let (l, h) = t.bounds[w];
+                    spans[i] = (spans[i].0.min(l), spans[i].1.max(h));
+                }
+            }
+            sources
+                .iter()
+                .zip(&spans)
+                .map(|((t, per_row), (l, h))| t.rows(*l, *h) as f64 * per_row)
+                .sum::<f64>()
+        };
+        let target = (self.budget / 2) as f64;
+        let per = remaining / (remaining / target).ceil().max(1.0);
+        let cap = per * 1.03 + 1.0;
+        grow(first);
+        let mut last = first;
+        while last + 1 < end && last + 1 - first < MAX_CHUNK && grow(last + 1) <= cap {
+            last += 1;
+        }
+        Some(last)
     }
 
     /// Size the next chunk from what this one cost.
@@ -746,31 +744,6 @@ impl Shared {
         // estimate of the next thousand).
         *next = ((self.budget / 2 / per_window) as usize).clamp(1, (windows * 4).min(MAX_CHUNK));
     }
-}
-
-/// Every column name referenced by an expression anywhere in `plans` (subqueries included).
-/// A superset of what the SQL reads from each source, so planning it against a slice holding
-/// only these columns resolves exactly as against the source.
-fn mentioned_columns(plans: &[&LogicalPlan]) -> HashSet<String> {
-    let mut out = HashSet::new();
-    for p in plans {
-        let _ = p.apply_with_subqueries(|node| {
-            for e in node.expressions() {
-                for c in e.column_refs() {
-                    out.insert(c.name.clone());
-                }
-            }
-            if let LogicalPlan::TableScan(s) = node {
-                for f in &s.filters {
-                    for c in f.column_refs() {
-                        out.insert(c.name.clone());
-                    }
-                }
-            }
-            Ok(TreeNodeRecursion::Continue)
-        });
-    }
-    out
 }
 
 /// Copy view arrays (Utf8View/BinaryView) so a batch holds only its own strings, not the
@@ -811,11 +784,13 @@ fn base_tables(ctx: &SessionContext) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The rows of `r` with key in `[lo, hi]` (zero-copy).
-fn slice(r: &Rows, lo: &ScalarValue, hi: &ScalarValue) -> Option<RecordBatch> {
+/// The rows of `r` with key in `[lo, hi]`, or `[lo, hi)` if `strict` (zero-copy).
+fn slice(r: &Rows, lo: &ScalarValue, hi: &ScalarValue, strict: bool) -> Option<RecordBatch> {
     let (lo, hi) = (as_i64(lo)?, as_i64(hi)?);
     let start = r.keys.partition_point(|k| *k < lo);
-    let end = r.keys.partition_point(|k| *k <= hi);
+    let end = r
+        .keys
+        .partition_point(|k| if strict { *k < hi } else { *k <= hi });
     Some(r.batch.slice(start, end.saturating_sub(start)))
 }
 
@@ -841,146 +816,53 @@ mod tests {
     use super::*;
     use arrow::datatypes::{Field, Schema};
 
-    async fn bounds_of(sql: &str) -> Vec<(String, String, Vec<(String, String)>)> {
-        let ctx = SessionContext::new();
-        let li = Arc::new(Schema::new(vec![
-            Field::new("l_orderkey", DataType::Int64, true),
-            Field::new("l_shipdate", DataType::Date32, true),
-            Field::new("l_commitdate", DataType::Date32, true),
-            Field::new("l_quantity", DataType::Float64, true),
-        ]));
-        let o = Arc::new(Schema::new(vec![
-            Field::new("o_orderkey", DataType::Int64, true),
-            Field::new("o_orderdate", DataType::Date32, true),
-        ]));
-        for (name, schema) in [("lineitem", li), ("orders", o)] {
-            let t = MemTable::try_new(schema, vec![vec![]]).unwrap();
-            ctx.register_table(name, Arc::new(t)).unwrap();
-        }
-        let df = ctx.sql(sql).await.unwrap();
-        analyze(&["lineitem", "orders"], &[df.logical_plan()])
-            .into_iter()
-            .map(|b| (b.alias, b.column, b.leaves))
-            .collect()
-    }
-
-    fn leaf(lo: &str, hi: &str) -> (String, String) {
-        (lo.to_string(), hi.to_string())
-    }
-
-    #[tokio::test]
-    async fn a_window_filter_on_one_column_is_shared() {
-        let b = bounds_of(
-            "SELECT * FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end",
-        )
-        .await;
-        assert_eq!(
-            b,
-            vec![(
-                "lineitem".into(),
-                "l_shipdate".into(),
-                vec![leaf("window_start", "window_end")]
-            )]
-        );
-        // Aliases, flipped comparisons and BETWEEN are understood.
-        let b = bounds_of(
-            "SELECT l.l_orderkey FROM lineitem AS l WHERE $window_end > l.l_shipdate AND l.l_quantity > 1 AND $window_start <= l.l_shipdate",
-        )
-        .await;
-        assert_eq!(b[0].2, vec![leaf("window_start", "window_end")]);
-        let b = bounds_of(
-            "SELECT l_orderkey FROM lineitem WHERE l_shipdate BETWEEN $window_start AND $window_end",
-        )
-        .await;
-        assert_eq!(b[0].1, "l_shipdate");
-    }
-
-    #[tokio::test]
-    async fn unbounded_or_hidden_references_are_not_shared() {
-        // Only a lower bound.
-        assert!(
-            bounds_of("SELECT * FROM lineitem WHERE l_shipdate >= $window_start")
-                .await
-                .is_empty()
-        );
-        // An OR does not bound every row.
-        assert!(
-            bounds_of("SELECT * FROM lineitem WHERE l_shipdate >= $window_start AND (l_shipdate < $window_end OR l_quantity > 5)")
-                .await
-                .is_empty()
-        );
-        // A second, unbounded reference in a subquery expression.
-        assert!(
-            bounds_of("SELECT * FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end AND l_quantity > (SELECT avg(l_quantity) FROM lineitem)")
-                .await
-                .is_empty()
-        );
-        // Bounds on different columns in two references.
-        assert!(
-            bounds_of("SELECT l_orderkey FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end \
-                       UNION ALL SELECT l_orderkey FROM lineitem WHERE l_commitdate >= $window_start AND l_commitdate < $window_end")
-                .await
-                .is_empty()
-        );
-        // The filter sits above a LEFT join on the optional side: not a restriction of the scan.
-        let b = bounds_of(
-            "SELECT o.o_orderkey FROM orders o LEFT JOIN lineitem l ON l.l_orderkey = o.o_orderkey \
-             WHERE o.o_orderdate >= $window_start AND o.o_orderdate < $window_end AND l.l_shipdate >= $window_start AND l.l_shipdate < $window_end",
-        )
-        .await;
-        assert!(b.is_empty(), "{b:?}");
-    }
-
-    #[tokio::test]
-    async fn inner_joins_share_each_bounded_side() {
-        let b = bounds_of(
-            "SELECT o.o_orderkey, l.l_quantity FROM orders o JOIN lineitem l ON l.l_orderkey = o.o_orderkey \
-             WHERE l.l_shipdate >= $window_start AND l.l_shipdate < $window_end",
-        )
-        .await;
-        assert_eq!(
-            b,
-            vec![(
-                "lineitem".into(),
-                "l_shipdate".into(),
-                vec![leaf("window_start", "window_end")]
-            )]
-        );
-        // Two references with their own bounds: the union of both is kept.
-        let b = bounds_of(
-            "SELECT l_orderkey FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end \
-             UNION ALL SELECT l_orderkey FROM lineitem WHERE l_shipdate >= $window_start_ts AND l_shipdate <= $window_end",
-        )
-        .await;
-        assert_eq!(
-            b[0].2,
-            vec![
-                leaf("window_start", "window_end"),
-                leaf("window_start_ts", "window_end")
-            ]
-        );
-    }
-
     #[test]
     fn slices_are_inclusive_and_sorted() {
-        let keys = vec![1i64, 2, 2, 3, 5, 8];
+        let keys = vec![5i64, 1, 8, 2, 3, 2];
         let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, true)]));
-        let batch =
-            RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(keys.clone()))]).unwrap();
-        let r = Rows { batch, keys };
-        let s = slice(
+        let batch = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(keys))]).unwrap();
+        // Two parts in arrival order: sorted together into one batch.
+        let parts = [batch.slice(3, 3), batch.slice(0, 3)];
+        let r = Rows::sorted(batch.schema(), parts.to_vec(), "k").unwrap();
+        let keys_of = |lo: i64, hi: i64| {
+            let s = slice(
+                &r,
+                &ScalarValue::Int64(Some(lo)),
+                &ScalarValue::Int64(Some(hi)),
+                false,
+            )
+            .unwrap();
+            let k = s.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+            k.values().to_vec()
+        };
+        assert_eq!(keys_of(2, 5), vec![2, 2, 3, 5]);
+        assert_eq!(r.keys, vec![1, 2, 2, 3, 5, 8]);
+        assert_eq!(keys_of(6, 7), Vec::<i64>::new());
+        assert_eq!(keys_of(8, 9), vec![8]);
+        assert_eq!(keys_of(i64::MIN, i64::MAX).len(), 6);
+        // A strict upper bound stops short of it.
+        let strict = slice(
             &r,
             &ScalarValue::Int64(Some(2)),
             &ScalarValue::Int64(Some(5)),
+            true,
         )
         .unwrap();
-        assert_eq!(s.num_rows(), 4);
-        let s = slice(
-            &r,
-            &ScalarValue::Int64(Some(6)),
-            &ScalarValue::Int64(Some(7)),
-        )
-        .unwrap();
-        assert_eq!(s.num_rows(), 0);
+        assert_eq!(strict.num_rows(), 3);
+    }
+
+    #[test]
+    fn a_census_counts_rows_by_inclusive_bounds() {
+        let t = Tally {
+            keys: vec![1, 2, 5],
+            below: vec![0, 3, 4, 6],
+            bounds: vec![],
+        };
+        assert_eq!(t.rows(1, 2), 4);
+        assert_eq!(t.rows(2, 2), 1);
+        assert_eq!(t.rows(3, 4), 0);
+        assert_eq!(t.rows(2, 5), 3);
+        assert_eq!(t.rows(0, 10), 6);
+        assert_eq!(t.rows(6, 10), 0);
     }
 }
