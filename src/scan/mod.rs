@@ -78,7 +78,8 @@ fn default_budget_kb() -> u64 {
             .clamp(MIN_BUDGET_KB, MAX_BUDGET_KB),
     }
 }
-/// Windows in the first chunk, before bytes per window are known.
+/// Windows in the first chunk, before bytes per window are known (a tenth of an announced
+/// run, within 1–8× this).
 const FIRST_CHUNK: usize = 32;
 /// The smallest batch size a window session over slices gets.
 const MIN_BATCH: usize = 1024;
@@ -294,6 +295,10 @@ impl Shared {
         *self.census.lock().expect("not poisoned") = None;
         self.census_taken
             .store(false, std::sync::atomic::Ordering::SeqCst);
+        // The first chunk's windows run while the second chunk is read: a long run starts
+        // with more of them (a tenth, up to 8× the usual first chunk).
+        *self.next_size.lock().expect("not poisoned") =
+            (windows.len() / 10).clamp(FIRST_CHUNK, 8 * FIRST_CHUNK);
     }
 
     /// The session for `window`: shared sources as in-memory slices, the others as in `base`.
@@ -585,6 +590,11 @@ impl Shared {
                 if bytes + kept + small_bytes > self.budget {
                     self.measured(&b.alias, kept + small_bytes, rows);
                     self.resize(windows.len(), bytes, true);
+                    if census.is_some() {
+                        // The next (smaller) first chunk takes the census again.
+                        self.census_taken
+                            .store(false, std::sync::atomic::Ordering::SeqCst);
+                    }
                     if windows.len() == 1 {
                         // Not even one window fits: stop trying for the rest of the run.
                         self.off.store(true, std::sync::atomic::Ordering::SeqCst);
