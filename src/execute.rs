@@ -101,16 +101,25 @@ impl PartitionStream for ChannelPartition {
     }
 }
 
-/// A table provider for the run's output, and the sender that feeds it.
-pub fn output_channel(
-    schema: SchemaRef,
-) -> Result<(Arc<StreamingTable>, mpsc::Sender<RecordBatch>)> {
+/// The run's output as a table provider (and as the one stream partition behind it), and
+/// the sender that feeds it.
+pub type OutputChannel = (
+    Arc<StreamingTable>,
+    Arc<dyn PartitionStream>,
+    mpsc::Sender<RecordBatch>,
+);
+
+pub fn output_channel(schema: SchemaRef) -> Result<OutputChannel> {
     let (tx, rx) = mpsc::channel(4);
-    let part = Arc::new(ChannelPartition {
+    let part: Arc<dyn PartitionStream> = Arc::new(ChannelPartition {
         schema: schema.clone(),
         rx: Mutex::new(Some(rx)),
     });
-    Ok((Arc::new(StreamingTable::try_new(schema, vec![part])?), tx))
+    Ok((
+        Arc::new(StreamingTable::try_new(schema, vec![part.clone()])?),
+        part,
+        tx,
+    ))
 }
 
 /// Stream `df` into `sink`, checking window bounds; tee into `tee` (the output-reconcile

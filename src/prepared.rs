@@ -18,11 +18,12 @@
 //!   unbound — makes the window plan itself the ordinary way (`bind` returns `None`).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arrow::datatypes::{Schema, SchemaRef};
 use datafusion::catalog::TableProvider;
 use datafusion::catalog::default_table_source::provider_as_source;
+use datafusion::common::tree_node::TreeNode;
 use datafusion::common::tree_node::{Transformed, TreeNodeRecursion};
 use datafusion::common::{ScalarValue, TableReference};
 use datafusion::datasource::MemTable;
@@ -31,6 +32,7 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::optimizer::optimizer::Optimizer;
 use datafusion::optimizer::simplify_expressions::SimplifyExpressions;
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::prelude::{DataFrame, SessionContext};
 
 use crate::error::Result;
@@ -45,6 +47,9 @@ pub struct Prepared {
     output: Option<LogicalPlan>,
     schema: SchemaRef,
     sql_hash: String,
+    /// `[reconcile].output`'s physical plan, once made, when it takes no parameters: it is
+    /// the same for every window but for the output stream it reads (swapped per window).
+    output_exec: Option<Arc<OnceLock<Arc<dyn ExecutionPlan>>>>,
 }
 
 /// A window's physical plans, from a [`Prepared`] task.
@@ -57,6 +62,7 @@ pub struct WindowPlans {
     pub task_ctx: Arc<TaskContext>,
     /// The window session's state the plans were made in (planning the output side reuses it).
     state: SessionState,
+    output_exec: Option<Arc<OnceLock<Arc<dyn ExecutionPlan>>>>,
 }
 
 impl Prepared {
@@ -77,12 +83,17 @@ impl Prepared {
             }
             None => None,
         };
+        let fixed = match &output {
+            Some(p) => p.get_parameter_types()?.is_empty(),
+            None => false,
+        };
         Ok(Prepared {
             main,
             source,
             output,
             schema: planned.schema,
             sql_hash: planned.sql_hash,
+            output_exec: fixed.then(|| Arc::new(OnceLock::new())),
         })
     }
 
@@ -141,30 +152,70 @@ impl Prepared {
             output,
             task_ctx: state.task_ctx(),
             state,
+            output_exec: self.output_exec.clone(),
         };
         Ok(Some((planned, plans)))
     }
 }
 
 impl WindowPlans {
-    /// `[reconcile].output` reading `provider` as the `output` table.
+    /// `[reconcile].output` reading `provider` (whose one stream partition is `part`) as the
+    /// `output` table.
     pub async fn output(
         &self,
         provider: Arc<dyn TableProvider>,
+        part: Arc<dyn PartitionStream>,
     ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
         let Some(p) = &self.output else {
             return Ok(None);
         };
+        if let Some(plan) = self.output_exec.as_ref().and_then(|c| c.get())
+            && let Some(fed) = feed(plan.clone(), part)?
+        {
+            return Ok(Some(fed));
+        }
         let providers = HashMap::from([(TableReference::bare(OUTPUT_TABLE), provider)]);
         let p = swap_tables(p.clone(), &providers)?;
         let state = &self.state;
-        Ok(Some(
-            state
-                .query_planner()
-                .create_physical_plan(&p, state)
-                .await?,
-        ))
+        let plan = state
+            .query_planner()
+            .create_physical_plan(&p, state)
+            .await?;
+        if let Some(cell) = &self.output_exec {
+            let _ = cell.set(plan.clone());
+        }
+        Ok(Some(plan))
     }
+}
+
+/// `plan` (a physical plan of `[reconcile].output`) reading `part` instead of the output
+/// stream it was planned with: its one streaming leaf is replaced and every node above it is
+/// rebuilt (fresh nodes, so windows share no execution state). `None` if the plan does not
+/// have exactly one streaming leaf.
+fn feed(
+    plan: Arc<dyn ExecutionPlan>,
+    part: Arc<dyn PartitionStream>,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let mut leaves = 0;
+    let fed = plan
+        .transform_up(|node| {
+            let Some(s) = node.downcast_ref::<StreamingTableExec>() else {
+                return Ok(Transformed::no(node));
+            };
+            leaves += 1;
+            let projection: Option<Vec<usize>> = s.projection().as_ref().map(|p| p.to_vec());
+            let exec = StreamingTableExec::try_new(
+                s.partition_schema().clone(),
+                vec![part.clone()],
+                projection.as_ref(),
+                s.projected_output_ordering(),
+                s.is_infinite(),
+                s.limit(),
+            )?;
+            Ok(Transformed::yes(Arc::new(exec) as Arc<dyn ExecutionPlan>))
+        })?
+        .data;
+    Ok((leaves == 1).then_some(fed))
 }
 
 /// Every table scanned by `plan` (subqueries included), with the schema it was planned with.
@@ -227,4 +278,57 @@ fn instantiate(
     state: &SessionState,
 ) -> Result<LogicalPlan> {
     bind_params(swap_tables(plan.clone(), providers)?, params, state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field};
+
+    /// One plan of an aggregate over the output stream serves several windows: each reads
+    /// its own stream.
+    #[tokio::test]
+    async fn a_fed_output_plan_reads_the_new_stream() {
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, true)]));
+        let ctx = SessionContext::new();
+        let (provider, _, first_tx) = crate::execute::output_channel(schema.clone()).unwrap();
+        ctx.register_table(OUTPUT_TABLE, provider).unwrap();
+        let plan = ctx
+            .sql("SELECT count(*) AS n, sum(x) AS s FROM output")
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        drop(first_tx);
+        for values in [vec![1i64, 2, 3], vec![10, 20]] {
+            let (_, part, tx) = crate::execute::output_channel(schema.clone()).unwrap();
+            let fed = feed(plan.clone(), part)
+                .unwrap()
+                .expect("one streaming leaf");
+            let task = ctx.task_ctx();
+            let run = tokio::spawn(datafusion::physical_plan::collect(fed, task));
+            let batch = RecordBatch::try_new(
+                schema.clone(),
+                vec![Arc::new(Int64Array::from(values.clone()))],
+            )
+            .unwrap();
+            tx.send(batch).await.unwrap();
+            drop(tx);
+            let out = run.await.unwrap().unwrap();
+            let n = out[0]
+                .column(0)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap();
+            let s = out[0]
+                .column(1)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap();
+            assert_eq!(n.value(0), values.len() as i64);
+            assert_eq!(s.value(0), values.iter().sum::<i64>());
+        }
+    }
 }

@@ -81,9 +81,9 @@ pub async fn stage(
     let tee = match &task.reconcile {
         None => None,
         Some(_) => {
-            let (provider, tx) = execute::output_channel(planned.schema.clone())?;
+            let (provider, part, tx) = execute::output_channel(planned.schema.clone())?;
             let prepared = match plans {
-                Some(p) => p.output(provider.clone()).await?,
+                Some(p) => p.output(provider.clone(), part).await?,
                 None => None,
             };
             let out = match prepared {
