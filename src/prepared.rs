@@ -7,7 +7,10 @@
 //! `[reconcile].output` are planned once against a *template* session whose tables have the
 //! schemas the window sessions will have (shared sources as empty in-memory tables with the
 //! slices' columns). A window then only swaps in its own tables, binds its parameters,
-//! simplifies the now-constant expressions and plans the physical execution.
+//! simplifies the now-constant expressions and plans the physical execution. A
+//! `[reconcile].output` query without parameters is the same physical plan for every window
+//! but for the output stream it reads: it is planned once, and each window gets a copy with
+//! its own stream as the leaf (every node above it rebuilt, so no execution state is shared).
 //!
 //! Invariants:
 //! - A window runs the same logical query as when planned on its own: the template is the
