@@ -7,9 +7,9 @@
 //! task's SQL (unbound, unoptimised) is analysed once (`bounds`): for a source whose *every*
 //! reference is bounded on one column by window parameters, the rows any window can see are
 //! exactly the rows whose column lies in that window's bounds. The source is then read once
-//! per *chunk* of consecutive windows (bounds of the whole chunk pushed into the scan), in
-//! batches each sorted on that column, and each window's session gets an in-memory table
-//! holding only its own rows.
+//! per *chunk* of consecutive windows (bounds of the whole chunk pushed into the scan), sorted
+//! on that column, and each window's session gets an in-memory table holding only its own
+//! rows (a zero-copy slice).
 //!
 //! Chunk sizes: the first chunk of a run is small (windows start soon); its scan reads the
 //! whole run's range once and counts the rows of every window (a census) while keeping only
@@ -19,8 +19,8 @@
 //!
 //! Invariants:
 //! - A window's result is the same with or without sharing: its slice holds every source row
-//!   satisfying the bounds its own filters impose (bounds are inclusive, a superset of `<`),
-//!   and its SQL applies all of its filters again on top. Anything the analysis cannot prove
+//!   satisfying the bounds its own filters impose (inclusive, except an upper bound that is
+//!   strict in every reference), and its SQL applies all of its filters again on top. Anything the analysis cannot prove
 //!   leaves that source un-shared: the window reads it directly, as before.
 //! - Memory is bounded: a chunk whose rows exceed the budget is abandoned (its windows read
 //!   the source directly) and later chunks get smaller (`IDEMLAKE_SCAN_CACHE_KB`; default an
@@ -346,37 +346,33 @@ impl Shared {
         let params: HashMap<String, ScalarValue> =
             window_params(self.grain, window).into_iter().collect();
         let mut slices = HashMap::new();
-        {
-            for b in &self.bounds {
-                let Some(r) = rows.get(&b.alias) else {
-                    continue;
-                };
-                if let Some(batch) = b
-                    .window_bounds(&params)
-                    .and_then(|(lo, hi)| slice(r, &lo, &hi, b.upper_strict))
-                {
-                    slices.insert(b.alias.clone(), split(&batch, partitions.max(1)));
-                }
+        for b in &self.bounds {
+            let Some(r) = rows.get(&b.alias) else {
+                continue;
+            };
+            if let Some(batch) = b
+                .window_bounds(&params)
+                .and_then(|(lo, hi)| slice(r, &lo, &hi, b.upper_strict))
+            {
+                slices.insert(b.alias.clone(), split(&batch, partitions.max(1)));
             }
         }
-        let mut config = base.copied_config();
-        {
-            // Every shared source is an in-memory slice: use the caller's share of the cores.
-            config = config.with_target_partitions(partitions.max(1));
-            // Batches at least half the batch size pass through filters without being copied
-            // into a new batch; a window's slice is one batch per partition, so a batch size
-            // of about its size keeps it as it is (it is never split: the size is at least it).
-            let largest = slices
-                .values()
-                .flatten()
-                .flatten()
-                .map(|b| b.num_rows())
-                .max()
-                .unwrap_or(0);
-            let default = config.batch_size();
-            if largest < default {
-                config = config.with_batch_size(largest.max(MIN_BATCH));
-            }
+        // Every shared source is an in-memory slice: use the caller's share of the cores.
+        let mut config = base
+            .copied_config()
+            .with_target_partitions(partitions.max(1));
+        // Batches at least half the batch size pass through filters without being copied into
+        // a new batch; a window's slice is one batch per partition, so a batch size of about
+        // its size keeps it as it is (it is never split: the size is at least it).
+        let largest = slices
+            .values()
+            .flatten()
+            .flatten()
+            .map(|b| b.num_rows())
+            .max()
+            .unwrap_or(0);
+        if largest < config.batch_size() {
+            config = config.with_batch_size(largest.max(MIN_BATCH));
         }
         let mut tables: HashMap<String, Arc<dyn datafusion::catalog::TableProvider>> =
             HashMap::new();
@@ -704,39 +700,32 @@ impl Shared {
             .iter()
             .map(|(alias, t)| Some((t, *row_bytes.get(alias)?)))
             .collect::<Option<_>>()?;
-        // Estimated bytes of windows first..=last, growing `last` one window at a time.
-        let mut spans: Vec<(i64, i64)> = sources.iter().map(|(t, _)| t.bounds[first]).collect();
-        let mut grow = |last: usize| -> f64 {
+        // Estimated bytes of the windows taken so far (each source's key span times its
+        // bytes per row), taking one more window at a time.
+        let start =
+            || -> Vec<(i64, i64)> { sources.iter().map(|(t, _)| t.bounds[first]).collect() };
+        let take = |spans: &mut Vec<(i64, i64)>, w: usize| -> f64 {
             sources
                 .iter()
                 .zip(spans.iter_mut())
                 .map(|((t, per_row), span)| {
-                    let (l, h) = t.bounds[last];
+                    let (l, h) = t.bounds[w];
                     *span = (span.0.min(l), span.1.max(h));
                     t.rows(span.0, span.1) as f64 * per_row
                 })
                 .sum()
         };
-        let remaining = {
-            let mut spans: Vec<(i64, i64)> = sources.iter().map(|(t, _)| t.bounds[first]).collect();
-            for (i, (t, _)) in sources.iter().enumerate() {
-                for w in first..end {
-                    let (l, h) = t.bounds[w];
-                    spans[i] = (spans[i].0.min(l), spans[i].1.max(h));
-                }
-            }
-            sources
-                .iter()
-                .zip(&spans)
-                .map(|((t, per_row), (l, h))| t.rows(*l, *h) as f64 * per_row)
-                .sum::<f64>()
-        };
+        let mut all = start();
+        let remaining = (first..end)
+            .map(|w| take(&mut all, w))
+            .last()
+            .unwrap_or(0.0);
         let target = (self.budget / 2) as f64;
         let per = remaining / (remaining / target).ceil().max(1.0);
         let cap = per * 1.03 + 1.0;
-        grow(first);
+        let mut spans = start();
         let mut last = first;
-        while last + 1 < end && last + 1 - first < MAX_CHUNK && grow(last + 1) <= cap {
+        while last + 1 < end && last + 1 - first < MAX_CHUNK && take(&mut spans, last + 1) <= cap {
             last += 1;
         }
         Some(last)
