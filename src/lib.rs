@@ -22,6 +22,7 @@ pub mod project;
 pub mod publish;
 pub mod reconcile;
 pub mod record;
+pub mod reuse;
 pub mod run;
 pub mod runlog;
 pub mod scan;

@@ -7,7 +7,8 @@
 //! `[reconcile].output` are planned once against a *template* session whose tables have the
 //! schemas the window sessions will have (shared sources as empty in-memory tables with the
 //! slices' columns). A window then only swaps in its own tables, binds its parameters,
-//! simplifies the now-constant expressions and plans the physical execution. A
+//! simplifies the now-constant expressions and plans the physical execution (or, for a query
+//! over one shared slice, derives it from an earlier window's: see `reuse`). A
 //! `[reconcile].output` query without parameters is the same physical plan for every window
 //! but for the output stream it reads: it is planned once, and each window gets a copy with
 //! its own stream as the leaf (every node above it rebuilt, so no execution state is shared).
@@ -40,6 +41,7 @@ use datafusion::prelude::{DataFrame, SessionContext};
 
 use crate::error::Result;
 use crate::plan::{self, OUTPUT_TABLE, Planned};
+use crate::reuse::Reuse;
 use crate::task::Task;
 use crate::window::Window;
 
@@ -53,6 +55,9 @@ pub struct Prepared {
     /// `[reconcile].output`'s physical plan, once made, when it takes no parameters: it is
     /// the same for every window but for the output stream it reads (swapped per window).
     output_exec: Option<Arc<OnceLock<Arc<dyn ExecutionPlan>>>>,
+    /// The main query's and `[reconcile].source`'s physical plans, reused across windows.
+    main_exec: Reuse,
+    source_exec: Reuse,
 }
 
 /// A window's physical plans, from a [`Prepared`] task.
@@ -97,6 +102,8 @@ impl Prepared {
             schema: planned.schema,
             sql_hash: planned.sql_hash,
             output_exec: fixed.then(|| Arc::new(OnceLock::new())),
+            main_exec: Reuse::default(),
+            source_exec: Reuse::default(),
         })
     }
 
@@ -134,10 +141,10 @@ impl Prepared {
             Some(p) => Some(bind_params(p.clone(), &params, &state)?),
             None => None,
         };
-        let planner = state.query_planner().clone();
-        let main_exec = planner.create_physical_plan(&main, &state).await?;
+        let slices = |t: &TableReference| session.slice(t);
+        let main_exec = self.main_exec.physical(&main, &state, &slices).await?;
         let source_exec = match &source {
-            Some(p) => Some(planner.create_physical_plan(p, &state).await?),
+            Some(p) => Some(self.source_exec.physical(p, &state, &slices).await?),
             None => None,
         };
         // The DataFrame is for callers that show or inspect the plan; execution uses the
@@ -194,14 +201,17 @@ impl WindowPlans {
 /// `plan` (a physical plan of `[reconcile].output`) reading `part` instead of the output
 /// stream it was planned with: its one streaming leaf is replaced and every node above it is
 /// rebuilt (fresh nodes, so windows share no execution state). `None` if the plan does not
-/// have exactly one streaming leaf.
+/// have exactly one streaming leaf, or has an operator with dynamic filters (state that a
+/// rebuilt node would still share).
 fn feed(
     plan: Arc<dyn ExecutionPlan>,
     part: Arc<dyn PartitionStream>,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     let mut leaves = 0;
+    let mut dynamic = false;
     let fed = plan
         .transform_up(|node| {
+            dynamic |= !node.dynamic_expressions_produced().is_empty();
             let Some(s) = node.downcast_ref::<StreamingTableExec>() else {
                 return Ok(Transformed::no(node));
             };
@@ -218,7 +228,7 @@ fn feed(
             Ok(Transformed::yes(Arc::new(exec) as Arc<dyn ExecutionPlan>))
         })?
         .data;
-    Ok((leaves == 1).then_some(fed))
+    Ok((leaves == 1 && !dynamic).then_some(fed))
 }
 
 /// Every table scanned by `plan` (subqueries included), with the schema it was planned with.
@@ -234,7 +244,7 @@ fn scans(plan: &LogicalPlan) -> Vec<(TableReference, SchemaRef)> {
 }
 
 /// Same column names, types and nullability, in the same order (metadata aside).
-fn same_columns(a: &Schema, b: &Schema) -> bool {
+pub(crate) fn same_columns(a: &Schema, b: &Schema) -> bool {
     a.fields().len() == b.fields().len()
         && a.fields().iter().zip(b.fields()).all(|(x, y)| {
             x.name() == y.name()

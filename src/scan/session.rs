@@ -12,8 +12,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use arrow::array::RecordBatch;
 use datafusion::catalog::TableProvider;
 use datafusion::common::TableReference;
+use datafusion::datasource::MemTable;
 use datafusion::execution::SessionState;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
@@ -22,11 +24,14 @@ use crate::error::Result;
 /// Tables by name in the default schema.
 type Tables = HashMap<String, Arc<dyn TableProvider>>;
 
+/// A window's slices by source name: the partitions of its in-memory table.
+pub type Parts = HashMap<String, Vec<Vec<RecordBatch>>>;
+
 /// The tables and configuration one window runs with.
 pub struct WindowSession {
     base: SessionContext,
     /// `None`: the base session as it is.
-    window: Option<(SessionConfig, Tables)>,
+    window: Option<(SessionConfig, Tables, Parts)>,
     /// Aliases read from a shared slice, for logs.
     pub shared: Vec<String>,
 }
@@ -41,42 +46,63 @@ impl WindowSession {
         }
     }
 
-    /// `base` with `slices` in place of the sources of those names, run with `config`.
+    /// `base` with in-memory tables of `parts` in place of the sources of those names, run
+    /// with `config`.
     pub fn with_slices(
         base: &SessionContext,
         config: SessionConfig,
-        slices: Tables,
-    ) -> WindowSession {
-        let mut shared: Vec<String> = slices.keys().cloned().collect();
-        shared.sort();
-        WindowSession {
-            base: base.clone(),
-            window: Some((config, slices)),
-            shared,
+        parts: Parts,
+    ) -> Result<WindowSession> {
+        let mut tables: Tables = HashMap::new();
+        for (alias, p) in &parts {
+            let schema = p[0][0].schema();
+            tables.insert(
+                alias.clone(),
+                Arc::new(MemTable::try_new(schema, p.clone())?),
+            );
         }
+        let mut shared: Vec<String> = parts.keys().cloned().collect();
+        shared.sort();
+        Ok(WindowSession {
+            base: base.clone(),
+            window: Some((config, tables, parts)),
+            shared,
+        })
+    }
+
+    /// The name `name` has in the default schema, if it is in it.
+    fn local<'a>(&self, name: &'a TableReference) -> Option<&'a str> {
+        let (config, _, _) = self.window.as_ref()?;
+        let catalog = &config.options().catalog;
+        let table = match name {
+            TableReference::Bare { table } => Some(table),
+            TableReference::Partial { schema, table } => {
+                (**schema == catalog.default_schema).then_some(table)
+            }
+            TableReference::Full {
+                catalog: c,
+                schema,
+                table,
+            } => (**c == catalog.default_catalog && **schema == catalog.default_schema)
+                .then_some(table),
+        };
+        table.map(|t| t.as_ref())
     }
 
     /// The table `name` refers to in this window.
     pub async fn provider(&self, name: &TableReference) -> Result<Arc<dyn TableProvider>> {
-        if let Some((config, slices)) = &self.window {
-            let catalog = &config.options().catalog;
-            let local = match name {
-                TableReference::Bare { table } => Some(table),
-                TableReference::Partial { schema, table } => {
-                    (**schema == catalog.default_schema).then_some(table)
-                }
-                TableReference::Full {
-                    catalog: c,
-                    schema,
-                    table,
-                } => (**c == catalog.default_catalog && **schema == catalog.default_schema)
-                    .then_some(table),
-            };
-            if let Some(p) = local.and_then(|t| slices.get(t.as_ref())) {
-                return Ok(p.clone());
-            }
+        if let (Some(t), Some((_, tables, _))) = (self.local(name), &self.window)
+            && let Some(p) = tables.get(t)
+        {
+            return Ok(p.clone());
         }
         Ok(self.base.table_provider(name.clone()).await?)
+    }
+
+    /// The partitions of the slice `name` refers to, if it refers to one.
+    pub fn slice(&self, name: &TableReference) -> Option<Vec<Vec<RecordBatch>>> {
+        let (_, _, parts) = self.window.as_ref()?;
+        parts.get(self.local(name)?).cloned()
     }
 
     /// A session state to plan this window's physical execution in (the base session's
@@ -84,7 +110,7 @@ impl WindowSession {
     /// sources themselves: plans get their tables from [`Self::provider`].
     pub fn state(&self) -> SessionState {
         let mut state = self.base.state();
-        if let Some((config, _)) = &self.window {
+        if let Some((config, _, _)) = &self.window {
             *state.config_mut() = config.clone();
         }
         state
@@ -92,7 +118,7 @@ impl WindowSession {
 
     /// A full session for this window, its tables registered (for planning from SQL).
     pub async fn context(&self) -> Result<SessionContext> {
-        let Some((config, slices)) = &self.window else {
+        let Some((config, slices, _)) = &self.window else {
             return Ok(self.base.clone());
         };
         let ctx = SessionContext::new_with_config_rt(config.clone(), self.base.runtime_env());

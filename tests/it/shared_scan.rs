@@ -33,6 +33,28 @@ source = "SELECT count(*) AS lines FROM lineitem WHERE l_shipdate >= $window_sta
 output = "SELECT sum(lines) AS lines FROM output"
 "#;
 
+/// lineitem passed through by day, stamped with the window's start: the window's physical plans
+/// are derived from the first window's (the stamp is a literal each window changes).
+const BY_DAY: &str = r#"
+sql = """
+SELECT l_orderkey, l_linenumber, l_extendedprice, l_shipmode, l_shipdate AS ship_date,
+       CAST($window_start AS DATE) AS loaded_for
+FROM lineitem
+WHERE l_shipdate >= $window_start AND l_shipdate < $window_end
+"""
+[target]
+partition_by = "ship_date"
+[window]
+grain = "day"
+[sources.lineitem]
+uri = "data/lineitem.parquet"
+[write]
+key = ["l_orderkey", "l_linenumber"]
+[reconcile]
+source = "SELECT count(*) AS lines, sum(l_extendedprice) AS price FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end"
+output = "SELECT count(*) AS lines, sum(l_extendedprice) AS price FROM output"
+"#;
+
 /// The window's rows above the *global* average quantity: the subquery reads all of lineitem,
 /// so sharing a window slice of lineitem would change the average (and the rows).
 const ABOVE_AVG: &str = r#"
@@ -58,8 +80,9 @@ fn backfill(budget: Option<&str>) -> (TestProject, String) {
     let p = TestProject::new();
     p.task("joined", JOINED);
     p.task("above_avg", ABOVE_AVG);
+    p.task("by_day", BY_DAY);
     let mut log = String::new();
-    for task in ["joined", "above_avg"] {
+    for task in ["joined", "above_avg", "by_day"] {
         let mut cmd = p.cmd();
         cmd.env("IDEMLAKE_LOG", "idemlake=debug");
         match budget {
@@ -110,6 +133,11 @@ async fn shared_scans_publish_exactly_what_per_window_scans_do() {
          WHERE {RANGE} AND l_quantity > (SELECT avg(l_quantity) FROM lineitem)"
     ))
     .await;
+    let by_day_expected = source_rows(&format!(
+        "SELECT l_orderkey, l_linenumber, l_extendedprice, l_shipmode, l_shipdate AS ship_date, \
+         l_shipdate AS loaded_for FROM lineitem WHERE {RANGE}"
+    ))
+    .await;
     assert!(joined_expected.len() > 30 && above_expected.len() > 100);
 
     for (budget, what) in [(None, "default"), (Some("0"), "off"), (Some("1"), "1 KiB")] {
@@ -124,8 +152,14 @@ async fn shared_scans_publish_exactly_what_per_window_scans_do() {
             above_expected,
             "above_avg, sharing {what}"
         );
+        assert_eq!(
+            table_rows(&p.table_dir("by_day"), "").await,
+            by_day_expected,
+            "by_day, sharing {what}"
+        );
         let joined = section(&log, "joined");
         let above = section(&log, "above_avg");
+        let by_day = section(&log, "by_day");
         // The subquery's unbounded reference keeps lineitem un-shared whatever the budget.
         assert!(
             !above.contains("windows share source scans"),
@@ -156,6 +190,10 @@ async fn shared_scans_publish_exactly_what_per_window_scans_do() {
                 // Windows bind the queries prepared once (slices match the template's tables).
                 assert!(joined.contains("bound the prepared plans"), "{joined}");
                 assert!(above.contains("bound the prepared plans"), "{above}");
+                // A query over one slice gets its physical plans from the first window's.
+                assert!(by_day.contains("physical plans derived"), "{by_day}");
+                assert!(!joined.contains("a derived plan differs"), "{joined}");
+                assert!(!by_day.contains("a derived plan differs"), "{by_day}");
             }
             "off" => assert!(!joined.contains("windows share source scans"), "{joined}"),
             _ => {
@@ -164,6 +202,7 @@ async fn shared_scans_publish_exactly_what_per_window_scans_do() {
                 // lineitem read directly has more columns than the prepared slice: each
                 // window plans on its own.
                 assert!(!joined.contains("bound the prepared plans"), "{joined}");
+                assert!(!by_day.contains("physical plans derived"), "{by_day}");
             }
         }
     }
