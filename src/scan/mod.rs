@@ -20,8 +20,9 @@
 //! Invariants:
 //! - A window's result is the same with or without sharing: its slice holds every source row
 //!   satisfying the bounds its own filters impose (inclusive, except an upper bound that is
-//!   strict in every reference), and its SQL applies all of its filters again on top. Anything the analysis cannot prove
-//!   leaves that source un-shared: the window reads it directly, as before.
+//!   strict in every reference), and its SQL applies all of its filters again on top.
+//!   Anything the analysis cannot prove leaves that source un-shared: the window reads it
+//!   directly, as before.
 //! - Memory is bounded: a chunk whose rows exceed the budget is abandoned (its windows read
 //!   the source directly) and later chunks get smaller (`IDEMLAKE_SCAN_CACHE_KB`; default an
 //!   eighth of the machine's — or the container's — memory, between 64 MiB and 1 GiB; 0 turns
@@ -37,8 +38,8 @@ pub use session::WindowSession;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use arrow::array::{Array, Int64Array, RecordBatch};
-use arrow::compute::{SortOptions, cast, concat_batches, sort_to_indices, take_record_batch};
+use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch};
+use arrow::compute::{SortOptions, cast, concat, concat_batches, sort_to_indices, take};
 use arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::{Column, ScalarValue};
 use datafusion::datasource::MemTable;
@@ -97,12 +98,71 @@ struct Rows {
 
 impl Rows {
     /// `parts` (batches in arrival order) as one batch sorted on `column`.
+    ///
+    /// Columns are gathered in parallel (one thread per core, largest columns first): the
+    /// gather is most of a chunk's assembly, and while the next chunk is assembled the
+    /// windows of the last one may all be done (the cores would otherwise wait on one).
     fn sorted(schema: SchemaRef, parts: Vec<RecordBatch>, column: &str) -> Result<Rows> {
-        let batch = concat_batches(&schema, &parts)?;
-        drop(parts);
+        use std::sync::atomic::{AtomicUsize, Ordering};
         let at = schema.index_of(column)?;
-        let order = sort_to_indices(batch.column(at), Some(SortOptions::default()), None)?;
-        let batch = take_record_batch(&batch, &order)?;
+        if parts.is_empty() {
+            let batch = RecordBatch::new_empty(schema);
+            return Ok(Rows {
+                batch,
+                keys: Vec::new(),
+            });
+        }
+        let column_of =
+            |i: usize| -> Vec<&dyn Array> { parts.iter().map(|b| b.column(i).as_ref()).collect() };
+        let key = concat(&column_of(at))?;
+        let order = sort_to_indices(&key, Some(SortOptions::default()), None)?;
+        let mut by_size: Vec<usize> = (0..schema.fields().len()).collect();
+        let size = |i: usize| -> usize {
+            parts
+                .iter()
+                .map(|b| b.column(i).get_buffer_memory_size())
+                .sum()
+        };
+        by_size.sort_by_key(|i| std::cmp::Reverse(size(*i)));
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, by_size.len().max(1));
+        let next = AtomicUsize::new(0);
+        let gather = || -> Result<Vec<(usize, ArrayRef)>> {
+            let mut out = Vec::new();
+            while let Some(&i) = by_size.get(next.fetch_add(1, Ordering::Relaxed)) {
+                let whole = if i == at {
+                    key.clone()
+                } else {
+                    concat(&column_of(i))?
+                };
+                out.push((i, take(&whole, &order, None)?));
+            }
+            Ok(out)
+        };
+        let gathered: Vec<Result<Vec<(usize, ArrayRef)>>> = std::thread::scope(|s| {
+            let helpers: Vec<_> = (1..threads).map(|_| s.spawn(gather)).collect();
+            let mut all = vec![gather()];
+            all.extend(
+                helpers
+                    .into_iter()
+                    .map(|h| h.join().expect("gather thread")),
+            );
+            all
+        });
+        let mut columns: Vec<Option<ArrayRef>> = vec![None; schema.fields().len()];
+        for part in gathered {
+            for (i, c) in part? {
+                columns[i] = Some(c);
+            }
+        }
+        let columns: Vec<ArrayRef> = columns
+            .into_iter()
+            .map(|c| c.expect("every column gathered"))
+            .collect();
+        drop(parts);
+        let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(order.len()));
+        let batch = RecordBatch::try_new_with_options(schema, columns, &options)?;
         let keys = cast(batch.column(at), &DataType::Int64)?;
         let keys = keys
             .as_any()
@@ -374,13 +434,7 @@ impl Shared {
         if largest < config.batch_size() {
             config = config.with_batch_size(largest.max(MIN_BATCH));
         }
-        let mut tables: HashMap<String, Arc<dyn datafusion::catalog::TableProvider>> =
-            HashMap::new();
-        for (alias, parts) in slices {
-            let schema = parts[0][0].schema();
-            tables.insert(alias, Arc::new(MemTable::try_new(schema, parts)?));
-        }
-        Ok(WindowSession::with_slices(base, config, tables))
+        WindowSession::with_slices(base, config, slices)
     }
 
     /// The chunk holding `window` (created if needed), as (rows cell, first, last), and the
