@@ -70,6 +70,64 @@ pub fn window_params(grain: Grain, w: &Window) -> Vec<(String, ScalarValue)> {
     ]
 }
 
+/// The type each window parameter is bound with ([`window_params`]), for planning before a
+/// window is known.
+pub fn param_types(grain: Grain) -> Vec<(String, DataType)> {
+    let ts = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+    let bound = if grain.uses_dates() {
+        DataType::Date32
+    } else {
+        ts.clone()
+    };
+    vec![
+        ("window_start".into(), bound.clone()),
+        ("window_end".into(), bound),
+        ("window_start_ts".into(), ts.clone()),
+        ("window_end_ts".into(), ts),
+    ]
+}
+
+/// `df` with each window parameter its SQL leaves untyped (`$window_start AS day`: nothing
+/// to infer a type from) given the type it will be bound with, so the unbound plan has the
+/// output columns every bound one has.
+fn type_params(df: DataFrame, grain: Grain) -> Result<DataFrame> {
+    use datafusion::common::tree_node::{Transformed, TreeNode};
+    use datafusion::logical_expr::{Expr, expr::Placeholder};
+    let types: HashMap<String, DataType> = param_types(grain).into_iter().collect();
+    let mut typed = false;
+    let (state, plan) = df.into_parts();
+    let plan = plan
+        .transform_up_with_subqueries(|node| {
+            let node = node.map_expressions(|e| {
+                e.transform_up(|e| match e {
+                    Expr::Placeholder(Placeholder { id, field: None }) => {
+                        match types.get(id.trim_start_matches('$')) {
+                            Some(dt) => {
+                                typed = true;
+                                let field = Arc::new(Field::new(&id, dt.clone(), true));
+                                let p = Placeholder::new_with_field(id, Some(field));
+                                Ok(Transformed::yes(Expr::Placeholder(p)))
+                            }
+                            None => Ok(Transformed::no(Expr::Placeholder(Placeholder {
+                                id,
+                                field: None,
+                            }))),
+                        }
+                    }
+                    other => Ok(Transformed::no(other)),
+                })
+            })?;
+            // Columns computed below change type: every node's schema is derived again.
+            if typed {
+                node.map_data(|n| n.recompute_schema())
+            } else {
+                Ok(node)
+            }
+        })?
+        .data;
+    Ok(DataFrame::new(state, plan))
+}
+
 /// Days since 1970-01-01.
 pub fn epoch_days(d: jiff::civil::Date) -> i32 {
     let epoch = jiff::civil::date(1970, 1, 1);
@@ -102,7 +160,7 @@ async fn plan_sql(
     lint::check_order_dependence(df.logical_plan(), &task.lint_allow, &origin)?;
     lint::check_parameters(df.logical_plan(), &origin, require_window)?;
     match params {
-        None => Ok(df),
+        None => type_params(df, task.grain),
         Some(p) => {
             let map: HashMap<String, ScalarValue> = p.iter().cloned().collect();
             df.with_param_values(map).map_err(|e| {
@@ -390,5 +448,19 @@ mod tests {
         assert!(delta_type(&DataType::Null).is_err());
         assert_eq!(epoch_days(jiff::civil::date(1970, 1, 2)), 1);
         assert_eq!(epoch_days(jiff::civil::date(1969, 12, 31)), -1);
+    }
+
+    #[test]
+    fn parameter_types_are_the_bound_values_types() {
+        let tz = jiff::tz::TimeZone::get("Europe/Paris").unwrap();
+        for grain in [Grain::Hour, Grain::Day, Grain::Week, Grain::Month] {
+            let at = jiff::Timestamp::UNIX_EPOCH.to_zoned(tz.clone());
+            let w = Window::containing(grain, &at).unwrap();
+            let values: Vec<(String, DataType)> = window_params(grain, &w)
+                .into_iter()
+                .map(|(k, v)| (k, v.data_type()))
+                .collect();
+            assert_eq!(values, param_types(grain), "{grain:?}");
+        }
     }
 }

@@ -34,11 +34,13 @@ output = "SELECT sum(lines) AS lines FROM output"
 "#;
 
 /// lineitem passed through by day, stamped with the window's start: the window's physical plans
-/// are derived from the first window's (the stamp is a literal each window changes).
+/// are derived from the first window's (the stamp is a literal each window changes). The stamp
+/// is a bare parameter, typed from the window before binding (else the unbound plan would not
+/// validate, and the task would neither share scans nor prepare its plans).
 const BY_DAY: &str = r#"
 sql = """
 SELECT l_orderkey, l_linenumber, l_extendedprice, l_shipmode, l_shipdate AS ship_date,
-       CAST($window_start AS DATE) AS loaded_for
+       $window_start AS loaded_for
 FROM lineitem
 WHERE l_shipdate >= $window_start AND l_shipdate < $window_end
 """
