@@ -264,13 +264,8 @@ impl Shared {
             return None;
         }
         // Keep only sources whose bound column has a sliceable type equal to the parameters'.
-        let probe = Window::containing(
-            task.grain,
-            &jiff::Timestamp::UNIX_EPOCH.to_zoned(task.timezone.clone()),
-        )
-        .ok()?;
-        let params: HashMap<String, ScalarValue> =
-            window_params(task.grain, &probe).into_iter().collect();
+        let params: HashMap<String, DataType> =
+            crate::plan::param_types(task.grain).into_iter().collect();
         let mut kept = Vec::new();
         for b in bounds {
             let Ok(provider) = ctx.table_provider(b.alias.as_str()).await else {
@@ -281,7 +276,7 @@ impl Shared {
                 continue;
             };
             let dt = field.data_type();
-            let typed = |p: &String| params.get(p).is_some_and(|v| &v.data_type() == dt);
+            let typed = |p: &String| params.get(p) == Some(dt);
             if sliceable(dt) && b.leaves.iter().all(|(l, u)| typed(l) && typed(u)) {
                 kept.push(b);
             }
