@@ -1,21 +1,30 @@
 //! `audit` and `repair`: find windows that older (append-style) jobs damaged, and fix them.
 //!
-//! Audit works on the table as it is, also tables written by other tools, with one query per
-//! range on each side rather than a scan per window:
-//! - the table: rows and duplicate keys (by `[write].key`, or whole rows when there is no key)
-//!   per partition value, folded into windows;
-//! - the source: the task's own SQL bound to the whole range, counted per partition value —
-//!   what each window should hold.
+//! Audit works on the table as it is, also tables written by other tools:
+//! - the table: one query over the range (built as DataFusion expressions) counts rows and
+//!   duplicate keys (by `[write].key`, or whole rows when there is no key) per window;
+//! - the source: per window, the task's own SQL bound to that window and evaluated by the
+//!   independent check path (`checks`: plain DataFusion over the source files, none of the
+//!   run's accelerations) — what each window should hold. Binding the SQL once for the whole
+//!   range would be wrong for window-stamped or aggregating tasks.
 //!
-//! A window is damaged when it has duplicate keys, or its row count differs from the source's
-//! (a window with no data where the source has data is damaged too). With `--reconcile`, the
-//! task's `[reconcile]` queries also run for every window (the source side once per window).
+//! What counts as damage depends on the write mode:
+//! - overwrite: duplicate keys, or a row count different from the source's (a window with no
+//!   data where the source has data included);
+//! - merge (upsert): duplicate keys, or keys the source produces for the window that the
+//!   table lacks. Rows the latest output no longer produces are kept by design (upsert
+//!   semantics) and are not damage, so the row counts are shown but not compared.
+//!
+//! With `--reconcile`, the task's `[reconcile]` queries also run for every window (source side
+//! on the independent path, output side over the published window).
 //! Repair re-runs exactly the damaged windows (each one atomic), then audits again.
 
 use std::collections::BTreeMap;
 
-use datafusion::common::ScalarValue;
-use datafusion::prelude::SessionContext;
+use datafusion::common::{Column, JoinType, ScalarValue};
+use datafusion::functions_aggregate::expr_fn::{count, sum};
+use datafusion::prelude::{DataFrame, Expr, SessionContext, cast, col, lit, when};
+use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -23,7 +32,7 @@ use crate::plan;
 use crate::project::Project;
 use crate::reconcile::{self, Check};
 use crate::run::{Runner, partition_range};
-use crate::task::Task;
+use crate::task::{Mode, Task};
 use crate::window::{Grain, Window};
 
 /// One window's audit.
@@ -36,17 +45,24 @@ pub struct WindowAudit {
     pub expected_rows: u64,
     pub duplicate_keys: u64,
     pub duplicate_rows: u64,
+    /// Merge tables: keys the source produces for the window that the table lacks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missing_keys: Option<u64>,
     pub problems: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub reconciliation: Vec<Check>,
 }
 
-fn quote(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
+/// Internal column names: never a user's.
+const BUCKET: &str = "__idemlake_bucket";
+const COUNT: &str = "__idemlake_n";
+
+fn column(name: &str) -> Expr {
+    col(Column::from_name(name))
 }
 
-/// Partition value → window label.
-fn label_of(task: &Task, v: &ScalarValue) -> Result<Option<String>> {
+/// Partition value → the window holding it (by identity, not label).
+fn window_of(task: &Task, v: &ScalarValue) -> Result<Option<(i64, i64)>> {
     let at = match v {
         ScalarValue::Date32(Some(d)) => jiff::civil::date(1970, 1, 1)
             .checked_add(jiff::Span::new().days(i64::from(*d)))
@@ -57,24 +73,67 @@ fn label_of(task: &Task, v: &ScalarValue) -> Result<Option<String>> {
             .to_zoned(task.timezone.clone()),
         _ => return Ok(None),
     };
-    Ok(Some(Window::containing(task.grain, &at)?.label()))
+    Ok(Some(Window::containing(task.grain, &at)?.key()))
 }
 
-/// Run `sql` and fold `(partition value, n1, n2, n3)` rows into per-window sums.
-async fn per_window(
+/// The table side: `(rows, duplicate keys, extra rows)` per window of the range, from one
+/// query over the published table.
+async fn table_side(
     ctx: &SessionContext,
-    task: &Task,
-    sql: &str,
-) -> Result<BTreeMap<String, [u64; 3]>> {
-    let batches = ctx.sql(sql).await?.collect().await?;
-    let mut out: BTreeMap<String, [u64; 3]> = BTreeMap::new();
+    runner: &Runner,
+    from: &Window,
+    to: &Window,
+    columns: &[String],
+) -> Result<BTreeMap<(i64, i64), [u64; 3]>> {
+    let task = runner.task();
+    let table = runner.table().await?;
+    let mut out: BTreeMap<(i64, i64), [u64; 3]> = BTreeMap::new();
+    if table.version().is_none() {
+        return Ok(out);
+    }
+    table.update_datafusion_session(&ctx.state())?;
+    let part = column(&task.partition_by);
+    let lo = partition_range(task, from).lo_hi().0;
+    let hi = partition_range(task, to).lo_hi().1;
+    let key: Vec<Expr> = if task.key.is_empty() {
+        columns.iter().map(|c| column(c)).collect()
+    } else {
+        task.key.iter().map(|k| column(k)).collect()
+    };
+    // Duplicates are counted per window, not per partition value: a week or month window
+    // holds many daily partitions, and a key repeated on two of its days is a duplicate.
+    let bucket = match task.grain {
+        Grain::Week | Grain::Month => cast(
+            datafusion::functions::expr_fn::date_trunc(lit(task.grain.as_str()), part.clone()),
+            arrow::datatypes::DataType::Date32,
+        ),
+        Grain::Day | Grain::Hour => part.clone(),
+    };
+    let n = column(COUNT);
+    let mut group = vec![bucket.alias(BUCKET)];
+    group.extend(key);
+    let batches = ctx
+        .read_table(table.table_provider().await?)?
+        .filter(part.clone().gt_eq(lit(lo)).and(part.lt(lit(hi))))?
+        .aggregate(group, vec![count(lit(1)).alias(COUNT)])?
+        .aggregate(
+            vec![column(BUCKET)],
+            vec![
+                sum(n.clone()).alias("rows"),
+                sum(when(n.clone().gt(lit(1i64)), lit(1i64)).otherwise(lit(0i64))?).alias("keys"),
+                sum(when(n.clone().gt(lit(1i64)), n - lit(1i64)).otherwise(lit(0i64))?)
+                    .alias("extra"),
+            ],
+        )?
+        .collect()
+        .await?;
     for b in &batches {
         for r in 0..b.num_rows() {
-            let part = ScalarValue::try_from_array(b.column(0), r)?;
-            let Some(label) = label_of(task, &part)? else {
+            let value = ScalarValue::try_from_array(b.column(0), r)?;
+            let Some(w) = window_of(task, &value)? else {
                 continue;
             };
-            let e = out.entry(label).or_default();
+            let e = out.entry(w).or_default();
             for (i, slot) in e.iter_mut().enumerate() {
                 if let ScalarValue::Int64(Some(n)) =
                     ScalarValue::try_from_array(b.column(i + 1), r)?
@@ -88,6 +147,75 @@ async fn per_window(
     Ok(out)
 }
 
+/// What the source says about one window: its rows, and for merge tables the keys it
+/// produces that the published window lacks (and its rows with a NULL key).
+struct Expected {
+    rows: u64,
+    missing_keys: Option<u64>,
+    null_keys: u64,
+}
+
+async fn expected(runner: &Runner, w: &Window) -> Result<Expected> {
+    let task = runner.task();
+    let ctx = runner.checker().session();
+    let planned = plan::plan_window(ctx, task, w, false).await?;
+    let rows = planned.df.clone().count().await? as u64;
+    if task.mode != Mode::Merge {
+        return Ok(Expected {
+            rows,
+            missing_keys: None,
+            null_keys: 0,
+        });
+    }
+    let keys: Vec<Expr> = task.key.iter().map(|k| column(k)).collect();
+    let any_null = keys
+        .iter()
+        .map(|k| k.clone().is_null())
+        .reduce(Expr::or)
+        .expect("merge has a key");
+    let null_keys = planned.df.clone().filter(any_null.clone())?.count().await? as u64;
+    let produced = planned
+        .df
+        .clone()
+        .filter(datafusion::prelude::not(any_null))?
+        .select(keys)?
+        .distinct()?;
+    let table = runner.table().await?;
+    let missing = if table.version().is_some() {
+        table.update_datafusion_session(&ctx.state())?;
+        let (lo, hi) = partition_range(task, w).lo_hi();
+        let part = column(&task.partition_by);
+        let theirs: Vec<String> = task
+            .key
+            .iter()
+            .map(|k| format!("__idemlake_t_{k}"))
+            .collect();
+        let published: DataFrame = ctx
+            .read_table(table.table_provider().await?)?
+            .filter(part.clone().gt_eq(lit(lo)).and(part.lt(lit(hi))))?
+            .select(
+                task.key
+                    .iter()
+                    .zip(&theirs)
+                    .map(|(k, t)| column(k).alias(t))
+                    .collect::<Vec<_>>(),
+            )?;
+        let left: Vec<&str> = task.key.iter().map(String::as_str).collect();
+        let right: Vec<&str> = theirs.iter().map(String::as_str).collect();
+        produced
+            .join(published, JoinType::LeftAnti, &left, &right, None)?
+            .count()
+            .await? as u64
+    } else {
+        produced.count().await? as u64
+    };
+    Ok(Expected {
+        rows,
+        missing_keys: Some(missing),
+        null_keys,
+    })
+}
+
 /// Audit `[from, to]`.
 pub async fn audit(
     runner: &Runner,
@@ -97,82 +225,53 @@ pub async fn audit(
 ) -> Result<Vec<WindowAudit>> {
     let task = runner.task();
     let windows = Window::range(from, to)?;
-    let ctx = runner.session();
-    let part = quote(&task.partition_by);
-    let lo = partition_range(task, from).lo_hi().0;
-    let hi = partition_range(task, to).lo_hi().1;
-
-    // The source side: the task's SQL over the whole range, counted per partition value.
-    let range_window = RangeWindow { from, to };
-    let planned = plan::plan(ctx, task, Some(&range_window.as_window()?)).await?;
-    ctx.register_table("__idemlake_expected", planned.df.clone().into_view())?;
-    let expected = per_window(
-        ctx,
-        task,
-        &format!(
-            "SELECT {part}, count(*) AS n, 0 AS k, 0 AS d FROM __idemlake_expected GROUP BY {part}"
-        ),
-    )
-    .await;
-    ctx.deregister_table("__idemlake_expected")?;
-    let expected = expected?;
-
-    // The table side: rows and duplicate keys per partition value.
-    let table = runner.table().await?;
-    let mut actual: BTreeMap<String, [u64; 3]> = BTreeMap::new();
-    if table.version().is_some() {
-        table.update_datafusion_session(&ctx.state())?;
-        ctx.register_table("__idemlake_target", table.table_provider().await?)?;
-        let key: Vec<String> = if task.key.is_empty() {
-            planned
-                .schema
-                .fields()
-                .iter()
-                .map(|f| quote(f.name()))
-                .filter(|c| c != &part)
-                .collect()
-        } else {
-            task.key
-                .iter()
-                .map(|k| quote(k))
-                .filter(|c| c != &part)
-                .collect()
-        };
-        let keys = key.join(", ");
-        // Duplicates are counted per window, not per partition value: a week or month window
-        // holds many daily partitions, and a key repeated on two of its days is a duplicate.
-        let bucket = match task.grain {
-            Grain::Week => format!("CAST(date_trunc('week', {part}) AS DATE)"),
-            Grain::Month => format!("CAST(date_trunc('month', {part}) AS DATE)"),
-            Grain::Day | Grain::Hour => part.clone(),
-        };
-        let sql = format!(
-            "SELECT b, sum(n) AS n, sum(CASE WHEN n > 1 THEN 1 ELSE 0 END) AS k, sum(CASE WHEN n > 1 THEN n - 1 ELSE 0 END) AS d FROM \
-             (SELECT {bucket} AS b, {keys}, count(*) AS n FROM __idemlake_target WHERE {part} >= {lo} AND {part} < {hi} GROUP BY {bucket}, {keys}) \
-             GROUP BY b",
-            lo = sql_literal(&lo),
-            hi = sql_literal(&hi),
-        );
-        let got = per_window(ctx, task, &sql).await;
-        ctx.deregister_table("__idemlake_target")?;
-        actual = got?;
-    }
+    let columns: Vec<String> = plan::plan(runner.checker().session(), task, None)
+        .await?
+        .schema
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .filter(|c| c != &task.partition_by)
+        .collect();
+    let actual = table_side(runner.checker().session(), runner, from, to, &columns).await?;
+    // The source side, per window on the independent path (a few windows at once).
+    let expected: Vec<Expected> = futures::stream::iter(windows.iter())
+        .map(|w| expected(runner, w))
+        .buffered(2)
+        .try_collect()
+        .await?;
 
     let mut out = Vec::with_capacity(windows.len());
-    for w in &windows {
-        let label = w.label();
-        let [rows, dup_keys, dup_rows] = actual.get(&label).copied().unwrap_or_default();
-        let expected_rows = expected.get(&label).map(|e| e[0]).unwrap_or(0);
+    for (w, e) in windows.iter().zip(expected) {
+        let [rows, dup_keys, dup_rows] = actual.get(&w.key()).copied().unwrap_or_default();
         let mut problems = Vec::new();
         if dup_keys > 0 {
             problems.push(format!(
                 "{dup_keys} duplicate key(s), {dup_rows} extra row(s)"
             ));
         }
-        if rows == 0 && expected_rows > 0 {
-            problems.push(format!("no data, the source has {expected_rows} row(s)"));
-        } else if rows != expected_rows {
-            problems.push(format!("{rows} row(s), the source gives {expected_rows}"));
+        match e.missing_keys {
+            // Merge: every key the source produces is present; kept rows are fine.
+            Some(missing) => {
+                if missing > 0 {
+                    problems.push(format!(
+                        "{missing} key(s) the source produces are not in the table"
+                    ));
+                }
+                if e.null_keys > 0 {
+                    problems.push(format!(
+                        "the source gives {} row(s) with a NULL key, which a merge cannot publish",
+                        e.null_keys
+                    ));
+                }
+            }
+            None => {
+                if rows == 0 && e.rows > 0 {
+                    problems.push(format!("no data, the source has {} row(s)", e.rows));
+                } else if rows != e.rows {
+                    problems.push(format!("{rows} row(s), the source gives {}", e.rows));
+                }
+            }
         }
         let mut reconciliation = Vec::new();
         if with_reconcile && task.reconcile.is_some() && rows > 0 {
@@ -186,12 +285,13 @@ pub async fn audit(
         }
         out.push(WindowAudit {
             task: task.name.clone(),
-            window: label,
+            window: w.label(),
             status: if problems.is_empty() { "ok" } else { "damaged" },
             rows,
-            expected_rows,
+            expected_rows: e.rows,
             duplicate_keys: dup_keys,
             duplicate_rows: dup_rows,
+            missing_keys: e.missing_keys,
             problems,
             reconciliation,
         });
@@ -199,11 +299,13 @@ pub async fn audit(
     Ok(out)
 }
 
-/// `[reconcile].source` for the window vs `[reconcile].output` over the published window.
+/// `[reconcile].source` for the window (independent path) vs `[reconcile].output` over the
+/// published window.
 async fn reconcile_window(runner: &Runner, w: &Window) -> Result<Vec<Check>> {
     let task = runner.task();
     let r = task.reconcile.as_ref().expect("checked");
-    let planned = runner.plan(w).await?;
+    let ctx = runner.checker().session();
+    let planned = plan::plan_window(ctx, task, w, false).await?;
     let src = planned
         .reconcile_source
         .clone()
@@ -211,41 +313,15 @@ async fn reconcile_window(runner: &Runner, w: &Window) -> Result<Vec<Check>> {
         .collect()
         .await?;
     let table = runner.table().await?;
-    let ctx = runner.session();
     table.update_datafusion_session(&ctx.state())?;
     let (lo, hi) = partition_range(task, w).lo_hi();
-    let pcol = datafusion::prelude::col(datafusion::common::Column::from_name(&task.partition_by));
-    let published = ctx.read_table(table.table_provider().await?)?.filter(
-        pcol.clone()
-            .gt_eq(datafusion::prelude::lit(lo))
-            .and(pcol.lt(datafusion::prelude::lit(hi))),
-    )?;
+    let pcol = column(&task.partition_by);
+    let published = ctx
+        .read_table(table.table_provider().await?)?
+        .filter(pcol.clone().gt_eq(lit(lo)).and(pcol.lt(lit(hi))))?;
     let out =
         plan::plan_output_query(ctx, task, published.into_view(), Some(&planned.params)).await?;
     reconcile::compare(&src, &out.collect().await?, &r.tolerance)
-}
-
-fn sql_literal(v: &ScalarValue) -> String {
-    match v {
-        ScalarValue::Date32(Some(_)) => format!("DATE '{v}'"),
-        ScalarValue::TimestampMicrosecond(Some(us), _) => {
-            let t = jiff::Timestamp::from_microsecond(*us).expect("in range");
-            format!("TIMESTAMP '{}'", t)
-        }
-        other => other.to_string(),
-    }
-}
-
-/// A window spanning a whole range, to bind the task's parameters to the range at once.
-struct RangeWindow<'a> {
-    from: &'a Window,
-    to: &'a Window,
-}
-
-impl RangeWindow<'_> {
-    fn as_window(&self) -> Result<Window> {
-        Window::spanning(self.from, self.to)
-    }
 }
 
 /// One line of text per window.

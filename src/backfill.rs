@@ -84,7 +84,20 @@ pub async fn run(
         while running.len() < in_flight {
             let Some(w) = queue.next() else { break };
             let r = runner.clone();
-            running.spawn(async move { r.run(&w).await });
+            running.spawn(async move {
+                use futures::FutureExt;
+                let outcome = std::panic::AssertUnwindSafe(r.run(&w)).catch_unwind().await;
+                outcome.unwrap_or_else(|panic| {
+                    // A panicking window must not take the others down, and is a failed
+                    // window: it is reported (and counted in the exit code) like any other.
+                    let what = panic
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_else(|| "unknown panic".to_string());
+                    crate::run::panicked_report(r.task(), &w, &what)
+                })
+            });
         }
         let Some(done) = running.join_next().await else {
             break;
@@ -92,8 +105,8 @@ pub async fn run(
         let report = match done {
             Ok(r) => r,
             Err(e) => {
-                // A panicking window must not take the others down; report it.
-                tracing::error!("a window task failed: {e}");
+                // Only a cancelled task gets here (panics are caught above).
+                tracing::error!("a window task was cancelled: {e}");
                 continue;
             }
         };

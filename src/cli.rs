@@ -24,7 +24,8 @@ Examples:
   idemlake gen-tpch --scale 0.01 --out data           # TPC-H sample data for tables/
 
 Exit codes: 0 ok, 1 runtime failure, 2 invalid input (nothing read or written),
-3 reconciliation mismatch (nothing published), 4 verify/audit found differences.";
+3 reconciliation mismatch (nothing published), 4 verify/audit found differences,
+5 published but a check after the commit failed (the report says published: true).";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -697,6 +698,7 @@ pub fn print_report(format: OutputFormat, r: &Report) {
                 Status::Failed => "FAILED",
                 Status::Skipped => "skipped",
                 Status::Mismatch => "MISMATCH",
+                Status::Unverified => "UNVERIFIED",
             };
             let version = r
                 .table_version

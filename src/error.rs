@@ -18,6 +18,9 @@ pub enum ErrorKind {
     Mismatch,
     /// `verify` outputs differ or `audit` found damage. Exit 4. Read-only.
     Divergence,
+    /// The window's commit landed (it is published), but a check after the commit failed
+    /// (read-back, merge counts). Exit 5. The report says `published: true` and the version.
+    Unverified,
 }
 
 impl ErrorKind {
@@ -28,6 +31,7 @@ impl ErrorKind {
             ErrorKind::Input => 2,
             ErrorKind::Mismatch => 3,
             ErrorKind::Divergence => 4,
+            ErrorKind::Unverified => 5,
         }
     }
 }
@@ -59,6 +63,9 @@ impl Error {
     }
     pub fn divergence(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Divergence, message)
+    }
+    pub fn unverified(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Unverified, message)
     }
     pub fn kind(&self) -> ErrorKind {
         self.kind
@@ -143,6 +150,7 @@ mod tests {
         assert_eq!(ErrorKind::Input.exit_code(), 2);
         assert_eq!(ErrorKind::Mismatch.exit_code(), 3);
         assert_eq!(ErrorKind::Divergence.exit_code(), 4);
+        assert_eq!(ErrorKind::Unverified.exit_code(), 5);
     }
 
     #[test]

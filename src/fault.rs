@@ -4,7 +4,16 @@
 //! - `before-commit` fails after every file is written, just before the commit;
 //! - `abort-before-commit` kills the process there, as `kill -9` would;
 //! - `lose-commit-response` lets the first Delta commit reach storage but reports an error, as
-//!   if the response to the PUT had been lost (tests exactly-once publication).
+//!   if the response to the PUT had been lost (tests exactly-once publication);
+//! - `after-commit` fails right after the commit landed (the report must say published).
+//!
+//! Mutations of the accelerations, to prove the independent checks catch their bugs:
+//! - `slice-drop-row`: every shared-scan slice loses its last row;
+//! - `slice-move-row`: every slice starts one row late and ends one row late (a row of each
+//!   window moves to the previous window's slice);
+//! - `derived-keep-literal`: physical plans derived from the template keep the template's
+//!   literals (after the first derived plan was checked);
+//! - `skip-remove`: the file map forgets one file of each window it replaces.
 //!
 //! Without the variable every hook is a no-op.
 
@@ -45,6 +54,11 @@ pub fn hit(point: &str, batches: Option<u64>) -> Result<()> {
         return Err(Error::runtime(format!("injected fault at {spec}")));
     }
     Ok(())
+}
+
+/// Is the mutation `name` configured?
+pub fn mutation(name: &str) -> bool {
+    spec().as_deref() == Some(name)
 }
 
 /// Wrap `store` when a fault asks for it.

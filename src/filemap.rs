@@ -65,9 +65,11 @@ impl FileMap {
     pub fn removes(&self, range: PartitionRange) -> Vec<Remove> {
         let (lo, hi) = bounds(range);
         let now = jiff::Timestamp::now().as_millisecond();
+        let skip = usize::from(crate::fault::mutation("skip-remove"));
         self.files
             .range(lo..hi)
             .flat_map(|(_, v)| v.iter().cloned())
+            .skip(skip)
             .map(|mut r| {
                 r.deletion_timestamp = Some(now);
                 r

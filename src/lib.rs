@@ -7,6 +7,7 @@
 pub mod alert;
 pub mod audit;
 pub mod backfill;
+pub mod checks;
 pub mod cli;
 pub mod error;
 pub mod execute;

@@ -87,5 +87,10 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    ExitCode::from(runtime.block_on(idemlake::cli::execute(cli)))
+    let code = runtime.block_on(async {
+        let code = idemlake::cli::execute(cli).await;
+        idemlake::run::finish_background(std::time::Duration::from_secs(60)).await;
+        code
+    });
+    ExitCode::from(code)
 }

@@ -96,11 +96,14 @@ pub async fn ensure_exists(
         .await;
     match created {
         Ok(t) => Ok(t),
-        // Another process created it first: use theirs (the schema check follows).
-        Err(_) => {
-            let mut again = open(table.table_url()).await?;
+        // Another process may have created it first: use theirs (the schema check follows).
+        // If there is still no table, the creation failed for its own reason: say which.
+        Err(e) => {
+            let again = open(table.table_url()).await?;
             if again.version().is_none() {
-                again.load().await?;
+                return Err(Error::runtime(format!(
+                    "cannot create the target table: {e}"
+                )));
             }
             Ok(again)
         }
@@ -376,6 +379,11 @@ pub async fn commit_windows(
     let mut first_base = None;
     let mut attempt = 0;
     loop {
+        if !crate::run::accelerated() {
+            // The plain twin: the window's files come from a snapshot loaded for this commit.
+            table.update_state().await?;
+            *files = None;
+        }
         if files.is_none() {
             *files = Some(FileMap::from_table(table, partition_by)?);
         }
@@ -581,99 +589,51 @@ pub async fn find_run_commit(table: &DeltaTable, base: i64, run_id: &str) -> Res
     Ok(None)
 }
 
-/// A commit as read back from storage, parsed once: the run ids its commitInfo names and
-/// its added files (decoded path → raw `stats`).
-pub struct CommitView {
-    pub version: i64,
-    runs: std::collections::HashSet<String>,
-    adds: HashMap<String, Option<String>>,
-}
-
-/// Read commit `version` back from storage (one GET of the commit file: no snapshot replay,
-/// whatever the size of the table).
-pub async fn read_commit(table: &DeltaTable, version: i64) -> Result<CommitView> {
-    let bytes = table
-        .log_store()
-        .read_commit_entry(version as u64)
-        .await?
-        .ok_or_else(|| {
-            Error::runtime(format!(
-                "read-back: commit {version} is not in the log after it was reported written"
-            ))
-        })?;
-    let mut view = CommitView {
-        version,
-        runs: Default::default(),
-        adds: HashMap::new(),
-    };
-    for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-        let action: serde_json::Value = serde_json::from_slice(line)
-            .map_err(|e| Error::runtime(format!("read-back: commit {version} is not JSON: {e}")))?;
-        if let Some(entry) = action
-            .get("commitInfo")
-            .and_then(|i| i.get(crate::record::COMMIT_INFO_KEY))
-        {
-            let runs = entry
-                .get("runs")
-                .and_then(serde_json::Value::as_array)
-                .map(|r| r.iter().collect::<Vec<_>>())
-                .unwrap_or_else(|| vec![entry]);
-            view.runs.extend(
-                runs.iter()
-                    .filter_map(|r| r.get("run_id").and_then(serde_json::Value::as_str))
-                    .map(str::to_string),
-            );
+/// `table` brought to exactly `version` by replaying the log from storage (delta-rs's own
+/// snapshot, not idemlake's file map): what readers of that version see. `table` itself is
+/// advanced when it is behind; a table already past `version` is left as is and a copy is
+/// loaded at `version`.
+pub async fn snapshot_at(table: &mut DeltaTable, version: i64) -> Result<DeltaTable> {
+    let at = version as u64;
+    match table.version() {
+        Some(v) if v == at => Ok(table.clone()),
+        Some(v) if v < at => {
+            table.update_incremental(Some(at)).await?;
+            Ok(table.clone())
         }
-        if let Some(add) = action.get("add") {
-            let path = add
-                .get("path")
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or_default();
-            let stats = add
-                .get("stats")
-                .and_then(serde_json::Value::as_str)
-                .map(str::to_string);
-            view.adds.insert(percent_decode(path), stats);
-        }
-    }
-    Ok(view)
-}
-
-impl CommitView {
-    /// Check that the commit names run `run_id` and adds every file of `staged` (paths as
-    /// staged); returns the rows those files hold.
-    pub fn window_rows(&self, run_id: &str, staged: &[&str]) -> Result<u64> {
-        let version = self.version;
-        if !self.runs.contains(run_id) {
-            return Err(Error::runtime(format!(
-                "read-back: commit {version} does not name run {run_id}"
-            )));
-        }
-        let want: std::collections::HashSet<String> =
-            staged.iter().map(|p| percent_decode(p)).collect();
-        let mut rows = 0u64;
-        let mut found = 0usize;
-        for path in &want {
-            if let Some(stats) = self.adds.get(path) {
-                found += 1;
-                rows += crate::execute::stats_rows(path, stats.as_deref())?;
-            }
-        }
-        if found != want.len() {
-            return Err(Error::runtime(format!(
-                "read-back: commit {version} adds {found} of the {} file(s) this run staged",
-                want.len()
-            )));
-        }
-        Ok(rows)
+        _ => open_at(table.table_url(), at).await,
     }
 }
 
-/// Undo `%XX` escapes (Delta stores add paths as URL-encoded relative paths).
-fn percent_decode(p: &str) -> String {
-    percent_encoding::percent_decode_str(p)
-        .decode_utf8_lossy()
-        .into_owned()
+/// Read one window back from the committed snapshot `table`: every live file whose partition
+/// value lies in the window must be a file this commit added for it (a file left over from
+/// before — a remove the commit missed — or a staged file missing fails), and the rows are
+/// the sum of their `numRecords` statistics.
+pub fn read_back(table: &DeltaTable, partition_by: &str, w: &WindowCommit) -> Result<u64> {
+    let version = table.version().map(|v| v as i64).unwrap_or(-1);
+    let live = window_files(table, partition_by, w.range)?;
+    let staged: std::collections::HashSet<&str> = w.adds.iter().map(|a| a.path.as_str()).collect();
+    let foreign: Vec<&str> = live
+        .iter()
+        .map(|f| f.path.as_str())
+        .filter(|p| !staged.contains(p))
+        .collect();
+    if let Some(first) = foreign.first() {
+        return Err(Error::runtime(format!(
+            "read-back: version {version} holds {} live file(s) in window {} that this run did not add (e.g. {first}): the window was not replaced whole",
+            foreign.len(),
+            w.tags.window
+        )));
+    }
+    let missing = staged.len() - (live.len() - foreign.len());
+    if missing > 0 {
+        return Err(Error::runtime(format!(
+            "read-back: version {version} lacks {missing} of the {} file(s) this run staged for window {}",
+            staged.len(),
+            w.tags.window
+        )));
+    }
+    window_rows(&live)
 }
 
 /// Outcome of a MERGE.

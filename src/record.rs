@@ -90,6 +90,8 @@ pub enum Status {
     Failed,
     Skipped,
     Mismatch,
+    /// Published (the commit landed), but a check after the commit failed.
+    Unverified,
 }
 
 /// The per-window report line.
@@ -98,6 +100,10 @@ pub struct Report {
     pub task: String,
     pub window: WindowRecord,
     pub status: Status,
+    /// Whether this run's commit landed: true whenever the window is published by this run,
+    /// also if something failed after the commit.
+    #[serde(default)]
+    pub published: bool,
     pub rows_written: u64,
     pub table_version: Option<i64>,
     pub reconciliation: Vec<Check>,

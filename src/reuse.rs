@@ -100,6 +100,11 @@ impl Reuse {
             && let Some(derived) = t.derive(logical, state, slices)?
         {
             if self.verified.get() == Some(&true) {
+                if crate::fault::mutation("derived-keep-literal")
+                    && let Some(wrong) = t.derive_unmapped(state, slices)?
+                {
+                    return Ok(wrong);
+                }
                 return Ok(derived);
             }
             let planned = plan(logical, state).await?;
@@ -179,6 +184,20 @@ impl Template {
         };
         let batch_size = state.config().batch_size();
         rebuild(&self.exec, Some(&mapping), &parts, Some(batch_size))
+    }
+
+    /// The template over the window's slice keeping the template's own literals: the
+    /// `derived-keep-literal` mutation (a derivation bug the checks must catch).
+    fn derive_unmapped(
+        &self,
+        state: &SessionState,
+        slices: Slices<'_>,
+    ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        let Some(parts) = slices(&self.table) else {
+            return Ok(None);
+        };
+        let batch_size = state.config().batch_size();
+        rebuild(&self.exec, None, &parts, Some(batch_size))
     }
 }
 

@@ -13,10 +13,10 @@ use arrow::datatypes::SchemaRef;
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use deltalake::DeltaTable;
 
+use crate::checks::SourceSide;
 use crate::error::{Error, ErrorKind, Result};
 use crate::execute::{self, Sink, Staged};
 use crate::plan::{self, Planned};
-use crate::prepared::WindowPlans;
 use crate::project::Project;
 use crate::publish::{self, PartitionRange};
 use crate::reconcile::{self, Check};
@@ -33,6 +33,12 @@ use crate::window::Window;
 /// decoding every column of every row and filtering afterwards (measured at TPC-H SF1: the
 /// day-window scan of lineitem 1.56 s → 0.68 s in a debug build).
 pub fn new_session() -> Result<SessionContext> {
+    session(accelerated())
+}
+
+/// [`new_session`], with local sources read through memory maps (`mapped`) or through
+/// object_store's plain local store (the independent checks' session).
+pub fn session(mapped: bool) -> Result<SessionContext> {
     let overrides = std::collections::HashMap::from(
         [
             ("datafusion.sql_parser.enable_ident_normalization", "true"),
@@ -44,11 +50,42 @@ pub fn new_session() -> Result<SessionContext> {
     let ctx =
         deltalake::delta_datafusion::DeltaSessionContext::new_with_session_overrides(&overrides)?
             .into_inner();
-    // Local sources are read through memory maps (see `mapped`).
-    let local = url::Url::parse("file:///").expect("a valid URL");
-    ctx.runtime_env()
-        .register_object_store(&local, crate::mapped::MappedLocal::for_sources());
+    if mapped {
+        // Local sources are read through memory maps (see `mapped`).
+        let local = url::Url::parse("file:///").expect("a valid URL");
+        ctx.runtime_env()
+            .register_object_store(&local, crate::mapped::MappedLocal::for_sources());
+    }
     Ok(ctx)
+}
+
+/// Whether the accelerations are on (the default). `IDEMLAKE_ACCELERATE=0` selects their
+/// plain twins, same inputs and no cleverness: no shared scans (each window reads its
+/// sources), no prepared or derived plans (each window plans its SQL), no memory maps, and
+/// no file map (each commit finds the window's files in a freshly loaded snapshot). The
+/// differential tests run both and compare them with an oracle outside idemlake.
+pub fn accelerated() -> bool {
+    !std::env::var("IDEMLAKE_ACCELERATE")
+        .is_ok_and(|v| matches!(v.trim(), "0" | "off" | "false" | "no"))
+}
+
+/// Background work that must end before the process does: the target table's load started
+/// by [`Runner::new`] may still be running when a command finishes without needing it
+/// (`backfill --missing` with nothing missing), and a runtime shut down under it made
+/// delta-kernel's executor panic on stderr. The binary waits for these before exiting
+/// ([`finish_background`]).
+pub fn background() -> &'static tokio_util::task::TaskTracker {
+    static TRACKER: std::sync::OnceLock<tokio_util::task::TaskTracker> = std::sync::OnceLock::new();
+    TRACKER.get_or_init(tokio_util::task::TaskTracker::new)
+}
+
+/// Wait (at most `limit`) for the [`background`] work to end.
+pub async fn finish_background(limit: std::time::Duration) {
+    let tracker = background();
+    tracker.close();
+    if tokio::time::timeout(limit, tracker.wait()).await.is_err() {
+        tracing::warn!("background work still running after {limit:?}; exiting anyway");
+    }
 }
 
 /// The window's bounds on the partition column (for the row check and the log).
@@ -69,6 +106,7 @@ fn new_report(task: &Task, window: &Window, run_id: &str) -> Report {
         task: task.name.clone(),
         window: window.into(),
         status: Status::Failed,
+        published: false,
         rows_written: 0,
         table_version: None,
         reconciliation: Vec::new(),
@@ -80,17 +118,50 @@ fn new_report(task: &Task, window: &Window, run_id: &str) -> Report {
     }
 }
 
-/// Mark `report` as failed with `e`.
+/// Mark `report` as failed with `e`. A report whose commit landed keeps saying so (its
+/// version, rows and `published: true`): a failure after the commit is never reported as
+/// "nothing published".
 pub fn fail_report(report: &mut Report, e: &Error) {
-    report.status = if e.kind() == ErrorKind::Mismatch {
-        Status::Mismatch
+    let kind = if report.published && e.kind() != ErrorKind::Unverified {
+        ErrorKind::Unverified
     } else {
-        Status::Failed
+        e.kind()
     };
-    report.error = Some(e.message().to_string());
-    report.exit_code = Some(e.kind().exit_code());
-    report.rows_written = 0;
-    report.table_version = None;
+    report.status = match kind {
+        ErrorKind::Mismatch => Status::Mismatch,
+        ErrorKind::Unverified => Status::Unverified,
+        _ => Status::Failed,
+    };
+    report.error = Some(if kind == ErrorKind::Unverified {
+        let version = report
+            .table_version
+            .map(|v| format!(" at version {v}"))
+            .unwrap_or_default();
+        format!(
+            "the window was published{version}, but a check after the commit failed: {}",
+            e.message()
+        )
+    } else {
+        e.message().to_string()
+    });
+    report.exit_code = Some(kind.exit_code());
+    if !report.published {
+        report.rows_written = 0;
+        report.table_version = None;
+    }
+}
+
+/// The report of a window whose run panicked (a bug): failed, exit 1, nothing known to be
+/// published.
+pub fn panicked_report(task: &Task, window: &Window, what: &str) -> Report {
+    let mut report = new_report(task, window, &uuid::Uuid::new_v4().to_string());
+    fail_report(
+        &mut report,
+        &Error::runtime(format!(
+            "the window's run panicked (a bug in idemlake): {what}"
+        )),
+    );
+    report
 }
 
 /// Run one window and publish it; always returns a report (errors included).
@@ -115,6 +186,8 @@ pub struct Runner {
     url: url::Url,
     ctx: SessionContext,
     sources: Vec<sources::SourceVersion>,
+    /// The independent check path (see `checks`): its own session over the same inputs.
+    checker: Arc<crate::checks::Checker>,
     /// The table and its live files by window, for commits (one committer at a time).
     target: tokio::sync::Mutex<Target>,
     /// Sources read once per chunk of windows instead of once per window (see `scan`).
@@ -153,7 +226,14 @@ struct Target {
 /// A staged window waiting for a commit, and where to send the outcome.
 struct Pending {
     window: publish::WindowCommit,
-    done: tokio::sync::oneshot::Sender<std::result::Result<(i64, u64), (ErrorKind, String)>>,
+    done: tokio::sync::oneshot::Sender<std::result::Result<Published, (ErrorKind, String)>>,
+}
+
+/// A window whose commit landed, and what reading the committed snapshot back found: the
+/// rows of every live file in the window, or why they could not be confirmed.
+struct Published {
+    version: i64,
+    readback: std::result::Result<u64, String>,
 }
 
 /// Most windows one commit publishes.
@@ -166,6 +246,7 @@ impl Runner {
         let t0 = Instant::now();
         let ctx = new_session()?;
         let sources = sources::register(&ctx, &task.sources).await?;
+        let checker = Arc::new(crate::checks::Checker::new(task, &sources).await?);
         let sources_ms = t0.elapsed().as_millis();
         let url = project.table_url(task)?;
         // The table loads in the background (its log replay is independent of the sources);
@@ -173,7 +254,7 @@ impl Runner {
         let table = publish::builder(&url)?.build()?;
         let opening = {
             let url = url.clone();
-            tokio::spawn(async move {
+            background().spawn(async move {
                 let t = Instant::now();
                 let table = publish::open(&url).await;
                 tracing::debug!(
@@ -188,6 +269,10 @@ impl Runner {
         // task whose SQL does not plan gets no sharing; its error surfaces in `run`.
         let mut validated = false;
         let shared = match plan::plan(&ctx, task, None).await {
+            Ok(_) if !accelerated() => {
+                validated = true;
+                None
+            }
             Ok(unbound) => {
                 validated = true;
                 let mut plans = vec![unbound.df.logical_plan()];
@@ -198,12 +283,15 @@ impl Runner {
                     .await
                     .map(Arc::new)
             }
-            Err(_) => None,
+            Err(e) => {
+                tracing::info!("the task does not plan unbound, so no scans are shared: {e}");
+                None
+            }
         };
         if let Some(s) = &shared {
             tracing::debug!(sources = ?s.shared_sources(), "windows share source scans");
         }
-        let prepared = if validated {
+        let prepared = if validated && accelerated() {
             let template = match &shared {
                 Some(s) => s.template_session(&ctx).await,
                 None => Ok(ctx.clone()),
@@ -211,10 +299,12 @@ impl Runner {
             match template {
                 Ok(t) => crate::prepared::Prepared::new(&t, task)
                     .await
-                    .map_err(|e| tracing::debug!("queries not prepared: {e}"))
+                    .map_err(|e| {
+                        tracing::info!("queries not prepared (each window plans itself): {e}")
+                    })
                     .ok(),
                 Err(e) => {
-                    tracing::debug!("queries not prepared: {e}");
+                    tracing::info!("queries not prepared (each window plans itself): {e}");
                     None
                 }
             }
@@ -231,6 +321,7 @@ impl Runner {
             url,
             ctx,
             sources,
+            checker,
             view: std::sync::Mutex::new(table.clone()),
             target: tokio::sync::Mutex::new(Target { table, files: None }),
             shared,
@@ -282,7 +373,8 @@ impl Runner {
         }
     }
 
-    /// Commit a staged window; returns its version and the rows read back for it.
+    /// Commit a staged window; returns its version and the rows read back for it (an `Err`
+    /// only if the commit did not land).
     ///
     /// Group commit: every staged window queues here, and whichever waiter takes the table
     /// lock commits *all* queued windows (distinct windows, up to
@@ -294,7 +386,7 @@ impl Runner {
         &self,
         schema: &SchemaRef,
         window: publish::WindowCommit,
-    ) -> Result<(i64, u64)> {
+    ) -> Result<Published> {
         self.loaded().await?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.pending
@@ -394,18 +486,27 @@ impl Runner {
                 "committed a group of windows"
             );
         }
-        // Read the commit back from storage once: each window's files, its run id, its rows.
-        let view = publish::read_commit(&target.table, committed.version).await;
+        // Read the committed snapshot back from storage (the log replayed by delta-rs up to
+        // this version, not the file map the commit was built from): every live file of each
+        // window must be one this run added, and their statistics give the rows committed.
+        let snapshot = publish::snapshot_at(&mut target.table, committed.version).await;
+        if let Ok(t) = &snapshot {
+            *self.view.lock().expect("not poisoned") = t.clone();
+        }
         for (w, tx) in windows.iter().zip(senders) {
-            let paths: Vec<&str> = w.adds.iter().map(|a| a.path.as_str()).collect();
-            let r = match &view {
-                Ok(v) => v
-                    .window_rows(&w.tags.run_id, &paths)
-                    .map(|rows| (committed.version, rows))
-                    .map_err(|e| fail(&e)),
-                Err(e) => Err(fail(e)),
+            let readback = match &snapshot {
+                Ok(t) => publish::read_back(t, &self.task.partition_by, w)
+                    .map_err(|e| e.message().to_string()),
+                Err(e) => Err(format!(
+                    "read-back: version {} could not be loaded: {}",
+                    committed.version,
+                    e.message()
+                )),
             };
-            let _ = tx.send(r);
+            let _ = tx.send(Ok(Published {
+                version: committed.version,
+                readback,
+            }));
         }
     }
 
@@ -504,7 +605,7 @@ impl Runner {
                     return Ok((planned, Some(plans), self.ctx.clone()));
                 }
                 Ok(None) => {}
-                Err(e) => tracing::debug!("prepared plans not used for {}: {e}", window.label()),
+                Err(e) => tracing::info!("prepared plans not used for {}: {e}", window.label()),
             }
         }
         let ctx = session.context().await?;
@@ -563,17 +664,25 @@ impl Runner {
             ),
             Some(dir) => temp_sink(dir, &planned)?,
         };
-        let staged = stage(
-            &session,
-            task,
-            window,
-            (&planned, plans.as_ref()),
-            Sink {
-                store: store.clone(),
-                config,
-            },
-        )
-        .await?;
+        // The source side of the checks runs beside the staging, by its own route.
+        let (staged, source_side) = tokio::try_join!(
+            stage(
+                &session,
+                task,
+                window,
+                (&planned, plans.as_ref()),
+                Sink {
+                    store: store.clone(),
+                    config,
+                },
+            ),
+            async {
+                self.checker
+                    .source_side(task, window)
+                    .await
+                    .map_err(|e| e.context("the independent source check failed"))
+            }
+        )?;
         tracing::info!(
             window = %window.label(),
             rows = staged.rows,
@@ -588,23 +697,24 @@ impl Runner {
             execute::rows_in(&staged.adds)?,
         )];
         let mut warn = false;
-        if let Some(r) = &task.reconcile {
-            let source_rows = match (plans.as_ref(), &planned.reconcile_source) {
+        let (rc, on_mismatch) = match (&task.reconcile, source_side) {
+            (Some(r), SourceSide::Reconcile(source_rows)) => {
+                let out = staged.output_aggregates.as_deref().unwrap_or_default();
                 (
-                    Some(WindowPlans {
-                        source: Some(plan),
-                        task_ctx,
-                        ..
-                    }),
-                    _,
-                ) => datafusion::physical_plan::collect(plan.clone(), task_ctx.clone()).await?,
-                (_, Some(src)) => src.clone().collect().await?,
-                _ => return Err(Error::runtime("[reconcile].source was not planned")),
-            };
-            let out = staged.output_aggregates.as_deref().unwrap_or_default();
-            let rc = reconcile::compare(&source_rows, out, &r.tolerance)?;
+                    reconcile::compare(&source_rows, out, &r.tolerance)?,
+                    r.on_mismatch,
+                )
+            }
+            (_, SourceSide::Rows(n)) => (
+                vec![Check::counts("source_rows", n, staged.rows)],
+                OnMismatch::Fail,
+            ),
+            (Some(_), _) => return Err(Error::runtime("[reconcile].source was not planned")),
+            (None, _) => (Vec::new(), OnMismatch::Fail),
+        };
+        {
             if rc.iter().any(|c| !c.ok) {
-                match r.on_mismatch {
+                match on_mismatch {
                     OnMismatch::Fail => {
                         execute::discard(&store, &staged.adds).await;
                         report.reconciliation = checks.iter().chain(&rc).cloned().collect();
@@ -637,6 +747,20 @@ impl Runner {
                         window.label()
                     )));
                 }
+                // A merge upserts the rows produced: none leaves the window as it is, whatever
+                // `on_empty` says (`clear` cannot apply to upsert semantics). Nothing is
+                // committed, and the run is recorded as skipped, not as the window's publisher.
+                OnEmpty::Skip | OnEmpty::Clear if task.mode == Mode::Merge => {
+                    report.status = Status::Skipped;
+                    report.error = None;
+                    let last = self.last_commit.load(std::sync::atomic::Ordering::SeqCst);
+                    report.table_version = table.version().map(|v| (v as i64).max(last));
+                    tracing::info!(
+                        window = %window.label(),
+                        "merge with an empty result: the window is left as it is"
+                    );
+                    return Ok(());
+                }
                 OnEmpty::Skip => {
                     report.status = Status::Skipped;
                     let last = self.last_commit.load(std::sync::atomic::Ordering::SeqCst);
@@ -647,6 +771,18 @@ impl Runner {
             }
         }
 
+        // The inputs must still be the ones the run started with (file sources are not
+        // versioned: a file rewritten while the window ran may have been read half old, half
+        // new). Checked after the checks, right before the commit.
+        let changed =
+            sources::changed_since(self.checker.session(), &task.sources, &self.sources).await?;
+        if !changed.is_empty() {
+            execute::discard(&store, &staged.adds).await;
+            return Err(Error::runtime(format!(
+                "source(s) {} changed while the window ran (files, sizes or modification times differ from the start of the run); nothing was published — re-run once the sources are stable",
+                changed.join(", ")
+            )));
+        }
         crate::fault::hit("before-commit", None)?;
         record.rows_written = staged.rows;
         record.reconciliation = checks.clone();
@@ -654,7 +790,7 @@ impl Runner {
         let (version, expected_rows, committed_rows) = match task.mode {
             Mode::Overwrite => {
                 drop(permit);
-                let (version, committed_rows) = self
+                let published = self
                     .publish(
                         &planned.schema,
                         publish::WindowCommit {
@@ -670,7 +806,13 @@ impl Runner {
                         },
                     )
                     .await?;
-                (version, staged.rows, committed_rows)
+                report.published = true;
+                report.table_version = Some(published.version);
+                report.rows_written = staged.rows;
+                report.reconciliation = checks.clone();
+                crate::fault::hit("after-commit", None)?;
+                let committed_rows = published.readback.map_err(Error::unverified)?;
+                (published.version, staged.rows, committed_rows)
             }
             Mode::Merge => {
                 let table = {
@@ -710,6 +852,17 @@ impl Runner {
                     record.app_metadata(),
                 )
                 .await?;
+                let v = merged
+                    .table
+                    .version()
+                    .ok_or_else(|| Error::runtime("merge produced no version"))?
+                    as i64;
+                self.last_commit
+                    .fetch_max(v, std::sync::atomic::Ordering::SeqCst);
+                report.published = true;
+                report.table_version = Some(v);
+                report.rows_written = staged.rows;
+                crate::fault::hit("after-commit", None)?;
                 let upserted = Check::counts(
                     "rows_upserted",
                     staged.rows,
@@ -718,18 +871,11 @@ impl Runner {
                 checks.push(upserted.clone());
                 if !upserted.ok {
                     report.reconciliation = checks.clone();
-                    return Err(Error::runtime(format!(
+                    return Err(Error::unverified(format!(
                         "merge inserted {} and updated {} rows for {} produced rows",
                         merged.inserted, merged.updated, staged.rows
                     )));
                 }
-                let v = merged
-                    .table
-                    .version()
-                    .ok_or_else(|| Error::runtime("merge produced no version"))?
-                    as i64;
-                self.last_commit
-                    .fetch_max(v, std::sync::atomic::Ordering::SeqCst);
                 // Read the window back from the log on storage (statistics only).
                 if before.version().is_none_or(|b| (b as i64) < v) {
                     before.update_incremental(Some(v as u64)).await?;
@@ -754,7 +900,7 @@ impl Runner {
             "published in one commit; read back from the log"
         );
         if !readback.ok {
-            return Err(Error::runtime(format!(
+            return Err(Error::unverified(format!(
                 "read-back mismatch: version {version} holds {committed_rows} rows for window {}, expected {expected_rows}",
                 window.label()
             )));
@@ -783,6 +929,11 @@ impl Runner {
         )
         .await?;
         Ok((dir, staged, planned))
+    }
+
+    /// The independent check path (its own session over the same inputs).
+    pub fn checker(&self) -> &crate::checks::Checker {
+        &self.checker
     }
 
     /// The session the runner plans in (sources registered).

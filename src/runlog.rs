@@ -28,12 +28,13 @@ fn status_name(s: Status) -> &'static str {
         Status::Failed => "failed",
         Status::Skipped => "skipped",
         Status::Mismatch => "mismatch",
+        Status::Unverified => "unverified",
     }
 }
 
 /// Record one attempt (best effort).
 pub async fn record(store: &Arc<dyn ObjectStore>, report: &Report) {
-    let status = if report.exit_code.is_some() {
+    let status = if report.exit_code.is_some() && !report.published {
         "failed"
     } else {
         status_name(report.status)

@@ -41,7 +41,7 @@ fn listing_url(uri: &str) -> Result<ListingTableUrl> {
 pub async fn register(ctx: &SessionContext, sources: &[Source]) -> Result<Vec<SourceVersion>> {
     let mut out = Vec::with_capacity(sources.len());
     for s in sources {
-        let v = register_one(ctx, s)
+        let v = register_one(ctx, s, None)
             .await
             .map_err(|e| e.context(format!("source `{}` ({})", s.alias, s.uri)))?;
         out.push(v);
@@ -49,7 +49,26 @@ pub async fn register(ctx: &SessionContext, sources: &[Source]) -> Result<Vec<So
     Ok(out)
 }
 
-async fn register_one(ctx: &SessionContext, s: &Source) -> Result<SourceVersion> {
+/// Register every source again in another session (the independent checks' own), Delta
+/// sources at the versions `pins` recorded, so both sessions read the same inputs.
+pub async fn register_pinned(
+    ctx: &SessionContext,
+    sources: &[Source],
+    pins: &[SourceVersion],
+) -> Result<()> {
+    for s in sources {
+        let pin = pins
+            .iter()
+            .find(|p| p.alias == s.alias)
+            .and_then(|p| p.version);
+        register_one(ctx, s, pin)
+            .await
+            .map_err(|e| e.context(format!("source `{}` ({})", s.alias, s.uri)))?;
+    }
+    Ok(())
+}
+
+async fn register_one(ctx: &SessionContext, s: &Source, pin: Option<i64>) -> Result<SourceVersion> {
     if s.uri.contains("://") {
         let url = url::Url::parse(&s.uri)
             .map_err(|e| Error::input(format!("invalid source URL: {e}")))?;
@@ -60,10 +79,11 @@ async fn register_one(ctx: &SessionContext, s: &Source) -> Result<SourceVersion>
     if s.format == Format::Delta {
         let url = crate::project::location_url(&s.uri, std::path::Path::new("/"))?;
         let mut table = crate::publish::builder(&url)?.build()?;
-        table
-            .load()
-            .await
-            .map_err(|e| Error::runtime(format!("cannot open delta table: {e}")))?;
+        match pin {
+            Some(v) => table.load_version(v as u64).await,
+            None => table.load().await,
+        }
+        .map_err(|e| Error::runtime(format!("cannot open delta table: {e}")))?;
         let version = table.version();
         table.update_datafusion_session(&ctx.state())?;
         let provider = table.table_provider().await?;
@@ -161,6 +181,32 @@ pub async fn current_versions(
         });
     }
     Ok(out)
+}
+
+/// The file sources whose files changed (listing, sizes, modification times, ETags) since
+/// `pinned` was taken; Delta sources are pinned to a version and cannot change under a run.
+pub async fn changed_since(
+    ctx: &SessionContext,
+    sources: &[Source],
+    pinned: &[SourceVersion],
+) -> Result<Vec<String>> {
+    let mut changed = Vec::new();
+    for s in sources.iter().filter(|s| s.format != Format::Delta) {
+        let Some(before) = pinned
+            .iter()
+            .find(|p| p.alias == s.alias)
+            .and_then(|p| p.fingerprint.as_deref())
+        else {
+            continue;
+        };
+        let url = listing_url(&s.uri)?;
+        let store = ctx.runtime_env().object_store(&url)?;
+        let (_, now) = fingerprint(store.as_ref(), &url).await?;
+        if now != before {
+            changed.push(s.alias.clone());
+        }
+    }
+    Ok(changed)
 }
 
 /// List the objects under `url` and hash their (path, size, mtime).

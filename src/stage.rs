@@ -116,13 +116,48 @@ pub async fn stage(
     .await
 }
 
-/// A merge key must be unique within one run's output.
+/// A merge key must be non-NULL and unique within one run's output.
+///
+/// A NULL key value never matches in the merge condition (`target.k = source.k` is unknown
+/// for NULL), so every re-run would insert another copy of such a row: NULL keys are
+/// refused, naming each key column that holds them and how many rows do.
 pub async fn check_unique_key(
     source: datafusion::prelude::DataFrame,
     key: &[String],
 ) -> Result<()> {
     use datafusion::functions_aggregate::expr_fn::count;
-    use datafusion::prelude::{col, lit};
+    use datafusion::prelude::{col, lit, when};
+    let nulls: Vec<_> = key
+        .iter()
+        .map(|k| {
+            let c = col(datafusion::common::Column::from_name(k));
+            datafusion::functions_aggregate::expr_fn::sum(
+                when(c.is_null(), lit(1i64))
+                    .otherwise(lit(0i64))
+                    .expect("valid CASE"),
+            )
+            .alias(format!("__idemlake_nulls_{k}"))
+        })
+        .collect();
+    let counted = source.clone().aggregate(vec![], nulls)?.collect().await?;
+    let mut found = Vec::new();
+    if let Some(b) = counted.first().filter(|b| b.num_rows() == 1) {
+        for (i, k) in key.iter().enumerate() {
+            let v = datafusion::common::ScalarValue::try_from_array(b.column(i), 0)?;
+            if let datafusion::common::ScalarValue::Int64(Some(n)) = v
+                && n > 0
+            {
+                found.push(format!("`{k}` is NULL in {n} row(s)"));
+            }
+        }
+    }
+    if !found.is_empty() {
+        return Err(Error::runtime(format!(
+            "[write].key ({}) has NULL values in this run's output: {}; a NULL key never matches in a merge, so every re-run would insert those rows again. Nothing was published: filter or fill NULL keys in the task's SQL (e.g. COALESCE), or use overwrite mode",
+            key.join(", "),
+            found.join(", ")
+        )));
+    }
     let keys: Vec<_> = key
         .iter()
         .map(|k| col(datafusion::common::Column::from_name(k)))

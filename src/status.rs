@@ -133,6 +133,11 @@ pub async fn status(
             .cloned()
             .unwrap_or_default();
         let last_ok = log.iter().rposition(|a| a.status != "failed");
+        // The last attempt that published (a skipped run, e.g. a merge with an empty result,
+        // changed nothing and is never the window's publisher).
+        let last_publish = log
+            .iter()
+            .rposition(|a| matches!(a.status.as_str(), "ok" | "mismatch" | "unverified"));
         let failed: Vec<_> = log[last_ok.map(|i| i + 1).unwrap_or(0)..].to_vec();
         let last_error = match failed.last() {
             Some(a) => crate::runlog::read(&store, a)
@@ -180,7 +185,7 @@ pub async fn status(
                 .find(|a| &a.run_id == run)
                 .map(|a| a.status.clone())
                 .or(Some("ok".into()));
-        } else if let (true, Some(i)) = (acc.files > 0, last_ok) {
+        } else if let (true, Some(i)) = (acc.files > 0, last_publish) {
             // Files without tags (MERGE writes its own): the run log names the publishing run.
             let ok = &log[i];
             st.state = "published".into();

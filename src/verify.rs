@@ -84,9 +84,9 @@ pub async fn diff(
         .collect::<Vec<_>>()
         .join(" AND ");
     let joined = format!(
-        "WITH l AS (SELECT {list}, count(*) AS __n FROM {left} GROUP BY {list}), \
-              r AS (SELECT {list}, count(*) AS __n FROM {right} GROUP BY {list}) \
-         SELECT {sel}, coalesce(l.__n, 0) AS __nl, coalesce(r.__n, 0) AS __nr \
+        "WITH l AS (SELECT {list}, count(*) AS __idemlake_n FROM {left} GROUP BY {list}), \
+              r AS (SELECT {list}, count(*) AS __idemlake_n FROM {right} GROUP BY {list}) \
+         SELECT {sel}, coalesce(l.__idemlake_n, 0) AS __idemlake_nl, coalesce(r.__idemlake_n, 0) AS __idemlake_nr \
          FROM l FULL OUTER JOIN r ON {on}",
         sel = cols
             .iter()
@@ -96,23 +96,27 @@ pub async fn diff(
     );
     let totals = ctx
         .sql(&format!(
-            "SELECT CAST(coalesce(sum(__nl), 0) AS BIGINT) AS nl, CAST(coalesce(sum(__nr), 0) AS BIGINT) AS nr, \
-             CAST(coalesce(sum(CASE WHEN __nl > __nr THEN __nl - __nr ELSE 0 END), 0) AS BIGINT) AS ol, \
-             CAST(coalesce(sum(CASE WHEN __nr > __nl THEN __nr - __nl ELSE 0 END), 0) AS BIGINT) AS orr \
+            "SELECT CAST(coalesce(sum(__idemlake_nl), 0) AS BIGINT) AS nl, CAST(coalesce(sum(__idemlake_nr), 0) AS BIGINT) AS nr, \
+             CAST(coalesce(sum(CASE WHEN __idemlake_nl > __idemlake_nr THEN __idemlake_nl - __idemlake_nr ELSE 0 END), 0) AS BIGINT) AS ol, \
+             CAST(coalesce(sum(CASE WHEN __idemlake_nr > __idemlake_nl THEN __idemlake_nr - __idemlake_nl ELSE 0 END), 0) AS BIGINT) AS orr \
              FROM ({joined})"
         ))
         .await?
         .collect()
         .await?;
-    let get = |i: usize| -> u64 {
-        totals
-            .first()
-            .map(|b| {
-                datafusion::common::cast::as_int64_array(b.column(i))
-                    .map(|a| a.value(0) as u64)
-                    .unwrap_or(0)
-            })
-            .unwrap_or(0)
+    // Unreadable totals are an error, never "0 differences".
+    let get = |i: usize| -> Result<u64> {
+        let b = totals
+            .iter()
+            .find(|b| b.num_rows() > 0)
+            .ok_or_else(|| Error::runtime("verify: the diff query returned no totals"))?;
+        let a = datafusion::common::cast::as_int64_array(b.column(i))?;
+        if arrow::array::Array::is_null(a, 0) {
+            return Err(Error::runtime(
+                "verify: the diff query returned a NULL total",
+            ));
+        }
+        Ok(a.value(0) as u64)
     };
     let sample = |cond: &str| {
         let sql =
@@ -134,21 +138,21 @@ pub async fn diff(
             Ok::<_, Error>(rows)
         }
     };
-    let (only_left, only_right) = (get(2), get(3));
+    let (only_left, only_right) = (get(2)?, get(3)?);
     Ok(Diff {
         left: left.to_string(),
         right: right.to_string(),
-        left_rows: get(0),
-        right_rows: get(1),
+        left_rows: get(0)?,
+        right_rows: get(1)?,
         only_left,
         only_right,
         sample_only_left: if only_left > 0 {
-            sample("__nl > __nr").await?
+            sample("__idemlake_nl > __idemlake_nr").await?
         } else {
             Vec::new()
         },
         sample_only_right: if only_right > 0 {
-            sample("__nr > __nl").await?
+            sample("__idemlake_nr > __idemlake_nl").await?
         } else {
             Vec::new()
         },

@@ -135,11 +135,38 @@ impl Window {
             Grain::Hour => {
                 let (d, h) = text.split_once('T').expect("checked by short_form_grain");
                 let d = Date::from_str(d).map_err(bad)?;
+                let (h, offset) = match h.len() {
+                    2 => (h, None),
+                    _ => (&h[..2], Some(&h[2..])),
+                };
                 let h: i8 = h
                     .parse()
                     .map_err(|_| Error::input(format!("malformed window `{text}`")))?;
                 let dt = DateTime::new(d.year(), d.month(), d.day(), h, 0, 0, 0).map_err(bad)?;
-                let zoned = tz.to_ambiguous_zoned(dt).unambiguous().map_err(|e| {
+                let ambiguous = tz.to_ambiguous_zoned(dt);
+                if let Some(offset) = offset {
+                    // `2026-10-25T02+01:00`: the local hour at that offset (the label of a
+                    // repeated hour).
+                    let wanted = parse_offset(offset).ok_or_else(|| {
+                        Error::input(format!(
+                            "malformed window `{text}`: `{offset}` is not an offset like +01:00"
+                        ))
+                    })?;
+                    let zoned = dt
+                        .to_zoned(TimeZone::fixed(wanted))
+                        .map_err(bad)?
+                        .timestamp()
+                        .to_zoned(tz.clone());
+                    if zoned.datetime() != dt || zoned.offset() != wanted {
+                        return Err(Error::input(format!(
+                            "window `{text}`: {} has no local hour {} at offset {offset}",
+                            tz_name(tz),
+                            &text[..13]
+                        )));
+                    }
+                    return Self::from_start(grain, zoned);
+                }
+                let zoned = ambiguous.unambiguous().map_err(|e| {
                     Error::input(format!(
                         "window `{text}` is not a single hour in time zone {}: {e}; pass the explicit RFC 3339 interval instead",
                         tz_name(tz)
@@ -303,6 +330,9 @@ impl Window {
     /// The short form at this grain, e.g. `2026-11-28`, `2026-W48`, `2026-11`, `2026-11-28T05`.
     pub fn label(&self) -> String {
         match self.grain {
+            Grain::Hour if self.repeats_local_hour() => {
+                self.start.strftime("%Y-%m-%dT%H%:z").to_string()
+            }
             Grain::Hour => self.start.strftime("%Y-%m-%dT%H").to_string(),
             Grain::Day => self.start.date().to_string(),
             Grain::Week => {
@@ -311,6 +341,27 @@ impl Window {
             }
             Grain::Month => self.start.strftime("%Y-%m").to_string(),
         }
+    }
+
+    /// Whether the local hour this window starts in happens twice (a DST fall-back fold):
+    /// its label then carries the offset, so both hours have distinct labels.
+    fn repeats_local_hour(&self) -> bool {
+        matches!(
+            self.start
+                .time_zone()
+                .to_ambiguous_zoned(self.start.datetime())
+                .offset(),
+            jiff::tz::AmbiguousOffset::Fold { .. }
+        )
+    }
+
+    /// The window's identity: the instants it begins and ends (µs since the epoch). Labels
+    /// are for people; everything that keys windows uses this.
+    pub fn key(&self) -> (i64, i64) {
+        (
+            self.start.timestamp().as_microsecond(),
+            self.end.timestamp().as_microsecond(),
+        )
     }
 
     /// RFC 3339 with the zone's offset, e.g. `2026-03-29T00:00:00+01:00`.
@@ -340,11 +391,33 @@ pub fn time_zone(name: &str) -> Result<TimeZone> {
     TimeZone::get(name).map_err(|e| Error::input(format!("unknown time zone `{name}`: {e}")))
 }
 
+/// `+HH:MM` / `-HH:MM` as an offset.
+fn parse_offset(s: &str) -> Option<jiff::tz::Offset> {
+    let b = s.as_bytes();
+    if b.len() != 6 || !matches!(b[0], b'+' | b'-') || b[3] != b':' {
+        return None;
+    }
+    let h: i32 = s[1..3].parse().ok()?;
+    let m: i32 = s[4..6].parse().ok()?;
+    if h > 23 || m > 59 {
+        return None;
+    }
+    let secs = (h * 3600 + m * 60) * if b[0] == b'-' { -1 } else { 1 };
+    jiff::tz::Offset::from_seconds(secs).ok()
+}
+
 /// Which grain a short window form is written in, by shape alone.
 fn short_form_grain(s: &str) -> Option<Grain> {
     let b = s.as_bytes();
     let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
     match b.len() {
+        // An hour with its offset, as repeated hours are labelled: `2026-10-25T02+01:00`.
+        19 if matches!(b[13], b'+' | b'-')
+            && short_form_grain(&s[..13]) == Some(Grain::Hour)
+            && parse_offset(&s[13..]).is_some() =>
+        {
+            Some(Grain::Hour)
+        }
         7 if digits(0..4) && b[4] == b'-' && digits(5..7) => Some(Grain::Month),
         8 if digits(0..4) && &b[4..6] == b"-W" && digits(6..8) => Some(Grain::Week),
         10 if digits(0..4) && b[4] == b'-' && digits(5..7) && b[7] == b'-' && digits(8..10) => {
@@ -466,9 +539,33 @@ mod tests {
         )
         .unwrap();
         let second = first.next().unwrap();
-        assert_eq!(first.label(), "2026-10-25T02");
-        assert_eq!(second.label(), "2026-10-25T02");
         assert_ne!(first.start_ts(), second.start_ts());
+        assert_ne!(first.key(), second.key());
+        // Regression (issue 14 §3): both hours were labelled `2026-10-25T02`.
+        assert_eq!(first.label(), "2026-10-25T02+02:00");
+        assert_eq!(second.label(), "2026-10-25T02+01:00");
+        // Each label is accepted back as its own window; a wrong offset is refused.
+        assert_eq!(
+            Window::parse(&first.label(), Grain::Hour, &berlin()).unwrap(),
+            first
+        );
+        assert_eq!(
+            Window::parse(&second.label(), Grain::Hour, &berlin()).unwrap(),
+            second
+        );
+        assert!(Window::parse("2026-10-25T02+05:00", Grain::Hour, &berlin()).is_err());
+        assert!(Window::parse("2026-10-25T02+0100", Grain::Hour, &berlin()).is_err());
+        // Hours next to the fold keep the short label; an offset on them is accepted if right.
+        assert_eq!(
+            first.next().unwrap().next().unwrap().label(),
+            "2026-10-25T03"
+        );
+        assert_eq!(
+            Window::parse("2026-11-28T05+01:00", Grain::Hour, &berlin())
+                .unwrap()
+                .label(),
+            "2026-11-28T05"
+        );
     }
 
     #[test]

@@ -37,6 +37,7 @@ import dagster as dg
 NO_RETRY_EXIT_CODES = {
     2: "invalid input (task file, SQL, lint, window or schema change)",
     3: "reconciliation mismatch between source and output",
+    5: "the window was published but did not verify after its commit (see the report)",
 }
 
 daily_partitions = dg.DailyPartitionsDefinition(

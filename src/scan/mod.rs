@@ -175,22 +175,23 @@ impl Rows {
     }
 }
 
-/// The windows of a run in order, with each label's position (looked up once per window).
+/// The windows of a run in order, with each window's position by its identity (the instants
+/// it spans, never its label: both hours of a DST fold share a local hour).
 #[derive(Default)]
 struct WindowList {
     list: Vec<Window>,
-    at: HashMap<String, usize>,
+    at: HashMap<(i64, i64), usize>,
 }
 
 impl WindowList {
     /// The position of `w`, appending it if it was not announced.
     fn index_of(&mut self, w: &Window) -> usize {
-        let label = w.label();
-        if let Some(i) = self.at.get(&label) {
+        let key = w.key();
+        if let Some(i) = self.at.get(&key) {
             return *i;
         }
         self.list.push(w.clone());
-        self.at.insert(label, self.list.len() - 1);
+        self.at.insert(key, self.list.len() - 1);
         self.list.len() - 1
     }
 }
@@ -835,10 +836,17 @@ fn base_tables(ctx: &SessionContext) -> Vec<String> {
 /// The rows of `r` with key in `[lo, hi]`, or `[lo, hi)` if `strict` (zero-copy).
 fn slice(r: &Rows, lo: &ScalarValue, hi: &ScalarValue, strict: bool) -> Option<RecordBatch> {
     let (lo, hi) = (as_i64(lo)?, as_i64(hi)?);
-    let start = r.keys.partition_point(|k| *k < lo);
-    let end = r
+    let mut start = r.keys.partition_point(|k| *k < lo);
+    let mut end = r
         .keys
         .partition_point(|k| if strict { *k < hi } else { *k <= hi });
+    if crate::fault::mutation("slice-drop-row") && end > start {
+        end -= 1;
+    }
+    if crate::fault::mutation("slice-move-row") && end > start {
+        start += 1;
+        end = (end + 1).min(r.keys.len());
+    }
     Some(r.batch.slice(start, end.saturating_sub(start)))
 }
 
