@@ -10,7 +10,7 @@ BIN         := $(TARGET_DIR)/$(PROFILE)/idemlake
 SCALE       ?= 0.01
 DEMO_DAYS   := 1995-06-01 1995-06-02 1995-06-03 1995-06-04 1995-06-05 1995-06-06 1995-06-07
 
-.PHONY: build demo test test-orchestrators lint fmt py-env s3-start s3-stop clean-demo bench
+.PHONY: build demo test test-orchestrators torture lint fmt py-env s3-start s3-stop clean-demo bench
 
 build:
 	$(CARGO) build $(CARGO_FLAGS) --bin idemlake
@@ -40,6 +40,18 @@ demo: build
 ## S3 server (SeaweedFS, loopback only) that the S3 tests run against; `make s3-stop` stops it.
 test: py-env s3-start
 	$(CARGO) test $(CARGO_FLAGS) --all-targets
+
+## torture: the differential torture suite at full length: TORTURE_CASES generated tasks
+## (default 2,000), each run in six ways (accelerated backfills, the plain twin, single runs,
+## kill -9 then --missing, two racing processes) and compared with a plain-DataFusion oracle.
+## `make test` runs a 5-minute seeded slice of it. TORTURE_SEED picks the first seed.
+TORTURE_CASES ?= 2000
+TORTURE_SEED  ?= 14000
+TORTURE_JOBS  ?= 2
+torture: py-env
+	IDEMLAKE_TORTURE_CASES=$(TORTURE_CASES) IDEMLAKE_TORTURE_SEED=$(TORTURE_SEED) \
+	IDEMLAKE_TORTURE_JOBS=$(TORTURE_JOBS) \
+	  $(CARGO) test $(CARGO_FLAGS) --test it torture::generated -- --nocapture
 
 ## test-orchestrators: real Airflow (`airflow dags test`) and Dagster (`dagster asset materialize`)
 ## runs of examples/ against a temporary sample project (venvs .venv-airflow, .venv-dagster).

@@ -11,9 +11,11 @@
 //! Invariants:
 //! - Only reads of ranges are mapped; the bytes are exactly the file's (a range beyond the
 //!   end of the file is an error, as with the local store).
-//! - A source must not be truncated while a run reads it: runs already require sources to
-//!   stay put (they are fingerprinted and checked), and a truncated mapped file would stop
-//!   the process (SIGBUS) instead of failing the window. `IDEMLAKE_MMAP=0` turns maps off.
+//! - A source truncated while a run reads it does not kill the process: a page of a map that
+//!   no longer has a file behind it raises SIGBUS, and the handler installed here (see
+//!   [`guard`]) puts a zero page in its place and records it. The read completes with zeros,
+//!   and the window fails before its commit: the run checks [`truncated`] and re-fingerprints
+//!   its sources. `IDEMLAKE_MMAP=0` turns maps off.
 
 use std::fmt;
 use std::ops::Range;
@@ -55,6 +57,64 @@ fn generic(e: impl std::error::Error + Send + Sync + 'static) -> object_store::E
     object_store::Error::Generic {
         store: "MappedLocal",
         source: Box::new(e),
+    }
+}
+
+/// Set by the SIGBUS handler when a mapped page vanished (its file was truncated).
+static TRUNCATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// The page size, read before the handler is installed (the handler only reads it).
+static PAGE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(4096);
+
+/// Whether a mapped source page vanished while this process read it: what was read from it
+/// is zeros, not the file, and nothing computed from it may be published.
+pub fn truncated() -> bool {
+    TRUNCATED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Install the SIGBUS handler (once per process, before the first map).
+fn guard() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: sysconf and sigaction are called with valid arguments; the handler only
+        // makes async-signal-safe calls (mmap, signal) and touches atomics.
+        unsafe {
+            let page = libc::sysconf(libc::_SC_PAGESIZE);
+            if page > 0 {
+                PAGE.store(page as usize, std::sync::atomic::Ordering::SeqCst);
+            }
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_sigbus as *const () as usize;
+            action.sa_flags = libc::SA_SIGINFO;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut());
+        }
+    });
+}
+
+/// SIGBUS on a page whose file is gone (`BUS_ADRERR`): map a zero page over it and carry on;
+/// anything else gets the default action (the process stops, as it would have).
+extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    // SAFETY: called by the kernel with a valid siginfo for SIGBUS.
+    unsafe {
+        let code = (*info).si_code;
+        let addr = (*info).si_addr() as usize;
+        let page = PAGE.load(std::sync::atomic::Ordering::SeqCst);
+        if code == libc::BUS_ADRERR && addr != 0 {
+            let at = (addr & !(page - 1)) as *mut libc::c_void;
+            let zero = libc::mmap(
+                at,
+                page,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            );
+            if zero != libc::MAP_FAILED {
+                TRUNCATED.store(true, std::sync::atomic::Ordering::SeqCst);
+                return;
+            }
+        }
+        libc::signal(sig, libc::SIG_DFL);
     }
 }
 
@@ -101,8 +161,9 @@ fn map_ranges(path: &std::path::Path, ranges: &[Range<u64>]) -> object_store::Re
             hi = hi.max(ranges[order[end]].end);
             end += 1;
         }
-        // SAFETY: the map is read-only and private to this process; the module's invariant
-        // is that sources are not truncated while a run reads them.
+        guard();
+        // SAFETY: the map is read-only and private to this process; a page that vanishes
+        // because the file is truncated is replaced by zeros and reported (see `guard`).
         let map = unsafe {
             memmap2::MmapOptions::new()
                 .offset(lo)
@@ -218,5 +279,27 @@ mod tests {
         );
         let missing = map_ranges(&dir.path().join("nope"), &ranges).unwrap_err();
         assert!(matches!(missing, object_store::Error::NotFound { .. }));
+    }
+
+    /// Issue 14 §4: a source truncated while mapped killed the process with SIGBUS. Now the
+    /// read completes (zeros) and the truncation is recorded for the run to fail the window.
+    #[test]
+    fn a_file_truncated_under_its_map_reads_zeros_and_is_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.bin");
+        std::fs::write(&path, vec![7u8; 1 << 20]).unwrap();
+        let whole: Range<u64> = 0..(1 << 20);
+        let got = map_ranges(&path, std::slice::from_ref(&whole)).unwrap();
+        assert_eq!(got[0][(1 << 19) + 1], 7);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(4096)
+            .unwrap();
+        // Past the new end: the page is gone; reading it must not kill the process.
+        let sum: u64 = got[0][(1 << 19)..].iter().map(|b| u64::from(*b)).sum();
+        assert_eq!(sum, 0);
+        assert!(truncated());
     }
 }

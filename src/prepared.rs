@@ -3,8 +3,8 @@
 //!
 //! Planning is a fixed cost per query — SQL parsing, the lints, the logical optimiser — that a
 //! backfill of thousands of small windows paid three times per window (a fifth of an initial
-//! load's CPU, perf on SF1 lineitem). Here the main query, `[reconcile].source` and
-//! `[reconcile].output` are planned once against a *template* session whose tables have the
+//! load's CPU, perf on SF1 lineitem). Here the main query and `[reconcile].output` are
+//! planned once against a *template* session whose tables have the
 //! schemas the window sessions will have (shared sources as empty in-memory tables with the
 //! slices' columns). A window then only swaps in its own tables, binds its parameters,
 //! simplifies the now-constant expressions and plans the physical execution (or, for a query
@@ -48,23 +48,19 @@ use crate::window::Window;
 /// A task's queries, optimised with the window parameters unbound.
 pub struct Prepared {
     main: LogicalPlan,
-    source: Option<LogicalPlan>,
     output: Option<LogicalPlan>,
     schema: SchemaRef,
     sql_hash: String,
     /// `[reconcile].output`'s physical plan, once made, when it takes no parameters: it is
     /// the same for every window but for the output stream it reads (swapped per window).
     output_exec: Option<Arc<OnceLock<Arc<dyn ExecutionPlan>>>>,
-    /// The main query's and `[reconcile].source`'s physical plans, reused across windows.
+    /// The main query's physical plan, reused across windows.
     main_exec: Reuse,
-    source_exec: Reuse,
 }
 
 /// A window's physical plans, from a [`Prepared`] task.
 pub struct WindowPlans {
     pub main: Arc<dyn ExecutionPlan>,
-    /// `[reconcile].source` (the [`Planned`] returned with these plans leaves it `None`).
-    pub source: Option<Arc<dyn ExecutionPlan>>,
     /// `[reconcile].output`, optimised and bound, reading the table `output`.
     output: Option<LogicalPlan>,
     pub task_ctx: Arc<TaskContext>,
@@ -77,12 +73,30 @@ impl Prepared {
     /// Plan `task` in `template` (the tables window sessions will have, by schema).
     pub async fn new(template: &SessionContext, task: &Task) -> Result<Prepared> {
         let planned = plan::plan(template, task, None).await?;
+        // The SQL planner types a placeholder from what it is compared with (a nanosecond
+        // timestamp without zone, say); a plan optimised with that type and then bound with
+        // idemlake's value of another type compares mismatched types. Prepare only queries
+        // whose parameters have exactly the types they are bound with.
+        let wanted: HashMap<String, arrow::datatypes::DataType> =
+            plan::param_types(task.grain).into_iter().collect();
+        {
+            let q = planned.df.logical_plan();
+            for (id, ty) in q.get_parameter_types()? {
+                let bound = wanted.get(id.trim_start_matches('$'));
+                if let Some(ty) = ty
+                    && bound != Some(&ty)
+                {
+                    return Err(crate::error::Error::runtime(format!(
+                        "{id} is typed {ty} by the SQL but bound as {}",
+                        bound
+                            .map(|b| b.to_string())
+                            .unwrap_or_else(|| "nothing".into())
+                    )));
+                }
+            }
+        }
         let state = template.state();
         let main = state.optimize(planned.df.logical_plan())?;
-        let source = match &planned.reconcile_source {
-            Some(df) => Some(state.optimize(df.logical_plan())?),
-            None => None,
-        };
         let output = match &task.reconcile {
             Some(_) => {
                 let empty = Arc::new(MemTable::try_new(planned.schema.clone(), vec![vec![]])?);
@@ -97,13 +111,11 @@ impl Prepared {
         };
         Ok(Prepared {
             main,
-            source,
             output,
             schema: planned.schema,
             sql_hash: planned.sql_hash,
             output_exec: fixed.then(|| Arc::new(OnceLock::new())),
             main_exec: Reuse::default(),
-            source_exec: Reuse::default(),
         })
     }
 
@@ -117,8 +129,8 @@ impl Prepared {
     ) -> Result<Option<(Planned, WindowPlans)>> {
         let params = plan::window_params(task.grain, window);
         let mut providers = HashMap::new();
-        for p in std::iter::once(&self.main).chain(&self.source) {
-            for (name, schema) in scans(p) {
+        {
+            for (name, schema) in scans(&self.main) {
                 if providers.contains_key(&name) {
                     continue;
                 }
@@ -133,22 +145,15 @@ impl Prepared {
         }
         let state = session.state();
         let main = instantiate(&self.main, &providers, &params, &state)?;
-        let source = match &self.source {
-            Some(p) => Some(instantiate(p, &providers, &params, &state)?),
-            None => None,
-        };
         let output = match &self.output {
             Some(p) => Some(bind_params(p.clone(), &params, &state)?),
             None => None,
         };
         let slices = |t: &TableReference| session.slice(t);
         let main_exec = self.main_exec.physical(&main, &state, &slices).await?;
-        let source_exec = match &source {
-            Some(p) => Some(self.source_exec.physical(p, &state, &slices).await?),
-            None => None,
-        };
         // The DataFrame is for callers that show or inspect the plan; execution uses the
-        // physical plans (and `reconcile_source` stays `None`: `plans.source` is it).
+        // physical plans. `[reconcile].source` is not prepared: it runs on the independent
+        // check path (`checks`), never on the accelerated one.
         let planned = Planned {
             df: DataFrame::new(state.clone(), main),
             schema: self.schema.clone(),
@@ -158,7 +163,6 @@ impl Prepared {
         };
         let plans = WindowPlans {
             main: main_exec,
-            source: source_exec,
             output,
             task_ctx: state.task_ctx(),
             state,

@@ -275,10 +275,9 @@ impl Runner {
             }
             Ok(unbound) => {
                 validated = true;
-                let mut plans = vec![unbound.df.logical_plan()];
-                if let Some(r) = &unbound.reconcile_source {
-                    plans.push(r.logical_plan());
-                }
+                // Only the task's query reads the shared slices: `[reconcile].source` runs on
+                // the independent check path.
+                let plans = vec![unbound.df.logical_plan()];
                 crate::scan::Shared::new(task, &ctx, &plans)
                     .await
                     .map(Arc::new)
@@ -774,8 +773,11 @@ impl Runner {
         // The inputs must still be the ones the run started with (file sources are not
         // versioned: a file rewritten while the window ran may have been read half old, half
         // new). Checked after the checks, right before the commit.
-        let changed =
+        let mut changed =
             sources::changed_since(self.checker.session(), &task.sources, &self.sources).await?;
+        if crate::mapped::truncated() && changed.is_empty() {
+            changed.push("(a memory-mapped source file was truncated)".to_string());
+        }
         if !changed.is_empty() {
             execute::discard(&store, &staged.adds).await;
             return Err(Error::runtime(format!(

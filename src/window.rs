@@ -378,6 +378,12 @@ impl Window {
 }
 
 fn rfc3339(z: &Zoned) -> String {
+    // RFC 3339 offsets have whole minutes; a zone's historical local mean time may not
+    // (Asia/Kolkata before 1854: +05:53:28). Such instants are written in UTC so the
+    // interval names exactly the window (found by the window parser's property test).
+    if z.offset().seconds() % 60 != 0 {
+        return z.timestamp().to_string();
+    }
     z.timestamp().display_with_offset(z.offset()).to_string()
 }
 
@@ -568,6 +574,23 @@ mod tests {
         );
     }
 
+    /// Found by the property test: a week of 1822 in Asia/Kolkata (local mean time
+    /// +05:53:28) printed its interval with the offset cut to +05:53, which named another
+    /// instant and was refused as misaligned when passed back.
+    #[test]
+    fn interval_of_a_window_in_local_mean_time_round_trips() {
+        let tz = time_zone("Asia/Kolkata").unwrap();
+        let w = Window::parse("1822-W28", Grain::Week, &tz).unwrap();
+        assert!(w.interval().ends_with('Z'), "{}", w.interval());
+        assert_eq!(Window::parse(&w.interval(), Grain::Week, &tz).unwrap(), w);
+        let modern = Window::parse("2026-W28", Grain::Week, &tz).unwrap();
+        assert!(
+            modern.interval().contains("+05:30"),
+            "{}",
+            modern.interval()
+        );
+    }
+
     #[test]
     fn ranges_are_inclusive() {
         let a = Window::parse("2026-02-27", Grain::Day, &utc()).unwrap();
@@ -579,5 +602,109 @@ mod tests {
             ["2026-02-27", "2026-02-28", "2026-03-01", "2026-03-02"]
         );
         assert!(Window::range(&b, &a).is_err());
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn grains() -> impl Strategy<Value = Grain> {
+            prop_oneof![
+                Just(Grain::Hour),
+                Just(Grain::Day),
+                Just(Grain::Week),
+                Just(Grain::Month)
+            ]
+        }
+
+        fn zones() -> impl Strategy<Value = TimeZone> {
+            prop_oneof![
+                Just("UTC"),
+                Just("Europe/Berlin"),
+                Just("America/New_York"),
+                Just("Asia/Kolkata"),
+                Just("Australia/Lord_Howe"),
+            ]
+            .prop_map(|z| time_zone(z).unwrap())
+        }
+
+        /// Text shaped like window arguments, often almost valid: short forms with any
+        /// numbers, offsets, intervals of any timestamps, and arbitrary bytes.
+        fn window_text() -> impl Strategy<Value = String> {
+            let num = |w: usize| proptest::collection::vec(0u8..10, w..=w);
+            let digits = move |w: usize| {
+                num(w).prop_map(|d| d.iter().map(|c| (b'0' + c) as char).collect::<String>())
+            };
+            prop_oneof![
+                any::<String>(),
+                "[0-9T:/+Z. W-]{0,40}",
+                (digits(4), digits(2), digits(2)).prop_map(|(y, m, d)| format!("{y}-{m}-{d}")),
+                (digits(4), digits(2), digits(2), digits(2))
+                    .prop_map(|(y, m, d, h)| format!("{y}-{m}-{d}T{h}")),
+                (
+                    digits(4),
+                    digits(2),
+                    digits(2),
+                    digits(2),
+                    digits(2),
+                    digits(2),
+                    any::<bool>()
+                )
+                    .prop_map(|(y, m, d, h, oh, om, neg)| {
+                        format!("{y}-{m}-{d}T{h}{}{oh}:{om}", if neg { '-' } else { '+' })
+                    }),
+                (digits(4), digits(2)).prop_map(|(y, w)| format!("{y}-W{w}")),
+                (digits(4), digits(2)).prop_map(|(y, m)| format!("{y}-{m}")),
+                (any::<i64>(), any::<i64>()).prop_map(|(a, b)| {
+                    let t = |s: i64| {
+                        Timestamp::from_second(s.rem_euclid(4_000_000_000) - 1_000_000_000)
+                            .unwrap()
+                            .to_string()
+                    };
+                    format!("{}/{}", t(a), t(b))
+                }),
+                (0i64..400, 0i64..100, any::<bool>()).prop_map(|(day, len, off)| {
+                    // Near-aligned intervals around 2026.
+                    let start = Timestamp::from_second(
+                        1_767_225_600 + day * 86_400 + if off { 1800 } else { 0 },
+                    )
+                    .unwrap();
+                    let end = start
+                        .checked_add(jiff::SignedDuration::from_hours(len))
+                        .unwrap();
+                    format!("{start}/{end}")
+                }),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(3000))]
+
+            /// The window parser never panics; every rejection is an input error (exit 2)
+            /// naming the problem; every accepted window is aligned, non-empty and
+            /// round-trips through its label and its interval.
+            #[test]
+            fn window_arguments_never_panic_and_accepted_ones_round_trip(
+                text in window_text(), grain in grains(), tz in zones()
+            ) {
+                match Window::parse(&text, grain, &tz) {
+                    Err(e) => {
+                        prop_assert_eq!(e.kind(), crate::error::ErrorKind::Input);
+                        prop_assert!(!e.message().is_empty());
+                    }
+                    Ok(w) => {
+                        prop_assert!(w.start_ts() < w.end_ts());
+                        let again = Window::parse(&w.interval(), grain, &tz).unwrap();
+                        prop_assert_eq!(&again, &w);
+                        // The label is accepted back unless the hour is skipped/ambiguous
+                        // without an offset (labels of repeated hours carry one).
+                        if let Ok(l) = Window::parse(&w.label(), grain, &tz) {
+                            prop_assert_eq!(l, w.clone());
+                        }
+                        prop_assert_eq!(w.next().unwrap().start_ts(), w.end_ts());
+                    }
+                }
+            }
+        }
     }
 }

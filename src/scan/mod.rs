@@ -2,8 +2,9 @@
 //! exactly the rows its SQL can reach.
 //!
 //! A window query typically reads a thin slice of a large source (`WHERE l_shipdate >=
-//! $window_start AND l_shipdate < $window_end`). Without sharing, every window of a backfill —
-//! and the `[reconcile].source` query of every window — scans the whole source again. Here the
+//! $window_start AND l_shipdate < $window_end`). Without sharing, every window of a backfill
+//! scans the whole source again (`[reconcile].source` always does: it is the independent
+//! check, see `checks`, and never reads a slice). Here the
 //! task's SQL (unbound, unoptimised) is analysed once (`bounds`): for a source whose *every*
 //! reference is bounded on one column by window parameters, the rows any window can see are
 //! exactly the rows whose column lies in that window's bounds. The source is then read once

@@ -579,3 +579,60 @@ async fn sixteen_local_processes_lose_no_commit_and_duplicate_no_row() {
         "equals a serial run: no lost commit, no duplicate row"
     );
 }
+
+/// Found by the torture suite (seed 14002): `CAST(e.ts AS TIMESTAMP) >= $window_start_ts` in a
+/// join. DataFusion's SQL planner types the placeholder from the other side (nanoseconds, no
+/// zone); the prepared plan was optimised with that type and then bound with the UTC
+/// microsecond value, and every window failed with "Invalid comparison operation:
+/// Timestamp(ns) >= Timestamp(µs, "UTC")" while the plain path published the right rows.
+#[tokio::test]
+async fn a_placeholder_typed_by_the_sql_binds_like_the_plain_path() {
+    let p = TestProject::new();
+    std::fs::write(
+        p.path().join("events.csv"),
+        "id,ts,cat,amount\n1,2026-10-25T00:10:00Z,a,5\n2,2026-10-25T01:20:00Z,b,8\n3,2026-10-25T00:50:00Z,b,3\n",
+    )
+    .unwrap();
+    std::fs::write(p.path().join("dims.csv"), "cat,label\na,alpha\nb,beta\n").unwrap();
+    p.task(
+        "t",
+        r#"sql = """
+SELECT e.id, e.amount, CAST(e.ts AS TIMESTAMP) AS t, $window_start AS part, d.label
+FROM events e JOIN dims d ON e.cat = d.cat
+WHERE (CAST(e.ts AS TIMESTAMP) >= $window_start_ts AND CAST(e.ts AS TIMESTAMP) < $window_end_ts)
+  AND e.amount IN (1, 2, 3, 5, 8)
+"""
+[target]
+partition_by = "part"
+[window]
+grain = "hour"
+[sources.events]
+uri = "events.csv"
+[sources.dims]
+uri = "dims.csv"
+"#,
+    );
+    for (plain, lake) in [(false, "lake_fast"), (true, "lake_plain")] {
+        let mut c = p.cmd();
+        if plain {
+            c.env("IDEMLAKE_ACCELERATE", "0");
+        }
+        let lake_dir = p.path().join(lake);
+        let out = c
+            .arg("--lake")
+            .arg(&lake_dir)
+            .args([
+                "backfill",
+                "t",
+                "--from",
+                "2026-10-25T00",
+                "--to",
+                "2026-10-25T01",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "plain={plain}: {}", text(&out));
+        let rows = table_rows(&lake_dir.join("t"), "").await;
+        assert_eq!(rows.len(), 3, "plain={plain}: {rows:?}");
+    }
+}

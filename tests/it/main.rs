@@ -15,4 +15,5 @@ mod rerun;
 mod s3;
 mod shared_scan;
 mod status;
+mod torture;
 mod verify;
