@@ -45,6 +45,25 @@ pub async fn explain(project: &Project, task: &Task, window: &Window) -> Result<
             task.lint_allow.join(", ")
         );
     }
+    let check = if task.reconcile.is_some() {
+        "[reconcile].source on the independent path (its own session: no shared scans, prepared or derived plans, memory maps)".to_string()
+    } else if crate::checks::row_preserving(planned.df.logical_plan()) {
+        "source_rows: the task's rows counted on the independent path (a row-preserving task)"
+            .to_string()
+    } else {
+        "only rows_staged and the read-back: not row-preserving and no [reconcile] section (add one)"
+            .to_string()
+    };
+    let _ = writeln!(s, "checks:        {check}");
+    let _ = writeln!(
+        s,
+        "accelerations: {}",
+        if crate::run::accelerated() {
+            "on (shared scans, prepared and derived plans, memory maps, file map; the plan below is the plain one they must agree with)"
+        } else {
+            "off (IDEMLAKE_ACCELERATE=0: the plain plan below is the one that runs)"
+        }
+    );
     let _ = writeln!(s, "\nparameters (bound by DataFusion, not by text):");
     for (name, value) in &planned.params {
         let _ = writeln!(s, "  ${name:<16} = {value} ({})", value.data_type());

@@ -75,6 +75,8 @@ fn explain_shows_bound_parameters_plan_and_predicate() {
         "Date32(\"1995-06-01\")",
         "logical plan",
         "physical plan",
+        "checks:        [reconcile].source on the independent path",
+        "accelerations: on",
     ] {
         assert!(s.contains(needle), "missing {needle} in:\n{s}");
     }

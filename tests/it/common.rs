@@ -32,6 +32,23 @@ pub struct TestProject {
 }
 
 impl TestProject {
+    /// Start `idemlake <args>` in this project (lake `lake`) without waiting, output piped.
+    pub fn spawn(&self, lake: &Path, args: &[&str]) -> std::process::Child {
+        std::process::Command::new(assert_cmd::cargo::cargo_bin!("idemlake"))
+            .arg("--project")
+            .arg(self.path())
+            .arg("--lake")
+            .arg(lake)
+            .env_remove("IDEMLAKE_LAKE")
+            .env_remove("IDEMLAKE_PROJECT")
+            .env_remove("IDEMLAKE_TEST_FAULT")
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
     pub fn new() -> TestProject {
         let dir = tempfile::Builder::new()
             .prefix("idemlake-it-")
@@ -152,19 +169,44 @@ pub fn rows_of(batches: &[RecordBatch]) -> Vec<String> {
 
 /// All rows of a Delta table (optionally filtered), read through delta-rs, as a sorted multiset.
 pub async fn table_rows(table: &Path, filter: &str) -> Vec<String> {
-    let url = url::Url::from_directory_path(table).unwrap();
-    let mut t = DeltaTableBuilder::from_url(url).unwrap().build().unwrap();
-    t.load().await.unwrap();
-    let ctx = SessionContext::new();
-    t.update_datafusion_session(&ctx.state()).unwrap();
-    ctx.register_table("t", t.table_provider().await.unwrap())
-        .unwrap();
+    let (_, ctx) = table_session(table).await.expect("a Delta table");
     let sql = if filter.is_empty() {
         "SELECT * FROM t".to_string()
     } else {
         format!("SELECT * FROM t WHERE {filter}")
     };
     rows_of(&ctx.sql(&sql).await.unwrap().collect().await.unwrap())
+}
+
+/// The Delta table at `table`, loaded by delta-rs (not idemlake) and registered as `t` in a
+/// fresh DataFusion session; `None` if there is no table.
+pub async fn table_session(table: &Path) -> Option<(deltalake::DeltaTable, SessionContext)> {
+    let url = url::Url::from_directory_path(table).ok()?;
+    let mut t = DeltaTableBuilder::from_url(url).ok()?.build().ok()?;
+    t.load().await.ok()?;
+    let ctx = SessionContext::new();
+    t.update_datafusion_session(&ctx.state()).unwrap();
+    ctx.register_table("t", t.table_provider().await.unwrap())
+        .unwrap();
+    Some((t, ctx))
+}
+
+/// Append the rows of `table` matching `filter` (all rows if empty) once more, as an
+/// append-style job would; returns how many rows were appended.
+pub async fn append_again(table: &Path, filter: &str) -> usize {
+    let (t, ctx) = table_session(table).await.expect("a Delta table");
+    let sql = if filter.is_empty() {
+        "SELECT * FROM t".to_string()
+    } else {
+        format!("SELECT * FROM t WHERE {filter}")
+    };
+    let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+    let n = batches.iter().map(|b| b.num_rows()).sum();
+    t.write(batches)
+        .with_save_mode(deltalake::protocol::SaveMode::Append)
+        .await
+        .unwrap();
+    n
 }
 
 /// Rows of a SQL query over the TPC-H source files (`lineitem`, `orders`).

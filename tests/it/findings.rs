@@ -394,7 +394,7 @@ async fn audit_of_a_merge_table_accepts_kept_rows() {
     assert_eq!(code(&out), 0, "kept rows are not damage: {}", text(&out));
     // A key published twice (another tool appended a copy) is damage.
     p.run_ok("items", "2026-11-02");
-    append_copy(
+    append_again(
         &p.table_dir("items"),
         "order_id = 2 AND day = DATE '2026-11-02'",
     )
@@ -414,32 +414,6 @@ async fn audit_of_a_merge_table_accepts_kept_rows() {
     assert_eq!(lines[0]["status"], "ok", "{}", text(&out));
     assert_eq!(lines[1]["status"], "damaged", "{}", text(&out));
     assert_eq!(lines[1]["duplicate_keys"], 1, "{}", text(&out));
-}
-
-/// Append the rows of `table` matching `filter` once more, as an append-style job would.
-async fn append_copy(table: &std::path::Path, filter: &str) {
-    let url = url::Url::from_directory_path(table).unwrap();
-    let mut t = deltalake::DeltaTableBuilder::from_url(url)
-        .unwrap()
-        .build()
-        .unwrap();
-    t.load().await.unwrap();
-    let ctx = datafusion::prelude::SessionContext::new();
-    t.update_datafusion_session(&ctx.state()).unwrap();
-    ctx.register_table("t", t.table_provider().await.unwrap())
-        .unwrap();
-    let batches = ctx
-        .sql(&format!("SELECT * FROM t WHERE {filter}"))
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
-    assert!(batches.iter().map(|b| b.num_rows()).sum::<usize>() > 0);
-    t.write(batches)
-        .with_save_mode(deltalake::protocol::SaveMode::Append)
-        .await
-        .unwrap();
 }
 
 /// Issue 21: a merge run producing no rows leaves the window as it is, but `status` named that
@@ -532,26 +506,21 @@ async fn sixteen_local_processes_lose_no_commit_and_duplicate_no_row() {
     let days: Vec<String> = (1..=12).map(|d| format!("1995-06-{d:02}")).collect();
     let mut windows: Vec<&str> = days.iter().map(String::as_str).collect();
     windows.extend(["1995-06-02", "1995-06-02", "1995-06-07", "1995-06-01"]);
+    let lake = p.path().join("lake");
     let children: Vec<_> = windows
         .iter()
         .map(|w| {
-            std::process::Command::new(assert_cmd::cargo::cargo_bin!("idemlake"))
-                .arg("--project")
-                .arg(p.path())
-                .env_remove("IDEMLAKE_LAKE")
-                .env_remove("IDEMLAKE_TEST_FAULT")
-                .args([
+            p.spawn(
+                &lake,
+                &[
                     "--output",
                     "json",
                     "run",
                     "lineitem_by_ship_day",
                     "--window",
                     w,
-                ])
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
+                ],
+            )
         })
         .collect();
     let mut ok = 0;

@@ -668,16 +668,7 @@ fn cast_to(batches: &[RecordBatch], schema: &Schema) -> Vec<RecordBatch> {
 
 /// A table's rows (sorted multiset) and schema, read with delta-rs (not idemlake).
 async fn table(dir: &Path) -> Option<(Vec<String>, Schema)> {
-    let url = url::Url::from_directory_path(dir).ok()?;
-    let mut t = deltalake::DeltaTableBuilder::from_url(url)
-        .ok()?
-        .build()
-        .ok()?;
-    t.load().await.ok()?;
-    let ctx = SessionContext::new();
-    t.update_datafusion_session(&ctx.state()).unwrap();
-    ctx.register_table("t", t.table_provider().await.unwrap())
-        .unwrap();
+    let (_, ctx) = table_session(dir).await?;
     let df = ctx.sql("SELECT * FROM t").await.unwrap();
     let schema = df.schema().as_arrow().clone();
     Some((rows_of(&df.collect().await.unwrap()), schema))
@@ -759,19 +750,8 @@ async fn check(case: &Case, p: &TestProject) -> std::result::Result<bool, String
                 }
             }
             4 => {
-                let mut child =
-                    std::process::Command::new(assert_cmd::cargo::cargo_bin!("idemlake"))
-                        .arg("--project")
-                        .arg(p.path())
-                        .arg("--lake")
-                        .arg(&lake_arg)
-                        .env_remove("IDEMLAKE_TEST_FAULT")
-                        .args(["backfill", "t", "--parallel", "2"])
-                        .args(range)
-                        .stdout(std::process::Stdio::null())
-                        .stderr(std::process::Stdio::null())
-                        .spawn()
-                        .unwrap();
+                let args = [&["backfill", "t", "--parallel", "2"], &range[..]].concat();
+                let mut child = p.spawn(&lake, &args);
                 let delay = case.seed % 400;
                 std::thread::sleep(Duration::from_millis(delay));
                 let _ = child.kill();
@@ -784,20 +764,8 @@ async fn check(case: &Case, p: &TestProject) -> std::result::Result<bool, String
                 ok(&out, "backfill --missing after kill -9")?;
             }
             _ => {
-                let spawn = || {
-                    std::process::Command::new(assert_cmd::cargo::cargo_bin!("idemlake"))
-                        .arg("--project")
-                        .arg(p.path())
-                        .arg("--lake")
-                        .arg(&lake_arg)
-                        .env_remove("IDEMLAKE_TEST_FAULT")
-                        .args(["backfill", "t"])
-                        .args(range)
-                        .stdout(std::process::Stdio::piped())
-                        .stderr(std::process::Stdio::piped())
-                        .spawn()
-                        .unwrap()
-                };
+                let args = [&["backfill", "t"], &range[..]].concat();
+                let spawn = || p.spawn(&lake, &args);
                 let (a, b) = (spawn(), spawn());
                 for child in [a, b] {
                     let out = child.wait_with_output().unwrap();

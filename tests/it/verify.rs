@@ -141,27 +141,7 @@ async fn verify_against_table_finds_a_damaged_window() {
     ]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     // Damage the published window the way a legacy job would: append its rows again.
-    let url = url::Url::from_directory_path(p.table_dir("daily_revenue")).unwrap();
-    let mut t = deltalake::DeltaTableBuilder::from_url(url)
-        .unwrap()
-        .build()
-        .unwrap();
-    t.load().await.unwrap();
-    let ctx = datafusion::prelude::SessionContext::new();
-    t.update_datafusion_session(&ctx.state()).unwrap();
-    ctx.register_table("t", t.table_provider().await.unwrap())
-        .unwrap();
-    let again = ctx
-        .sql("SELECT * FROM t")
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
-    t.write(again)
-        .with_save_mode(deltalake::protocol::SaveMode::Append)
-        .await
-        .unwrap();
+    append_again(&p.table_dir("daily_revenue"), "").await;
     let out = p.run(&[
         "verify",
         "daily_revenue",
