@@ -5,7 +5,9 @@
 //! - `abort-before-commit` kills the process there, as `kill -9` would;
 //! - `lose-commit-response` lets the first Delta commit reach storage but reports an error, as
 //!   if the response to the PUT had been lost (tests exactly-once publication);
-//! - `after-commit` fails right after the commit landed (the report must say published).
+//! - `after-commit` fails right after the commit landed (the report must say published);
+//! - `merge-error-after-commit` makes a merge whose commit landed return an error, as
+//!   delta-rs does when its post-commit steps fail (the run must find its commit).
 //!
 //! Mutations of the accelerations, to prove the independent checks catch their bugs:
 //! - `slice-drop-row`: every shared-scan slice loses its last row;

@@ -79,8 +79,16 @@ impl Prepared {
         // whose parameters have exactly the types they are bound with.
         let wanted: HashMap<String, arrow::datatypes::DataType> =
             plan::param_types(task.grain).into_iter().collect();
-        {
-            let q = planned.df.logical_plan();
+        let output_df = match &task.reconcile {
+            Some(_) => {
+                let empty = Arc::new(MemTable::try_new(planned.schema.clone(), vec![vec![]])?);
+                Some(plan::plan_output_query(template, task, empty, None).await?)
+            }
+            None => None,
+        };
+        let mut queries = vec![planned.df.logical_plan()];
+        queries.extend(output_df.as_ref().map(|d| d.logical_plan()));
+        for q in queries {
             for (id, ty) in q.get_parameter_types()? {
                 let bound = wanted.get(id.trim_start_matches('$'));
                 if let Some(ty) = ty
@@ -97,12 +105,8 @@ impl Prepared {
         }
         let state = template.state();
         let main = state.optimize(planned.df.logical_plan())?;
-        let output = match &task.reconcile {
-            Some(_) => {
-                let empty = Arc::new(MemTable::try_new(planned.schema.clone(), vec![vec![]])?);
-                let df = plan::plan_output_query(template, task, empty, None).await?;
-                Some(df.into_optimized_plan()?)
-            }
+        let output = match output_df {
+            Some(df) => Some(df.into_optimized_plan()?),
             None => None,
         };
         let fixed = match &output {

@@ -458,10 +458,21 @@ pub async fn commit_windows(
         let fail = |e: &DeltaTableError| {
             Error::runtime(format!("commit failed, nothing was published: {e}"))
         };
-        if table.update_state().await.is_err() {
-            return Err(fail(&e));
+        // Whether the commit landed cannot be told without reading the log: if that fails
+        // too, say so — never "nothing was published" (re-running the window is safe).
+        let unknown = |e: &DeltaTableError, why: &dyn std::fmt::Display| {
+            Error::runtime(format!(
+                "commit failed ({e}) and the log could not be read back ({why}): the window may or may not have been published; re-running it is safe"
+            ))
+        };
+        if let Err(why) = table.update_state().await {
+            return Err(unknown(&e, &why));
         }
-        if let Some(version) = landed(table, windows, base).await? {
+        let found = match landed(table, windows, base).await {
+            Ok(found) => found,
+            Err(why) => return Err(unknown(&e, &why)),
+        };
+        if let Some(version) = found {
             tracing::warn!(
                 "the commit reported an error ({e}) but it is in the log at version {version}; not applying it twice"
             );
@@ -697,6 +708,11 @@ pub async fn merge(
             .when_not_matched_insert(|i| columns.iter().fold(i, |i, c| i.set(c.as_str(), s(c))))?
             .await;
         match result {
+            Ok(_) if crate::fault::mutation("merge-error-after-commit") => {
+                return Err(Error::runtime(
+                    "merge failed, nothing was published: injected error after the merge's commit",
+                ));
+            }
             Ok((table, metrics)) => {
                 return Ok(Merged {
                     table,

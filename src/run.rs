@@ -229,6 +229,31 @@ struct Pending {
     done: tokio::sync::oneshot::Sender<std::result::Result<Published, (ErrorKind, String)>>,
 }
 
+/// The outcome channels of a group commit; any still unsent when it is dropped (the
+/// committing future was cancelled or panicked) are told the outcome is unknown.
+struct Outcomes(Vec<Option<OutcomeSender>>);
+
+type OutcomeSender =
+    tokio::sync::oneshot::Sender<std::result::Result<Published, (ErrorKind, String)>>;
+
+impl Outcomes {
+    /// Every sender, to be used now (none is left for the drop guard).
+    fn take(&mut self) -> Vec<OutcomeSender> {
+        self.0.iter_mut().filter_map(Option::take).collect()
+    }
+}
+
+impl Drop for Outcomes {
+    fn drop(&mut self) {
+        for tx in self.take() {
+            let _ = tx.send(Err((
+                ErrorKind::Runtime,
+                "the commit of this window was interrupted: it may or may not have been published; re-running it is safe".to_string(),
+            )));
+        }
+    }
+}
+
 /// A window whose commit landed, and what reading the committed snapshot back found: the
 /// rows of every live file in the window, or why they could not be confirmed.
 struct Published {
@@ -459,6 +484,9 @@ impl Runner {
     async fn commit_group(&self, target: &mut Target, group: Vec<Pending>) {
         let (windows, senders): (Vec<_>, Vec<_>) =
             group.into_iter().map(|p| (p.window, p.done)).unzip();
+        // Should this future be dropped or panic before every window has its outcome, the
+        // waiting windows learn that it is unknown (not "nothing published").
+        let mut senders = Outcomes(senders.into_iter().map(Some).collect());
         let fail = |e: &Error| (e.kind(), e.message().to_string());
         let committed = match publish::commit_windows(
             &mut target.table,
@@ -470,7 +498,7 @@ impl Runner {
         {
             Ok(c) => c,
             Err(e) => {
-                for tx in senders {
+                for tx in senders.take() {
                     let _ = tx.send(Err(fail(&e)));
                 }
                 return;
@@ -492,7 +520,7 @@ impl Runner {
         if let Ok(t) = &snapshot {
             *self.view.lock().expect("not poisoned") = t.clone();
         }
-        for (w, tx) in windows.iter().zip(senders) {
+        for (w, tx) in windows.iter().zip(senders.take()) {
             let readback = match &snapshot {
                 Ok(t) => publish::read_back(t, &self.task.partition_by, w)
                     .map_err(|e| e.message().to_string()),
@@ -664,7 +692,7 @@ impl Runner {
             Some(dir) => temp_sink(dir, &planned)?,
         };
         // The source side of the checks runs beside the staging, by its own route.
-        let (staged, source_side) = tokio::try_join!(
+        let (staged, source_side) = tokio::join!(
             stage(
                 &session,
                 task,
@@ -681,7 +709,15 @@ impl Runner {
                     .await
                     .map_err(|e| e.context("the independent source check failed"))
             }
-        )?;
+        );
+        let staged = staged?;
+        let source_side = match source_side {
+            Ok(s) => s,
+            Err(e) => {
+                execute::discard(&store, &staged.adds).await;
+                return Err(e);
+            }
+        };
         tracing::info!(
             window = %window.label(),
             rows = staged.rows,
@@ -841,7 +877,8 @@ impl Runner {
                     .iter()
                     .map(|f| f.name().clone())
                     .collect();
-                let merged = publish::merge(
+                let base = table.version().map(|v| v as i64).unwrap_or(-1);
+                let merged = match publish::merge(
                     table,
                     Arc::new(ctx.state()),
                     source,
@@ -853,7 +890,36 @@ impl Runner {
                     },
                     record.app_metadata(),
                 )
-                .await?;
+                .await
+                {
+                    Ok(m) => m,
+                    Err(e) => {
+                        // delta-rs can fail after writing the commit (its post-commit
+                        // snapshot update or checkpoint): look for this run in the log.
+                        let found = match publish::open(url).await {
+                            Ok(t) => publish::find_run_commit(&t, base, run_id).await,
+                            Err(why) => Err(why),
+                        };
+                        match found {
+                            Ok(Some(v)) => {
+                                report.published = true;
+                                report.table_version = Some(v);
+                                report.rows_written = staged.rows;
+                                report.reconciliation = checks.clone();
+                                self.last_commit
+                                    .fetch_max(v, std::sync::atomic::Ordering::SeqCst);
+                                return Err(Error::unverified(e.message().to_string()));
+                            }
+                            Ok(None) => return Err(e),
+                            Err(why) => {
+                                return Err(Error::runtime(format!(
+                                    "{}; the log could not be read back ({why}): the window may or may not have been published; re-running it is safe",
+                                    e.message()
+                                )));
+                            }
+                        }
+                    }
+                };
                 let v = merged
                     .table
                     .version()

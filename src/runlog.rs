@@ -83,12 +83,16 @@ pub async fn attempts(store: &Arc<dyn ObjectStore>) -> Result<BTreeMap<String, V
             continue;
         };
         let Ok(at_ms) = ms.parse() else { continue };
-        out.entry(label.to_string()).or_default().push(Attempt {
-            at_ms,
-            status: status.to_string(),
-            run_id: run_id.to_string(),
-            path: m.location.clone(),
-        });
+        // File names hold labels with `:` as `_` (repeated hours carry an offset); labels
+        // never contain `_` otherwise.
+        out.entry(label.replace('_', ":"))
+            .or_default()
+            .push(Attempt {
+                at_ms,
+                status: status.to_string(),
+                run_id: run_id.to_string(),
+                path: m.location.clone(),
+            });
     }
     for v in out.values_mut() {
         v.sort_by_key(|a| a.at_ms);

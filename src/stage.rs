@@ -141,7 +141,12 @@ pub async fn check_unique_key(
         .collect();
     let counted = source.clone().aggregate(vec![], nulls)?.collect().await?;
     let mut found = Vec::new();
-    if let Some(b) = counted.first().filter(|b| b.num_rows() == 1) {
+    let Some(b) = counted.iter().find(|b| b.num_rows() == 1) else {
+        return Err(Error::runtime(
+            "the NULL check of [write].key returned no row; nothing was published",
+        ));
+    };
+    {
         for (i, k) in key.iter().enumerate() {
             let v = datafusion::common::ScalarValue::try_from_array(b.column(i), 0)?;
             if let datafusion::common::ScalarValue::Int64(Some(n)) = v

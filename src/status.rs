@@ -128,10 +128,7 @@ pub async fn status(
     let mut out = Vec::new();
     for label in labels {
         let acc = data.remove(&label).unwrap_or_default();
-        let log = attempts
-            .get(&label.replace(['/', ':'], "_"))
-            .cloned()
-            .unwrap_or_default();
+        let log = attempts.get(&label).cloned().unwrap_or_default();
         let last_ok = log.iter().rposition(|a| a.status != "failed");
         // The last attempt that published (a skipped run, e.g. a merge with an empty result,
         // changed nothing and is never the window's publisher).

@@ -154,6 +154,13 @@ async fn dst_fall_back_hours_each_get_their_own_rows_in_a_backfill() {
         assert_eq!(s["state"], "published", "{s}");
         assert_eq!(s["rows"], 2, "{s}");
     }
+    // Without a range too: one line per window, no phantom line for the run log's spelling
+    // of a repeated hour's label (review finding).
+    let out = p.run(&["--output", "json", "status", "events_by_hour"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let st = json_lines(&out);
+    assert_eq!(st.len(), 6, "{st:?}");
+    assert!(st.iter().all(|s| s["state"] == "published"), "{st:?}");
 }
 
 /// Issue 21: America/New_York, 2026-11-01 01:00 happens twice. Publishing only the second one

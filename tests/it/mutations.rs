@@ -188,3 +188,32 @@ async fn a_failure_after_the_commit_reports_the_window_published() {
         );
     }
 }
+
+/// Review finding: delta-rs can fail after a merge's commit is written (post-commit snapshot
+/// update, checkpoint); the run reported "merge failed, nothing was published".
+#[tokio::test]
+async fn a_merge_error_after_its_commit_reports_the_window_published() {
+    let p = TestProject::new();
+    let out = with_fault(
+        &p,
+        "merge-error-after-commit",
+        &[
+            "--output",
+            "json",
+            "run",
+            "orders_by_day",
+            "--window",
+            "1995-06-03",
+        ],
+    );
+    assert_eq!(code(&out), 5, "{}", text(&out));
+    let r = &json_lines(&out)[0];
+    assert_eq!(r["published"], true, "{r}");
+    let version = log_version(&p.table_dir("orders_by_day")).unwrap();
+    assert_eq!(r["table_version"], version as i64, "{r}");
+    assert!(
+        !table_rows(&p.table_dir("orders_by_day"), "")
+            .await
+            .is_empty()
+    );
+}
