@@ -17,7 +17,7 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::common::*;
 
 /// The running test server's environment (`scripts/s3-server env`).
-fn s3_env() -> &'static HashMap<String, String> {
+pub(crate) fn s3_env() -> &'static HashMap<String, String> {
     static ENV: OnceLock<HashMap<String, String>> = OnceLock::new();
     ENV.get_or_init(|| {
         let script = repo().join("scripts/s3-server");
@@ -44,11 +44,11 @@ fn s3_env() -> &'static HashMap<String, String> {
     })
 }
 
-fn bucket() -> String {
+pub(crate) fn bucket() -> String {
     s3_env()["IDEMLAKE_S3_BUCKET"].clone()
 }
 
-fn store() -> Arc<dyn ObjectStore> {
+pub(crate) fn store() -> Arc<dyn ObjectStore> {
     let e = s3_env();
     Arc::new(
         AmazonS3Builder::new()
@@ -267,14 +267,14 @@ async fn s3_concurrent_processes_lose_no_commit_and_duplicate_no_row() {
 }
 
 /// A loopback TCP proxy in front of the S3 server that injects faults.
-struct Proxy {
-    addr: SocketAddr,
+pub(crate) struct Proxy {
+    pub(crate) addr: SocketAddr,
     /// Requests whose first line contains this are cut after `keep` body bytes.
-    cuts: Arc<AtomicUsize>,
+    pub(crate) cuts: Arc<AtomicUsize>,
 }
 
-#[derive(Clone, Copy)]
-enum Fault {
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Fault {
     /// Cut every upload of a data file (`.parquet`) mid-body; everything else passes.
     CutParquetUploads,
     /// When the commit (`_delta_log/…json` PUT) starts, the server "dies": the connection is
@@ -282,7 +282,7 @@ enum Fault {
     DieAtCommit,
 }
 
-async fn proxy(fault: Fault) -> Proxy {
+pub(crate) async fn proxy(fault: Fault) -> Proxy {
     let upstream: SocketAddr = s3_env()["AWS_ENDPOINT_URL"]
         .trim_start_matches("http://")
         .parse()

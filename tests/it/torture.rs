@@ -675,14 +675,109 @@ async fn table(dir: &Path) -> Option<(Vec<String>, Schema)> {
 }
 
 /// The ways a case is run; each ends in a table that must equal the oracle.
-const MODES: [&str; 6] = [
+const MODES: [&str; 7] = [
     "backfill --parallel 1",
     "backfill --parallel 4",
     "plain backfill",
     "single runs",
     "kill -9, then --missing",
     "two processes racing",
+    "S3 behind a fault proxy, then --missing",
 ];
+
+/// Every how many seeds the S3 fault mode runs (it is the slowest).
+const S3_EVERY: u64 = 4;
+/// S3 fault-mode cases run, and faults the proxies injected in them.
+static S3_CASES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static S3_FAULTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A runtime of its own for fault proxies: it keeps forwarding while a worker thread blocks
+/// waiting for an idemlake process.
+fn proxy_runtime() -> &'static tokio::runtime::Runtime {
+    static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    })
+}
+
+/// Start a fault proxy in front of the S3 test server (on [`proxy_runtime`]).
+fn start_proxy(fault: crate::s3::Fault) -> crate::s3::Proxy {
+    std::thread::spawn(move || proxy_runtime().block_on(crate::s3::proxy(fault)))
+        .join()
+        .unwrap()
+}
+
+/// The S3 mode: a backfill through a proxy that cuts uploads (or "dies" at the commit), then
+/// `backfill --missing` straight to the server; the table must equal the oracle.
+async fn s3_mode(
+    case: &Case,
+    p: &TestProject,
+    range: &[&str],
+) -> std::result::Result<(Vec<String>, Schema), String> {
+    use crate::s3::{Fault, bucket, s3_env, store};
+    let prefix = format!("torture-{}-{}", case.seed, uuid::Uuid::new_v4().simple());
+    let lake = format!("s3://{}/{prefix}/lake", bucket());
+    let fault = if case.seed.is_multiple_of(8) {
+        Fault::DieAtCommit
+    } else {
+        Fault::CutParquetUploads
+    };
+    let px = start_proxy(fault);
+    let out = p
+        .cmd()
+        .envs(s3_env())
+        .env("AWS_ENDPOINT_URL", format!("http://{}", px.addr))
+        .env("IDEMLAKE_S3_MAX_RETRIES", "1")
+        .env("IDEMLAKE_S3_RETRY_TIMEOUT_SECS", "3")
+        .args(["--lake", &lake, "backfill", "t", "--parallel", "2"])
+        .args(range)
+        .output()
+        .unwrap();
+    S3_CASES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    S3_FAULTS.fetch_add(
+        px.cuts.load(std::sync::atomic::Ordering::SeqCst) as u64,
+        std::sync::atomic::Ordering::SeqCst,
+    );
+    if ![0, 1, 5].contains(&code(&out)) {
+        return Err(format!(
+            "backfill through the {fault:?} proxy: {}",
+            text(&out)
+        ));
+    }
+    let out = p
+        .cmd()
+        .envs(s3_env())
+        .args(["--lake", &lake, "backfill", "t", "--missing"])
+        .args(range)
+        .output()
+        .unwrap();
+    if code(&out) != 0 {
+        return Err(format!(
+            "backfill --missing after the {fault:?} proxy: {}",
+            text(&out)
+        ));
+    }
+    let url = url::Url::parse(&format!("{lake}/t/")).unwrap();
+    let mut t = deltalake::DeltaTableBuilder::from_url(url.clone())
+        .unwrap()
+        .with_storage_backend(store(), url)
+        .build()
+        .unwrap();
+    if t.load().await.is_err() {
+        return Ok((Vec::new(), Schema::empty()));
+    }
+    let ctx = SessionContext::new();
+    t.update_datafusion_session(&ctx.state()).unwrap();
+    ctx.register_table("t", t.table_provider().await.unwrap())
+        .unwrap();
+    let df = ctx.sql("SELECT * FROM t").await.unwrap();
+    let schema = df.schema().as_arrow().clone();
+    Ok((rows_of(&df.collect().await.unwrap()), schema))
+}
 
 fn interval(w: &(Timestamp, Timestamp)) -> String {
     format!("{}/{}", w.0, w.1)
@@ -709,6 +804,27 @@ async fn check(case: &Case, p: &TestProject) -> std::result::Result<bool, String
     let to = interval(case.windows.last().unwrap());
     let range = ["--from", from.as_str(), "--to", to.as_str()];
     for (i, mode) in MODES.iter().enumerate() {
+        if i == 6 {
+            if !case.seed.is_multiple_of(S3_EVERY) {
+                continue;
+            }
+            let (got, schema) = s3_mode(case, p, &range).await?;
+            if got.is_empty() && expected.iter().all(|b| b.num_rows() == 0) {
+                continue;
+            }
+            if schema.fields().is_empty() {
+                return Err(format!("{mode}: no table, the oracle has rows"));
+            }
+            let want = rows_of(&cast_to(&expected, &schema));
+            if got != want {
+                return Err(format!(
+                    "{mode}: {} rows, the oracle has {}",
+                    got.len(),
+                    want.len()
+                ));
+            }
+            continue;
+        }
         let lake = p.path().join(format!("lake{i}"));
         let lake_arg = lake.to_string_lossy().to_string();
         let base = |plain: bool| {
@@ -881,8 +997,10 @@ fn generated_cases_equal_the_oracle_in_every_mode() {
     }
     let (ran, refused) = (ran.load(Ordering::SeqCst), refused.load(Ordering::SeqCst));
     eprintln!(
-        "torture: {ran} cases equal to the oracle in all {} modes, {refused} refused as invalid by both, from seed {first}, {jobs} at a time, {:.0} s",
+        "torture: {ran} cases equal to the oracle in all {} modes ({} of them also on S3 behind a fault proxy, {} faults injected), {refused} refused as invalid by both, from seed {first}, {jobs} at a time, {:.0} s",
         MODES.len(),
+        S3_CASES.load(Ordering::SeqCst),
+        S3_FAULTS.load(Ordering::SeqCst),
         started.elapsed().as_secs_f64()
     );
     assert!(ran > 0, "no generated case ran");
