@@ -77,7 +77,7 @@ impl Checker {
 /// A DataFusion session with idemlake's SQL settings and Delta support, reading local files
 /// through object_store's plain local store (no memory maps).
 pub fn plain_session() -> Result<SessionContext> {
-    crate::run::session(false)
+    crate::session::session(false)
 }
 
 /// Whether every output row of `plan` is one input row of a single table, projected and

@@ -4,7 +4,7 @@
 use crate::error::Result;
 use crate::plan;
 use crate::project::Project;
-use crate::run::new_session;
+use crate::session::new_session;
 use crate::sources;
 use crate::task::Task;
 use crate::window::Window;
@@ -58,7 +58,7 @@ pub async fn explain(project: &Project, task: &Task, window: &Window) -> Result<
     let _ = writeln!(
         s,
         "accelerations: {}",
-        if crate::run::accelerated() {
+        if crate::session::accelerated() {
             "on (shared scans, prepared and derived plans, memory maps, file map; the plan below is the plain one they must agree with)"
         } else {
             "off (IDEMLAKE_ACCELERATE=0: the plain plan below is the one that runs)"

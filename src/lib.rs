@@ -27,6 +27,7 @@ pub mod reuse;
 pub mod run;
 pub mod runlog;
 pub mod scan;
+pub mod session;
 pub mod sources;
 pub mod stage;
 pub mod status;

@@ -379,7 +379,7 @@ pub async fn commit_windows(
     let mut first_base = None;
     let mut attempt = 0;
     loop {
-        if !crate::run::accelerated() {
+        if !crate::session::accelerated() {
             // The plain twin: the window's files come from a snapshot loaded for this commit.
             table.update_state().await?;
             *files = None;

@@ -26,48 +26,7 @@ use crate::stage::{check_unique_key, stage, temp_dir, temp_sink, tempdir_for_mer
 use crate::task::{Mode, OnEmpty, OnMismatch, Task};
 use crate::window::Window;
 
-/// A DataFusion session configured for idemlake: standard SQL identifier rules (unquoted
-/// names are case-insensitive), Delta's planner for Delta sources, and Parquet filter
-/// pushdown: a window reads a thin slice of its sources, so the window predicate is evaluated
-/// while decoding (only the filter columns are decoded for rows outside the window) instead of
-/// decoding every column of every row and filtering afterwards (measured at TPC-H SF1: the
-/// day-window scan of lineitem 1.56 s → 0.68 s in a debug build).
-pub fn new_session() -> Result<SessionContext> {
-    session(accelerated())
-}
-
-/// [`new_session`], with local sources read through memory maps (`mapped`) or through
-/// object_store's plain local store (the independent checks' session).
-pub fn session(mapped: bool) -> Result<SessionContext> {
-    let overrides = std::collections::HashMap::from(
-        [
-            ("datafusion.sql_parser.enable_ident_normalization", "true"),
-            ("datafusion.execution.parquet.pushdown_filters", "true"),
-            ("datafusion.execution.parquet.reorder_filters", "true"),
-        ]
-        .map(|(k, v)| (k.to_string(), v.to_string())),
-    );
-    let ctx =
-        deltalake::delta_datafusion::DeltaSessionContext::new_with_session_overrides(&overrides)?
-            .into_inner();
-    if mapped {
-        // Local sources are read through memory maps (see `mapped`).
-        let local = url::Url::parse("file:///").expect("a valid URL");
-        ctx.runtime_env()
-            .register_object_store(&local, crate::mapped::MappedLocal::for_sources());
-    }
-    Ok(ctx)
-}
-
-/// Whether the accelerations are on (the default). `IDEMLAKE_ACCELERATE=0` selects their
-/// plain twins, same inputs and no cleverness: no shared scans (each window reads its
-/// sources), no prepared or derived plans (each window plans its SQL), no memory maps, and
-/// no file map (each commit finds the window's files in a freshly loaded snapshot). The
-/// differential tests run both and compare them with an oracle outside idemlake.
-pub fn accelerated() -> bool {
-    !std::env::var("IDEMLAKE_ACCELERATE")
-        .is_ok_and(|v| matches!(v.trim(), "0" | "off" | "false" | "no"))
-}
+pub use crate::session::{accelerated, new_session, session};
 
 /// Background work that must end before the process does: the target table's load started
 /// by [`Runner::new`] may still be running when a command finishes without needing it
