@@ -158,7 +158,7 @@ struct Expected {
 async fn expected(runner: &Runner, w: &Window) -> Result<Expected> {
     let task = runner.task();
     let ctx = runner.checker().session();
-    let planned = plan::plan_window(ctx, task, w, false).await?;
+    let planned = plan::plan_query_window(ctx, task, w).await?;
     let rows = planned.df.clone().count().await? as u64;
     if task.mode != Mode::Merge {
         return Ok(Expected {

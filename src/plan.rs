@@ -175,7 +175,7 @@ async fn plan_sql(
 
 /// Plan a task; with `window = None` (validate) parameters stay unbound.
 pub async fn plan(ctx: &SessionContext, task: &Task, window: Option<&Window>) -> Result<Planned> {
-    plan_with(ctx, task, window, true).await
+    plan_with(ctx, task, window, true, true).await
 }
 
 /// Plan a task for `window`; `check_reconcile = false` skips planning `[reconcile].output`
@@ -187,7 +187,17 @@ pub async fn plan_window(
     window: &Window,
     check_reconcile: bool,
 ) -> Result<Planned> {
-    plan_with(ctx, task, Some(window), check_reconcile).await
+    plan_with(ctx, task, Some(window), check_reconcile, true).await
+}
+
+/// The task's query alone for `window` (`reconcile_source` is `None`): for callers that
+/// compute the reconciliation elsewhere (the runner's accelerated path, audit's row counts).
+pub async fn plan_query_window(
+    ctx: &SessionContext,
+    task: &Task,
+    window: &Window,
+) -> Result<Planned> {
+    plan_with(ctx, task, Some(window), false, false).await
 }
 
 async fn plan_with(
@@ -195,12 +205,14 @@ async fn plan_with(
     task: &Task,
     window: Option<&Window>,
     check_reconcile: bool,
+    with_source: bool,
 ) -> Result<Planned> {
     let params = window.map(|w| window_params(task.grain, w));
     let df = plan_sql(ctx, task, &task.sql, "sql", params.as_deref(), true).await?;
     let (df, schema) = normalize_output(df, task)?;
 
     let reconcile_source = match &task.reconcile {
+        Some(_) if !with_source && !check_reconcile => None,
         None => None,
         Some(r) => {
             let src = plan_sql(

@@ -595,7 +595,12 @@ impl Runner {
             }
         }
         let ctx = session.context().await?;
-        let planned = plan::plan_window(&ctx, &self.task, window, !self.validated).await?;
+        // `[reconcile].source` is not planned here: it runs on the independent path.
+        let planned = if self.validated {
+            plan::plan_query_window(&ctx, &self.task, window).await?
+        } else {
+            plan::plan_window(&ctx, &self.task, window, true).await?
+        };
         Ok((planned, None, ctx))
     }
 
