@@ -35,7 +35,7 @@ use object_store::{
 use crate::error::{Error, Result};
 
 fn spec() -> Option<String> {
-    std::env::var("IDEMLAKE_TEST_FAULT").ok()
+    crate::config::get().test_fault.clone()
 }
 
 /// Fail (or abort) at `point` if the fault spec names it.

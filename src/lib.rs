@@ -1,40 +1,30 @@
 //! idemlake: idempotent, window-at-a-time batch pipelines on Delta Lake.
 //!
-//! The modules follow the data flow of one run:
-//! [`task`] spec → [`window`] → [`plan`] (+ [`lint`], [`sources`]) → [`execute`] →
-//! [`reconcile`] → [`publish`] → [`record`]; [`run`] drives them, [`cli`] is the command line.
+//! The source tree is layered; a module imports only from layers below it (a test in
+//! `tests/it/layers.rs` holds the tree to that):
+//!
+//! | layer | job |
+//! |---|---|
+//! | [`cli`] | parse flags, resolve them into a [`config::Config`], dispatch, print |
+//! | [`commands`] | run, backfill, verify, audit/repair, status, explain/validate, gen-tpch |
+//! | [`pipeline`] | one window's stages: plan → stage → reconcile → commit → record |
+//! | [`accel`] | what only makes windows cheaper: shared scans, prepared/derived plans, memory maps |
+//! | [`delta`] | the target table: open/create, overwrite commit, merge, read-back, upkeep, file map |
+//! | [`report`] | run records, the run log, alerts, the status picture, output rendering |
+//! | [`storage`] | object stores per location |
+//! | [`task`] | what a task *is*: spec, window and grain, project, lint, logical plan |
+//! | [`config`], [`error`], [`fault`] | the resolved configuration, error kinds, test fault injection |
 
-pub mod alert;
-pub mod audit;
-pub mod backfill;
-pub mod checks;
+pub mod accel;
 pub mod cli;
+pub mod commands;
+pub mod config;
+pub mod delta;
 pub mod error;
-pub mod execute;
-pub mod explain;
 pub mod fault;
-pub mod filemap;
-pub mod lint;
-pub mod mapped;
-pub mod picture;
-pub mod plan;
-pub mod prepared;
-pub mod project;
-pub mod publish;
-pub mod reconcile;
-pub mod record;
-pub mod reuse;
-pub mod run;
-pub mod runlog;
-pub mod scan;
-pub mod session;
-pub mod sources;
-pub mod stage;
-pub mod status;
+pub mod pipeline;
+pub mod report;
 pub mod storage;
 pub mod task;
-pub mod tpch;
-pub mod verify;
-pub mod window;
 
 pub use error::{Error, ErrorKind, Result};

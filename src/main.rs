@@ -27,8 +27,8 @@ const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
 /// until exit. SF1 initial load: ~70 k page faults with a 1 s delay, ~14 k with 10 s, ~5 k
 /// never (the kernel zeroing faulted pages was 15 % of the CPU at 1 s).
 /// `MIMALLOC_PURGE_DELAY` still wins.
-fn tune_allocator() {
-    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+fn tune_allocator(config: &idemlake::config::Config) {
+    if !config.allocator_tuned_by_user {
         // SAFETY: sets a plain integer option; mimalloc allows it at any time.
         unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
     }
@@ -39,7 +39,7 @@ struct RedactingStderr;
 
 impl std::io::Write for RedactingStderr {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let text = idemlake::cli::redact(&String::from_utf8_lossy(buf));
+        let text = idemlake::config::get().redact(&String::from_utf8_lossy(buf));
         std::io::stderr().write_all(text.as_bytes())?;
         Ok(buf.len())
     }
@@ -49,8 +49,17 @@ impl std::io::Write for RedactingStderr {
 }
 
 fn main() -> ExitCode {
-    tune_allocator();
     let cli = idemlake::cli::Cli::parse();
+    // The configuration is resolved once, before anything runs: a malformed setting is the
+    // user's mistake, reported before anything is read or written.
+    let config = match idemlake::config::Config::from_env() {
+        Ok(c) => idemlake::config::init(c),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(e.kind().exit_code());
+        }
+    };
+    tune_allocator(config);
     // delta-rs logs every lost commit race at ERROR ("exceeded maximum commit attempts");
     // idemlake rebuilds such commits itself and reports its own error if it gives up, so
     // those lines are hidden below -vv.
@@ -64,19 +73,22 @@ fn main() -> ExitCode {
         2 => "info,idemlake=debug,buoyant_kernel=warn",
         _ => "debug",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("IDEMLAKE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let filter = config
+        .log_filter
+        .as_deref()
+        .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(|| RedactingStderr);
     match cli.log_format {
         idemlake::cli::LogFormat::Json => builder.json().with_current_span(false).init(),
         idemlake::cli::LogFormat::Text => {
-            let color = std::io::stderr().is_terminal()
-                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+            let color = std::io::stderr().is_terminal() && !config.no_color;
             builder.with_ansi(color).init()
         }
     }
+    tracing::info!("configuration: {}", config.to_string().replace('\n', ", "));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -89,7 +101,7 @@ fn main() -> ExitCode {
     };
     let code = runtime.block_on(async {
         let code = idemlake::cli::execute(cli).await;
-        idemlake::run::finish_background(std::time::Duration::from_secs(60)).await;
+        idemlake::pipeline::runner::finish_background(std::time::Duration::from_secs(60)).await;
         code
     });
     ExitCode::from(code)

@@ -21,7 +21,7 @@ pub fn tpch_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("tpch-sf0.01");
-        idemlake::tpch::generate(&dir, 0.01, false).expect("generate TPC-H data");
+        idemlake::commands::tpch::generate(&dir, 0.01, false).expect("generate TPC-H data");
         dir
     })
 }

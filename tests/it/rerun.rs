@@ -100,7 +100,7 @@ async fn merge_reruns_update_never_duplicate() {
 /// loading from the checkpoint) must see each window's rows once.
 #[tokio::test(flavor = "multi_thread")]
 async fn one_process_replaces_windows_repeatedly_across_checkpoints() {
-    use idemlake::record::Status;
+    use idemlake::report::record::Status;
     let p = TestProject::new();
     let name = "lineitem_by_ship_day";
     let table = p.table_dir(name);
@@ -115,9 +115,11 @@ async fn one_process_replaces_windows_repeatedly_across_checkpoints() {
         .await
         .unwrap(); // version 2
 
-    let project = idemlake::project::Project::resolve(Some(p.path()), None).unwrap();
+    let project = idemlake::task::project::Project::resolve(Some(p.path()), None).unwrap();
     let task = project.task(name).unwrap();
-    let runner = idemlake::run::Runner::new(&project, &task).await.unwrap();
+    let runner = idemlake::pipeline::runner::Runner::new(&project, &task)
+        .await
+        .unwrap();
     let days = [
         "1995-06-01",
         "1995-06-02",
@@ -128,7 +130,7 @@ async fn one_process_replaces_windows_repeatedly_across_checkpoints() {
         "1995-06-01",
     ];
     for (i, day) in days.iter().enumerate() {
-        let w = idemlake::window::Window::parse(day, task.grain, &task.timezone).unwrap();
+        let w = idemlake::task::window::Window::parse(day, task.grain, &task.timezone).unwrap();
         let r = runner.run(&w).await;
         assert_eq!(r.status, Status::Ok, "{day}: {:?}", r.error);
         assert_eq!(r.table_version, Some(3 + i as i64), "{day}");

@@ -1,0 +1,49 @@
+//! The DataFusion session idemlake runs SQL in, and the switch between the accelerations and
+//! their plain twins. Low in the house: the runner, the independent checks and the publish
+//! stage use it; it uses nothing of idemlake but errors and the memory-mapped source store.
+
+use datafusion::prelude::SessionContext;
+
+use crate::error::Result;
+
+/// A DataFusion session configured for idemlake: standard SQL identifier rules (unquoted
+/// names are case-insensitive), Delta's planner for Delta sources, and Parquet filter
+/// pushdown: a window reads a thin slice of its sources, so the window predicate is evaluated
+/// while decoding (only the filter columns are decoded for rows outside the window) instead of
+/// decoding every column of every row and filtering afterwards (measured at TPC-H SF1: the
+/// day-window scan of lineitem 1.56 s → 0.68 s in a debug build).
+pub fn new_session() -> Result<SessionContext> {
+    session(crate::config::get().mmap)
+}
+
+/// [`new_session`], with local sources read through memory maps (`mapped`) or through
+/// object_store's plain local store (the independent checks' session).
+pub fn session(mapped: bool) -> Result<SessionContext> {
+    let overrides = std::collections::HashMap::from(
+        [
+            ("datafusion.sql_parser.enable_ident_normalization", "true"),
+            ("datafusion.execution.parquet.pushdown_filters", "true"),
+            ("datafusion.execution.parquet.reorder_filters", "true"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    let ctx =
+        deltalake::delta_datafusion::DeltaSessionContext::new_with_session_overrides(&overrides)?
+            .into_inner();
+    if mapped {
+        // Local sources are read through memory maps (see `mapped`).
+        let local = url::Url::parse("file:///").expect("a valid URL");
+        ctx.runtime_env()
+            .register_object_store(&local, crate::accel::mapped::MappedLocal::for_sources());
+    }
+    Ok(ctx)
+}
+
+/// Whether the accelerations are on (the default). `IDEMLAKE_ACCELERATE=0` selects their
+/// plain twins, same inputs and no cleverness: no shared scans (each window reads its
+/// sources), no prepared or derived plans (each window plans its SQL), no memory maps, and
+/// no file map (each commit finds the window's files in a freshly loaded snapshot). The
+/// differential tests run both and compare them with an oracle outside idemlake.
+pub fn accelerated() -> bool {
+    crate::config::get().accelerate
+}

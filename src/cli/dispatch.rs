@@ -1,0 +1,376 @@
+//! Dispatch: each command's resolved arguments handed to the layer that does the work, and
+//! its results printed and alerted on.
+
+use crate::cli::{Cli, Command};
+use crate::error::{Error, Result};
+use crate::report::record::Report;
+use crate::report::render::{OutputFormat, diag, print_audits, print_report, print_status, redact};
+use crate::report::states::WindowAudit;
+use crate::task::project::Project;
+use crate::task::window::Window;
+
+pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
+    if let Command::Completions { shell } = &cli.command {
+        use clap::CommandFactory;
+        let mut cmd = Cli::command();
+        clap_complete::generate(*shell, &mut cmd, "idemlake", &mut std::io::stdout());
+        return Ok(0);
+    }
+    let project = Project::resolve(cli.project.as_deref(), cli.lake.as_deref())?;
+    match &cli.command {
+        Command::Run { task, window } => {
+            let task = project.task(task)?;
+            let window = Window::parse(window, task.grain, &task.timezone)?;
+            let report = crate::pipeline::runner::run_window(&project, &task, &window).await;
+            print_report(cli.output, &report);
+            let code = report.exit_code.unwrap_or(0);
+            alert_reports(&project, &task, "run", std::slice::from_ref(&report), code).await;
+            Ok(code)
+        }
+        Command::Backfill {
+            task,
+            from,
+            to,
+            parallel,
+            missing,
+            stale,
+        } => {
+            let task = project.task(task)?;
+            let (a, b) = crate::commands::backfill::range(&task, from, to)?;
+            let opts = crate::commands::backfill::Options {
+                parallel: usize::from(*parallel),
+                missing: *missing,
+                stale: *stale,
+                progress: cli.output == OutputFormat::Text,
+            };
+            let runner =
+                std::sync::Arc::new(crate::pipeline::runner::Runner::new(&project, &task).await?);
+            let windows =
+                crate::commands::backfill::select(&project, &runner, &a, &b, &opts).await?;
+            let format = cli.output;
+            let reports =
+                crate::commands::backfill::run(runner, windows, &opts, |r| print_report(format, r))
+                    .await;
+            let (summary, code) = crate::commands::backfill::summarize(&task, &reports);
+            if cli.output == OutputFormat::Text {
+                println!("{}", redact(&summary));
+            } else {
+                diag("INFO", &summary, None);
+            }
+            alert_reports(&project, &task, "backfill", &reports, code).await;
+            Ok(code)
+        }
+        Command::Verify {
+            task,
+            window,
+            from,
+            to,
+            against_table,
+        } => {
+            let task = project.task(task)?;
+            let print = |v: &crate::commands::verify::Verification| match cli.output {
+                OutputFormat::Json => println!(
+                    "{}",
+                    redact(&serde_json::to_string(v).expect("serialisable"))
+                ),
+                OutputFormat::Text => println!("{}", redact(&crate::commands::verify::describe(v))),
+            };
+            let results = match (window, from, to) {
+                (Some(w), _, _) => {
+                    let window = Window::parse(w, task.grain, &task.timezone)?;
+                    let v =
+                        crate::commands::verify::verify(&project, &task, &window, *against_table)
+                            .await?;
+                    print(&v);
+                    vec![v]
+                }
+                (None, Some(a), Some(b)) => {
+                    let (a, b) = crate::commands::backfill::range(&task, a, b)?;
+                    let started = std::time::Instant::now();
+                    let all = crate::commands::verify::verify_range(
+                        &project,
+                        &task,
+                        &a,
+                        &b,
+                        *against_table,
+                        print,
+                    )
+                    .await?;
+                    let differ = all.iter().filter(|v| v.status != "identical").count();
+                    diag(
+                        "INFO",
+                        &format!(
+                            "verify {}: {} windows, {differ} differ, {:.1}s",
+                            task.name,
+                            all.len(),
+                            started.elapsed().as_secs_f64()
+                        ),
+                        None,
+                    );
+                    all
+                }
+                _ => return Err(Error::input("give --window, or both --from and --to")),
+            };
+            Ok(
+                if results
+                    .iter()
+                    .all(|v| v.diffs.iter().all(crate::commands::verify::Diff::identical))
+                {
+                    0
+                } else {
+                    crate::error::ErrorKind::Divergence.exit_code()
+                },
+            )
+        }
+        Command::Audit {
+            task,
+            from,
+            to,
+            reconcile,
+        } => {
+            let task = project.task(task)?;
+            let (a, b) = crate::commands::backfill::range(&task, from, to)?;
+            let runner = crate::pipeline::runner::Runner::new(&project, &task).await?;
+            let audits = crate::commands::audit::audit(&runner, &a, &b, *reconcile).await?;
+            print_audits(cli.output, &audits);
+            let damaged = audits.iter().filter(|a| a.status != "ok").count();
+            if cli.output == OutputFormat::Text {
+                println!(
+                    "audit {}: {} windows, {damaged} damaged",
+                    task.name,
+                    audits.len()
+                );
+            }
+            let code = if damaged > 0 {
+                crate::error::ErrorKind::Divergence.exit_code()
+            } else {
+                0
+            };
+            alert_audit(&project, &task, "audit", &audits, code).await;
+            Ok(code)
+        }
+        Command::Repair {
+            task,
+            from,
+            to,
+            parallel,
+            reconcile,
+        } => {
+            let task = project.task(task)?;
+            let (a, b) = crate::commands::backfill::range(&task, from, to)?;
+            let (before, reports, after) = crate::commands::audit::repair(
+                &project,
+                &task,
+                &a,
+                &b,
+                usize::from(*parallel),
+                *reconcile,
+            )
+            .await?;
+            let damaged = |v: &[WindowAudit]| v.iter().filter(|a| a.status != "ok").count();
+            match cli.output {
+                OutputFormat::Json => {
+                    for r in &reports {
+                        print_report(cli.output, r);
+                    }
+                    print_audits(cli.output, &after);
+                }
+                OutputFormat::Text => {
+                    println!(
+                        "before: {} of {} windows damaged",
+                        damaged(&before),
+                        before.len()
+                    );
+                    for a in before.iter().filter(|a| a.status != "ok") {
+                        println!("{}", a.describe());
+                    }
+                    for r in &reports {
+                        print_report(cli.output, r);
+                    }
+                    println!(
+                        "after: {} of {} windows damaged",
+                        damaged(&after),
+                        after.len()
+                    );
+                    for a in after.iter().filter(|a| a.status != "ok") {
+                        println!("{}", a.describe());
+                    }
+                }
+            }
+            let failed = reports.iter().filter_map(|r| r.exit_code).max();
+            let code = if damaged(&after) > 0 {
+                failed.unwrap_or(crate::error::ErrorKind::Divergence.exit_code())
+            } else {
+                0
+            };
+            alert_reports(&project, &task, "repair", &reports, code).await;
+            alert_audit(&project, &task, "repair", &after, code).await;
+            Ok(code)
+        }
+        Command::Validate { tasks } => validate(cli, &project, tasks).await,
+        Command::Explain { task, window } => {
+            let task = project.task(task)?;
+            let window = Window::parse(window, task.grain, &task.timezone)?;
+            let text = crate::commands::explain::explain(&project, &task, &window).await?;
+            println!("{}", redact(&text));
+            Ok(0)
+        }
+        Command::Status {
+            task,
+            from,
+            to,
+            picture,
+        } => {
+            let names = match task {
+                Some(t) => vec![t.clone()],
+                None => project.task_names()?,
+            };
+            let style = crate::report::picture::Style::for_stdout();
+            let table = task.is_some() && !picture;
+            for name in names {
+                let task = project.task(&name)?;
+                let range =
+                    crate::commands::status::parse_range(&task, from.as_deref(), to.as_deref())?;
+                let (version, windows) =
+                    crate::commands::status::status(&project, &task, range).await?;
+                if cli.output == OutputFormat::Json {
+                    print_status(cli.output, &task.name, version, &windows);
+                    continue;
+                }
+                print!(
+                    "{}",
+                    crate::report::picture::render(&task.name, task.grain, &windows, style)
+                );
+                if table {
+                    print_status(cli.output, &task.name, version, &windows);
+                }
+            }
+            Ok(0)
+        }
+        Command::Completions { .. } => unreachable!("handled before the project is resolved"),
+        Command::GenTpch { scale, out, force } => {
+            let dir = if out.is_absolute() {
+                out.clone()
+            } else {
+                project.dir.join(out)
+            };
+            let started = std::time::Instant::now();
+            let files = crate::commands::tpch::generate(&dir, *scale, *force)?;
+            for f in files {
+                println!("{}", f.display());
+            }
+            diag(
+                "INFO",
+                &format!(
+                    "TPC-H SF {scale} ready in {:.1}s",
+                    started.elapsed().as_secs_f64()
+                ),
+                None,
+            );
+            Ok(0)
+        }
+    }
+}
+
+async fn validate(cli: &Cli, project: &Project, tasks: &[String]) -> Result<u8> {
+    let names = if tasks.is_empty() {
+        project.task_names()?
+    } else {
+        tasks.to_vec()
+    };
+    if names.is_empty() {
+        return Err(Error::input(format!(
+            "no task files in {}",
+            project.tables_dir().display()
+        )));
+    }
+    let mut worst = 0u8;
+    for name in names {
+        let result = match project.task(&name) {
+            Ok(task) => crate::commands::explain::validate(&task).await,
+            Err(e) => Err(e),
+        };
+        let (status, error) = match &result {
+            Ok(()) => ("ok", None),
+            Err(e) => {
+                worst = worst.max(e.kind().exit_code());
+                ("invalid", Some(redact(e.message())))
+            }
+        };
+        match cli.output {
+            OutputFormat::Json => println!(
+                "{}",
+                serde_json::json!({"task": name, "status": status, "error": error})
+            ),
+            OutputFormat::Text => match error {
+                None => println!("ok       {name}"),
+                Some(e) => {
+                    println!("invalid  {name}");
+                    diag("ERROR", &e, None);
+                }
+            },
+        }
+    }
+    Ok(worst)
+}
+
+fn table_of(project: &Project, task: &crate::task::Task) -> String {
+    project
+        .table_url(task)
+        .map(|u| u.to_string())
+        .unwrap_or_else(|_| task.name.clone())
+}
+
+/// Send the alerts a command's window reports raise, if the task has an `[alert]` section.
+async fn alert_reports(
+    project: &Project,
+    task: &crate::task::Task,
+    command: &str,
+    reports: &[Report],
+    code: u8,
+) {
+    let Some(spec) = &task.alert else { return };
+    let table = table_of(project, task);
+    for p in crate::report::alert::from_reports(&task.name, command, &table, reports, code) {
+        crate::report::alert::send(spec, &p).await;
+    }
+}
+
+/// Send the damage alert of an audit, if any window is damaged.
+async fn alert_audit(
+    project: &Project,
+    task: &crate::task::Task,
+    command: &str,
+    audits: &[WindowAudit],
+    code: u8,
+) {
+    let Some(spec) = &task.alert else { return };
+    let table = table_of(project, task);
+    if let Some(p) = crate::report::alert::from_audits(task, command, &table, audits, code) {
+        crate::report::alert::send(spec, &p).await;
+    }
+}
+
+/// A command that failed as a whole (storage unreachable, a window that does not parse…):
+/// alert if its task file can be read and asks for failure alerts.
+pub(crate) async fn alert_command_failure(cli: &Cli, e: &Error, code: u8) {
+    let Some((command, name)) = cli.command.task_command() else {
+        return;
+    };
+    let Ok(project) = Project::resolve(cli.project.as_deref(), cli.lake.as_deref()) else {
+        return;
+    };
+    let Ok(task) = project.task(name) else { return };
+    let Some(spec) = &task.alert else { return };
+    let table = table_of(&project, &task);
+    let mut p = crate::report::alert::payload(
+        crate::report::alert::Event::Failure,
+        &task.name,
+        command,
+        &table,
+        Vec::new(),
+        code,
+    );
+    p.error = Some(redact(e.message()));
+    crate::report::alert::send(spec, &p).await;
+}

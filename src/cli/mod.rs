@@ -1,0 +1,224 @@
+//! Command line: raw flag values first (clap), then resolution and dispatch.
+//!
+//! Each command returns a process exit code following SPEC: 0 ok, 1 runtime failure, 2 invalid
+//! input, 3 reconciliation mismatch, 4 divergence. Reports go to stdout (text, or one JSON
+//! object per window with `--output json`); diagnostics go to stderr. Every printed string
+//! passes through `report::render::redact`, so credentials from the environment never reach the terminal.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::error::Error;
+use crate::report::render::{LOG_FORMAT, diag};
+pub use crate::report::render::{LogFormat, OutputFormat, redact};
+
+mod dispatch;
+
+const EXAMPLES: &str = "\
+Examples:
+  idemlake validate                                   # lint and plan every task in tables/
+  idemlake run daily_revenue --window 1995-06-01      # run one day and publish it atomically
+  idemlake run daily_revenue --window 1995-06-01T00:00:00Z/1995-06-02T00:00:00Z
+  idemlake explain lineitem_by_ship_day --window 1995-06-01
+  idemlake --output json run daily_revenue --window 1995-06-01   # JSON line for orchestrators
+  idemlake gen-tpch --scale 0.01 --out data           # TPC-H sample data for tables/
+
+Exit codes: 0 ok, 1 runtime failure, 2 invalid input (nothing read or written),
+3 reconciliation mismatch (nothing published), 4 verify/audit found differences,
+5 published but a check after the commit failed (the report says published: true).";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "idemlake",
+    version,
+    about = "Idempotent, window-at-a-time batch pipelines: DataFusion SQL into Delta Lake with atomic replaceWhere overwrites and reconciliation",
+    after_help = EXAMPLES
+)]
+pub struct Cli {
+    /// Project directory holding tables/ [env: IDEMLAKE_PROJECT]
+    #[arg(long, global = true, env = "IDEMLAKE_PROJECT", hide_env = true)]
+    pub project: Option<PathBuf>,
+    /// Lake root: a local directory or s3://bucket/prefix [default: <project>/lake] [env: IDEMLAKE_LAKE]
+    #[arg(long, global = true, env = "IDEMLAKE_LAKE", hide_env = true)]
+    pub lake: Option<String>,
+    /// Report format on stdout
+    #[arg(long, global = true, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+    /// More logging on stderr (-v info, -vv debug)
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Log line format on stderr: text, or json (one object per line, for log shippers)
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one window and publish it atomically (one Delta commit)
+    #[command(
+        after_help = "Example:\n  idemlake run lineitem_by_ship_day --window 1995-06-01\n  idemlake run hourly_events --window 2026-11-28T05\n  idemlake run weekly_kpis --window 2026-W48"
+    )]
+    Run {
+        /// Task (table) name: tables/<TASK>.toml
+        task: String,
+        /// The window: 2026-11-28 (day), 2026-11-28T05 (hour), 2026-W48 (week), 2026-11 (month), or START/END in RFC 3339
+        #[arg(long)]
+        window: String,
+    },
+    /// Re-run an inclusive range of windows, each atomic, optionally in parallel
+    #[command(
+        after_help = "Examples:\n  idemlake backfill lineitem_by_ship_day --from 1995-01-01 --to 1995-12-31 --parallel 4\n  idemlake backfill lineitem_by_ship_day --from 1995-01-01 --to 1995-12-31 --missing   # resume after a crash"
+    )]
+    Backfill {
+        task: String,
+        /// First window (inclusive)
+        #[arg(long)]
+        from: String,
+        /// Last window (inclusive)
+        #[arg(long)]
+        to: String,
+        /// Windows run concurrently in this process
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+        parallel: u16,
+        /// Only windows never published successfully by idemlake
+        #[arg(long)]
+        missing: bool,
+        /// Also windows published with a different SQL hash than the task's current SQL
+        #[arg(long)]
+        stale: bool,
+    },
+    /// Run a window twice on the same inputs without publishing and diff the outputs (exit 4 if they differ)
+    #[command(
+        after_help = "Examples:\n  idemlake verify daily_revenue --window 1995-06-01\n  idemlake verify daily_revenue --window 1995-06-01 --against-table\n  idemlake verify daily_revenue --from 1995-06-01 --to 1995-06-30   # every window of a range"
+    )]
+    Verify {
+        task: String,
+        /// The window to verify
+        #[arg(long, required_unless_present = "from", conflicts_with_all = ["from", "to"])]
+        window: Option<String>,
+        /// First window of a range to verify (inclusive), instead of --window
+        #[arg(long, requires = "to")]
+        from: Option<String>,
+        /// Last window of the range (inclusive)
+        #[arg(long, requires = "from")]
+        to: Option<String>,
+        /// Also compare with the window as currently published in the table
+        #[arg(long)]
+        against_table: bool,
+    },
+    /// Per window: duplicate keys and row count vs the source; exit 4 if any window is damaged
+    #[command(
+        after_help = "Example:\n  idemlake audit lineitem_by_ship_day --from 1995-06-01 --to 1995-06-30"
+    )]
+    Audit {
+        task: String,
+        #[arg(long)]
+        from: String,
+        #[arg(long)]
+        to: String,
+        /// Also run the task's [reconcile] queries for every window (one source query per window)
+        #[arg(long)]
+        reconcile: bool,
+    },
+    /// Audit, re-run the damaged windows (each atomic), audit again; exit 0 only if clean after
+    #[command(
+        after_help = "Example:\n  idemlake repair lineitem_by_ship_day --from 1995-06-01 --to 1995-06-30 --parallel 4"
+    )]
+    Repair {
+        task: String,
+        #[arg(long)]
+        from: String,
+        #[arg(long)]
+        to: String,
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+        parallel: u16,
+        #[arg(long)]
+        reconcile: bool,
+    },
+    /// Parse, lint and plan tasks without reading data (all tasks if none given)
+    #[command(after_help = "Example:\n  idemlake validate\n  idemlake validate daily_revenue")]
+    Validate { tasks: Vec<String> },
+    /// Show the bound SQL parameters, the plans and the replaceWhere predicate for a window
+    #[command(after_help = "Example:\n  idemlake explain daily_revenue --window 1995-06-01")]
+    Explain {
+        task: String,
+        #[arg(long)]
+        window: String,
+    },
+    /// Per window: state, rows, table version, the run that published it, failures since; a calendar strip per task
+    #[command(
+        after_help = "Examples:\n  idemlake status                                      # a calendar strip for every task\n  idemlake status daily_revenue --from 1995-06-01 --to 1995-06-30\n  idemlake status daily_revenue --picture              # only the strip\n  idemlake --output json status daily_revenue          # one JSON line per window\n\nStrip (plain text off a terminal): # published  ~ stale (other SQL)  x failed  o empty  ? not by idemlake  . missing"
+    )]
+    Status {
+        /// Task; all tasks of the project if omitted
+        task: Option<String>,
+        /// First window of the range (inclusive); lists all published windows if omitted
+        #[arg(long)]
+        from: Option<String>,
+        /// Last window of the range (inclusive)
+        #[arg(long)]
+        to: Option<String>,
+        /// Only the calendar strip, not the per-window table
+        #[arg(long)]
+        picture: bool,
+    },
+    /// Print a shell completion script
+    #[command(
+        after_help = "Examples:\n  idemlake completions bash > ~/.local/share/bash-completion/completions/idemlake\n  idemlake completions zsh > \"${fpath[1]}/_idemlake\"\n  idemlake completions fish > ~/.config/fish/completions/idemlake.fish"
+    )]
+    Completions { shell: clap_complete::Shell },
+    /// Generate TPC-H lineitem and orders Parquet files (sample data for tables/)
+    #[command(
+        name = "gen-tpch",
+        after_help = "Example:\n  idemlake gen-tpch --scale 0.01 --out data"
+    )]
+    GenTpch {
+        /// TPC-H scale factor (0.01 ≈ 60k lineitems, 1 ≈ 6M)
+        #[arg(long, default_value_t = 0.01)]
+        scale: f64,
+        /// Output directory, relative to the project
+        #[arg(long, default_value = "data")]
+        out: PathBuf,
+        /// Regenerate even if the files exist
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+pub(crate) fn print_err(e: &Error) {
+    diag("ERROR", e.message(), Some(e.kind().exit_code()));
+}
+
+/// Run the parsed command line; returns the exit code.
+pub async fn execute(cli: Cli) -> u8 {
+    let _ = LOG_FORMAT.set(cli.log_format);
+    match dispatch::dispatch(&cli).await {
+        Ok(code) => code,
+        Err(e) => {
+            if cli.output == OutputFormat::Json {
+                let line = serde_json::json!({"status": "failed", "error": redact(e.message()), "exit_code": e.kind().exit_code()});
+                println!("{line}");
+            }
+            print_err(&e);
+            let code = e.kind().exit_code();
+            dispatch::alert_command_failure(&cli, &e, code).await;
+            code
+        }
+    }
+}
+
+impl Command {
+    /// The command name and task of commands that publish or audit a task.
+    pub(crate) fn task_command(&self) -> Option<(&'static str, &str)> {
+        match self {
+            Command::Run { task, .. } => Some(("run", task)),
+            Command::Backfill { task, .. } => Some(("backfill", task)),
+            Command::Audit { task, .. } => Some(("audit", task)),
+            Command::Repair { task, .. } => Some(("repair", task)),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! `audit` and `repair`: find windows that older (append-style) jobs damaged, and fix them.
+//!
+//! Audit works on the table as it is, also tables written by other tools:
+//! - the table: one query over the range (built as DataFusion expressions) counts rows and
+//!   duplicate keys (by `[write].key`, or whole rows when there is no key) per window;
+//! - the source: per window, the task's own SQL bound to that window and evaluated by the
+//!   independent check path (`checks`: plain DataFusion over the source files, none of the
+//!   run's accelerations) — what each window should hold. Binding the SQL once for the whole
+//!   range would be wrong for window-stamped or aggregating tasks.
+//!
+//! What counts as damage depends on the write mode:
+//! - overwrite: duplicate keys, or a row count different from the source's (a window with no
+//!   data where the source has data included);
+//! - merge (upsert): duplicate keys, or keys the source produces for the window that the
+//!   table lacks. Rows the latest output no longer produces are kept by design (upsert
+//!   semantics) and are not damage, so the row counts are shown but not compared.
+//!
+//! With `--reconcile`, the task's `[reconcile]` queries also run for every window (source side
+//! on the independent path, output side over the published window).
+//! Repair re-runs exactly the damaged windows (each one atomic), then audits again.
+
+use std::collections::BTreeMap;
+
+use datafusion::common::{Column, JoinType, ScalarValue};
+use datafusion::functions_aggregate::expr_fn::{count, sum};
+use datafusion::prelude::{DataFrame, Expr, SessionContext, cast, col, lit, when};
+use futures::{StreamExt, TryStreamExt};
+
+use crate::error::{Error, Result};
+use crate::pipeline::reconcile::{self, Check};
+use crate::pipeline::runner::{Runner, partition_range};
+pub use crate::report::states::WindowAudit;
+use crate::task::plan;
+use crate::task::project::Project;
+use crate::task::window::{Grain, Window};
+use crate::task::{Mode, Task};
+
+/// Internal column names: never a user's.
+const BUCKET: &str = "__idemlake_bucket";
+const COUNT: &str = "__idemlake_n";
+
+fn column(name: &str) -> Expr {
+    col(Column::from_name(name))
+}
+
+/// Partition value → the window holding it (by identity, not label).
+fn window_of(task: &Task, v: &ScalarValue) -> Result<Option<(i64, i64)>> {
+    let at = match v {
+        ScalarValue::Date32(Some(d)) => jiff::civil::date(1970, 1, 1)
+            .checked_add(jiff::Span::new().days(i64::from(*d)))
+            .and_then(|d| d.to_zoned(task.timezone.clone()))
+            .map_err(|e| Error::runtime(e.to_string()))?,
+        ScalarValue::TimestampMicrosecond(Some(us), _) => jiff::Timestamp::from_microsecond(*us)
+            .map_err(|e| Error::runtime(e.to_string()))?
+            .to_zoned(task.timezone.clone()),
+        _ => return Ok(None),
+    };
+    Ok(Some(Window::containing(task.grain, &at)?.key()))
+}
+
+/// The table side: `(rows, duplicate keys, extra rows)` per window of the range, from one
+/// query over the published table.
+async fn table_side(
+    ctx: &SessionContext,
+    runner: &Runner,
+    from: &Window,
+    to: &Window,
+    columns: &[String],
+) -> Result<BTreeMap<(i64, i64), [u64; 3]>> {
+    let task = runner.task();
+    let table = runner.table().await?;
+    let mut out: BTreeMap<(i64, i64), [u64; 3]> = BTreeMap::new();
+    if table.version().is_none() {
+        return Ok(out);
+    }
+    table.update_datafusion_session(&ctx.state())?;
+    let part = column(&task.partition_by);
+    let lo = partition_range(task, from).lo_hi().0;
+    let hi = partition_range(task, to).lo_hi().1;
+    let key: Vec<Expr> = if task.key.is_empty() {
+        columns.iter().map(|c| column(c)).collect()
+    } else {
+        task.key.iter().map(|k| column(k)).collect()
+    };
+    // Duplicates are counted per window, not per partition value: a week or month window
+    // holds many daily partitions, and a key repeated on two of its days is a duplicate.
+    let bucket = match task.grain {
+        Grain::Week | Grain::Month => cast(
+            datafusion::functions::expr_fn::date_trunc(lit(task.grain.as_str()), part.clone()),
+            arrow::datatypes::DataType::Date32,
+        ),
+        Grain::Day | Grain::Hour => part.clone(),
+    };
+    let n = column(COUNT);
+    let mut group = vec![bucket.alias(BUCKET)];
+    group.extend(key);
+    let batches = ctx
+        .read_table(table.table_provider().await?)?
+        .filter(part.clone().gt_eq(lit(lo)).and(part.lt(lit(hi))))?
+        .aggregate(group, vec![count(lit(1)).alias(COUNT)])?
+        .aggregate(
+            vec![column(BUCKET)],
+            vec![
+                sum(n.clone()).alias("rows"),
+                sum(when(n.clone().gt(lit(1i64)), lit(1i64)).otherwise(lit(0i64))?).alias("keys"),
+                sum(when(n.clone().gt(lit(1i64)), n - lit(1i64)).otherwise(lit(0i64))?)
+                    .alias("extra"),
+            ],
+        )?
+        .collect()
+        .await?;
+    for b in &batches {
+        for r in 0..b.num_rows() {
+            let value = ScalarValue::try_from_array(b.column(0), r)?;
+            let Some(w) = window_of(task, &value)? else {
+                continue;
+            };
+            let e = out.entry(w).or_default();
+            for (i, slot) in e.iter_mut().enumerate() {
+                if let ScalarValue::Int64(Some(n)) =
+                    ScalarValue::try_from_array(b.column(i + 1), r)?
+                        .cast_to(&arrow::datatypes::DataType::Int64)?
+                {
+                    *slot += n as u64;
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// What the source says about one window: its rows, and for merge tables the keys it
+/// produces that the published window lacks (and its rows with a NULL key).
+struct Expected {
+    rows: u64,
+    missing_keys: Option<u64>,
+    null_keys: u64,
+}
+
+async fn expected(runner: &Runner, w: &Window) -> Result<Expected> {
+    let task = runner.task();
+    let ctx = runner.checker().session();
+    let planned = plan::plan_query_window(ctx, task, w).await?;
+    let rows = planned.df.clone().count().await? as u64;
+    if task.mode != Mode::Merge {
+        return Ok(Expected {
+            rows,
+            missing_keys: None,
+            null_keys: 0,
+        });
+    }
+    let keys: Vec<Expr> = task.key.iter().map(|k| column(k)).collect();
+    let any_null = keys
+        .iter()
+        .map(|k| k.clone().is_null())
+        .reduce(Expr::or)
+        .expect("merge has a key");
+    let null_keys = planned.df.clone().filter(any_null.clone())?.count().await? as u64;
+    let produced = planned
+        .df
+        .clone()
+        .filter(datafusion::prelude::not(any_null))?
+        .select(keys)?
+        .distinct()?;
+    let table = runner.table().await?;
+    let missing = if table.version().is_some() {
+        table.update_datafusion_session(&ctx.state())?;
+        let (lo, hi) = partition_range(task, w).lo_hi();
+        let part = column(&task.partition_by);
+        let theirs: Vec<String> = task
+            .key
+            .iter()
+            .map(|k| format!("__idemlake_t_{k}"))
+            .collect();
+        let published: DataFrame = ctx
+            .read_table(table.table_provider().await?)?
+            .filter(part.clone().gt_eq(lit(lo)).and(part.lt(lit(hi))))?
+            .select(
+                task.key
+                    .iter()
+                    .zip(&theirs)
+                    .map(|(k, t)| column(k).alias(t))
+                    .collect::<Vec<_>>(),
+            )?;
+        let left: Vec<&str> = task.key.iter().map(String::as_str).collect();
+        let right: Vec<&str> = theirs.iter().map(String::as_str).collect();
+        produced
+            .join(published, JoinType::LeftAnti, &left, &right, None)?
+            .count()
+            .await? as u64
+    } else {
+        produced.count().await? as u64
+    };
+    Ok(Expected {
+        rows,
+        missing_keys: Some(missing),
+        null_keys,
+    })
+}
+
+/// Audit `[from, to]`.
+pub async fn audit(
+    runner: &Runner,
+    from: &Window,
+    to: &Window,
+    with_reconcile: bool,
+) -> Result<Vec<WindowAudit>> {
+    let task = runner.task();
+    let windows = Window::range(from, to)?;
+    let columns: Vec<String> = plan::plan(runner.checker().session(), task, None)
+        .await?
+        .schema
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .filter(|c| c != &task.partition_by)
+        .collect();
+    let actual = table_side(runner.checker().session(), runner, from, to, &columns).await?;
+    // The source side, per window on the independent path (a few windows at once).
+    let expected: Vec<Expected> = futures::stream::iter(windows.iter())
+        .map(|w| expected(runner, w))
+        .buffered(2)
+        .try_collect()
+        .await?;
+
+    let mut out = Vec::with_capacity(windows.len());
+    for (w, e) in windows.iter().zip(expected) {
+        let [rows, dup_keys, dup_rows] = actual.get(&w.key()).copied().unwrap_or_default();
+        let mut problems = Vec::new();
+        if dup_keys > 0 {
+            problems.push(format!(
+                "{dup_keys} duplicate key(s), {dup_rows} extra row(s)"
+            ));
+        }
+        match e.missing_keys {
+            // Merge: every key the source produces is present; kept rows are fine.
+            Some(missing) => {
+                if missing > 0 {
+                    problems.push(format!(
+                        "{missing} key(s) the source produces are not in the table"
+                    ));
+                }
+                if e.null_keys > 0 {
+                    problems.push(format!(
+                        "the source gives {} row(s) with a NULL key, which a merge cannot publish",
+                        e.null_keys
+                    ));
+                }
+            }
+            None => {
+                if rows == 0 && e.rows > 0 {
+                    problems.push(format!("no data, the source has {} row(s)", e.rows));
+                } else if rows != e.rows {
+                    problems.push(format!("{rows} row(s), the source gives {}", e.rows));
+                }
+            }
+        }
+        let mut reconciliation = Vec::new();
+        if with_reconcile && task.reconcile.is_some() && rows > 0 {
+            reconciliation = reconcile_window(runner, w).await?;
+            if reconciliation.iter().any(|c| !c.ok) {
+                problems.push(format!(
+                    "reconciliation: {}",
+                    reconcile::describe_failures(&reconciliation)
+                ));
+            }
+        }
+        out.push(WindowAudit {
+            task: task.name.clone(),
+            window: w.label(),
+            status: if problems.is_empty() { "ok" } else { "damaged" },
+            rows,
+            expected_rows: e.rows,
+            duplicate_keys: dup_keys,
+            duplicate_rows: dup_rows,
+            missing_keys: e.missing_keys,
+            problems,
+            reconciliation,
+        });
+    }
+    Ok(out)
+}
+
+/// `[reconcile].source` for the window (independent path) vs `[reconcile].output` over the
+/// published window.
+async fn reconcile_window(runner: &Runner, w: &Window) -> Result<Vec<Check>> {
+    let task = runner.task();
+    let r = task.reconcile.as_ref().expect("checked");
+    let ctx = runner.checker().session();
+    let planned = plan::plan_window(ctx, task, w, false).await?;
+    let src = planned
+        .reconcile_source
+        .clone()
+        .expect("planned with [reconcile]")
+        .collect()
+        .await?;
+    let table = runner.table().await?;
+    table.update_datafusion_session(&ctx.state())?;
+    let (lo, hi) = partition_range(task, w).lo_hi();
+    let pcol = column(&task.partition_by);
+    let published = ctx
+        .read_table(table.table_provider().await?)?
+        .filter(pcol.clone().gt_eq(lit(lo)).and(pcol.lt(lit(hi))))?;
+    let out =
+        plan::plan_output_query(ctx, task, published.into_view(), Some(&planned.params)).await?;
+    reconcile::compare(&src, &out.collect().await?, &r.tolerance)
+}
+
+/// Audit, re-run the damaged windows, audit again. Returns (before, reports, after).
+pub async fn repair(
+    project: &Project,
+    task: &Task,
+    from: &Window,
+    to: &Window,
+    parallel: usize,
+    with_reconcile: bool,
+) -> Result<(
+    Vec<WindowAudit>,
+    Vec<crate::report::record::Report>,
+    Vec<WindowAudit>,
+)> {
+    let runner = std::sync::Arc::new(Runner::new(project, task).await?);
+    let before = audit(&runner, from, to, with_reconcile).await?;
+    let damaged: Vec<Window> = Window::range(from, to)?
+        .into_iter()
+        .zip(&before)
+        .filter(|(_, a)| a.status != "ok")
+        .map(|(w, _)| w)
+        .collect();
+    let opts = crate::commands::backfill::Options {
+        parallel,
+        missing: false,
+        stale: false,
+        progress: false,
+    };
+    let reports = crate::commands::backfill::run(runner.clone(), damaged, &opts, |_| {}).await;
+    runner.refresh().await?;
+    let after = audit(&runner, from, to, with_reconcile).await?;
+    Ok((before, reports, after))
+}

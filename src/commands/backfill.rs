@@ -1,0 +1,168 @@
+//! Backfill: re-run a range of windows, each atomic and independent, optionally in parallel.
+//!
+//! One [`Runner`] serves the whole range: one DataFusion session, sources registered (and Delta
+//! sources pinned) once, the table state shared. Windows run as concurrent tasks, at most
+//! `parallel` at a time; commits of different windows rebase on each other. A failed window
+//! does not stop the others. `--missing` selects windows with no successful idemlake run in the
+//! log (so re-running the same command after a crash finishes the job), `--stale` also those
+//! published with a different SQL hash.
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+
+use tokio::task::JoinSet;
+
+use crate::error::{Error, Result};
+use crate::pipeline::runner::Runner;
+use crate::report::record::{Report, Status};
+use crate::task::Task;
+use crate::task::project::Project;
+use crate::task::window::Window;
+
+/// Which windows of the range to run, and how many at once.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub parallel: usize,
+    pub missing: bool,
+    pub stale: bool,
+    /// Show a progress bar (only when stdout is a terminal).
+    pub progress: bool,
+}
+
+/// Select the windows of `[from, to]` to run.
+pub async fn select(
+    project: &Project,
+    runner: &Runner,
+    from: &Window,
+    to: &Window,
+    opts: &Options,
+) -> Result<Vec<Window>> {
+    let all = Window::range(from, to)?;
+    if !opts.missing && !opts.stale {
+        return Ok(all);
+    }
+    let task = runner.task();
+    let (_, status) =
+        crate::commands::status::status(project, task, Some((from.clone(), to.clone()))).await?;
+    Ok(all
+        .into_iter()
+        .zip(status)
+        .filter(|(_, s)| s.run_id.is_none() || (opts.stale && s.stale))
+        .map(|(w, _)| w)
+        .collect())
+}
+
+/// Run `windows` through `runner`, calling `each` with every report as it completes.
+pub async fn run(
+    runner: Arc<Runner>,
+    windows: Vec<Window>,
+    opts: &Options,
+    mut each: impl FnMut(&Report),
+) -> Vec<Report> {
+    let total = windows.len();
+    let bar = (opts.progress && std::io::stdout().is_terminal() && total > 0).then(|| {
+        let b = indicatif::ProgressBar::new(total as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:30} {pos}/{len} windows  {msg}  eta {eta}",
+            )
+            .expect("valid template"),
+        );
+        b
+    });
+    let started = std::time::Instant::now();
+    let mut rows = 0u64;
+    let mut reports = Vec::with_capacity(total);
+    runner.share_scans(&windows);
+    runner.set_parallel(opts.parallel.max(1));
+    // More windows in flight than execute at once: the extra ones are staged and waiting for
+    // a group commit (see `Runner::publish`), which is what amortises commits.
+    let in_flight = opts.parallel.max(1) * 16;
+    let mut queue = windows.into_iter();
+    let mut running = JoinSet::new();
+    loop {
+        while running.len() < in_flight {
+            let Some(w) = queue.next() else { break };
+            let r = runner.clone();
+            running.spawn(async move {
+                use futures::FutureExt;
+                let outcome = std::panic::AssertUnwindSafe(r.run(&w)).catch_unwind().await;
+                outcome.unwrap_or_else(|panic| {
+                    // A panicking window must not take the others down, and is a failed
+                    // window: it is reported (and counted in the exit code) like any other.
+                    let what = panic
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_else(|| "unknown panic".to_string());
+                    crate::pipeline::runner::panicked_report(r.task(), &w, &what)
+                })
+            });
+        }
+        let Some(done) = running.join_next().await else {
+            break;
+        };
+        let report = match done {
+            Ok(r) => r,
+            Err(e) => {
+                // Only a cancelled task gets here (panics are caught above).
+                tracing::error!("a window task was cancelled: {e}");
+                continue;
+            }
+        };
+        rows += report.rows_written;
+        if let Some(b) = &bar {
+            b.inc(1);
+            let secs = started.elapsed().as_secs_f64().max(1e-3);
+            b.set_message(format!("{:.0} rows/s", rows as f64 / secs));
+            b.suspend(|| each(&report));
+        } else {
+            each(&report);
+        }
+        reports.push(report);
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    reports.sort_by(|a, b| a.window.start.cmp(&b.window.start));
+    reports
+}
+
+/// The summary line and exit code of a backfill.
+pub fn summarize(task: &Task, reports: &[Report]) -> (String, u8) {
+    let count = |s: Status| {
+        reports
+            .iter()
+            .filter(|r| r.status == s && r.exit_code.is_none())
+            .count()
+    };
+    let failed: Vec<&Report> = reports.iter().filter(|r| r.exit_code.is_some()).collect();
+    let mut line = format!(
+        "backfill {}: {} windows, {} ok, {} skipped, {} published with a reconciliation warning, {} failed",
+        task.name,
+        reports.len(),
+        count(Status::Ok),
+        count(Status::Skipped),
+        count(Status::Mismatch),
+        failed.len()
+    );
+    for r in &failed {
+        line.push_str(&format!(
+            "\n  failed {}: {}",
+            r.window.label,
+            r.error.as_deref().unwrap_or("unknown error")
+        ));
+    }
+    let code = failed.iter().filter_map(|r| r.exit_code).max().unwrap_or(0);
+    (line, code)
+}
+
+/// Parse the range bounds of a task.
+pub fn range(task: &Task, from: &str, to: &str) -> Result<(Window, Window)> {
+    let a = Window::parse(from, task.grain, &task.timezone)?;
+    let b = Window::parse(to, task.grain, &task.timezone)?;
+    if b.start() < a.start() {
+        return Err(Error::input(format!("--to {to} is before --from {from}")));
+    }
+    Ok((a, b))
+}

@@ -1,0 +1,103 @@
+//! `validate` and `explain`: a task checked and planned without publishing anything — the
+//! same session, lints and plans a run uses, shown instead of executed.
+
+use crate::accel::session::new_session;
+use crate::error::Result;
+use crate::pipeline::sources;
+use crate::task::Task;
+use crate::task::plan;
+use crate::task::project::Project;
+use crate::task::window::Window;
+
+/// Parse, lint and plan a task without a window and without reading rows.
+pub async fn validate(task: &Task) -> Result<()> {
+    let ctx = new_session()?;
+    sources::register(&ctx, &task.sources).await?;
+    plan::plan(&ctx, task, None).await?;
+    Ok(())
+}
+
+/// The bound parameters, plans and replaceWhere predicate of a window, as text.
+pub async fn explain(project: &Project, task: &Task, window: &Window) -> Result<String> {
+    use std::fmt::Write;
+    let ctx = new_session()?;
+    let versions = sources::register(&ctx, &task.sources).await?;
+    let planned = plan::plan(&ctx, task, Some(window)).await?;
+    let mut s = String::new();
+    let _ = writeln!(s, "task:          {} ({})", task.name, task.file.display());
+    let _ = writeln!(s, "table:         {}", project.table_url(task)?);
+    let _ = writeln!(s, "mode:          {:?}", task.mode);
+    let _ = writeln!(
+        s,
+        "window:        {} = {} ({} {}, {} h)",
+        window.label(),
+        window.interval(),
+        task.grain,
+        task.timezone_name,
+        window.hours()
+    );
+    let _ = writeln!(s, "replaceWhere:  {}", plan::replace_where(task, window));
+    let _ = writeln!(s, "sql hash:      {}", planned.sql_hash);
+    if !task.lint_allow.is_empty() {
+        let _ = writeln!(
+            s,
+            "lint allow:    {} (non-deterministic functions allowed: reruns may differ)",
+            task.lint_allow.join(", ")
+        );
+    }
+    let check = if task.reconcile.is_some() {
+        "[reconcile].source on the independent path (its own session: no shared scans, prepared or derived plans, memory maps)".to_string()
+    } else if crate::pipeline::checks::row_preserving(planned.df.logical_plan()) {
+        "source_rows: the task's rows counted on the independent path (a row-preserving task)"
+            .to_string()
+    } else {
+        "only rows_staged and the read-back: not row-preserving and no [reconcile] section (add one)"
+            .to_string()
+    };
+    let _ = writeln!(s, "checks:        {check}");
+    let _ = writeln!(
+        s,
+        "accelerations: {}",
+        if crate::accel::session::accelerated() {
+            "on (shared scans, prepared and derived plans, memory maps, file map; the plan below is the plain one they must agree with)"
+        } else {
+            "off (IDEMLAKE_ACCELERATE=0: the plain plan below is the one that runs)"
+        }
+    );
+    let _ = writeln!(s, "\nparameters (bound by DataFusion, not by text):");
+    for (name, value) in &planned.params {
+        let _ = writeln!(s, "  ${name:<16} = {value} ({})", value.data_type());
+    }
+    let _ = writeln!(s, "\nsources:");
+    for v in &versions {
+        let pin = match (v.version, v.files) {
+            (Some(ver), _) => format!("delta version {ver}"),
+            (None, Some(n)) => format!(
+                "{n} file(s), fingerprint {}",
+                v.fingerprint.clone().unwrap_or_default()
+            ),
+            _ => String::new(),
+        };
+        let _ = writeln!(s, "  {:<16} {:?}  {pin}", v.alias, v.format);
+    }
+    let _ = writeln!(
+        s,
+        "\nsql ({}):\n{}",
+        task.sql_file.display(),
+        task.sql.trim()
+    );
+    let _ = writeln!(
+        s,
+        "\nlogical plan (window bound):\n{}",
+        planned.df.logical_plan().display_indent()
+    );
+    let optimized = planned.df.clone().into_optimized_plan()?;
+    let _ = writeln!(s, "\noptimized plan:\n{}", optimized.display_indent());
+    let physical = planned.df.clone().create_physical_plan().await?;
+    let _ = writeln!(
+        s,
+        "\nphysical plan:\n{}",
+        datafusion::physical_plan::displayable(physical.as_ref()).indent(true)
+    );
+    Ok(s)
+}

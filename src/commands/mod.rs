@@ -1,0 +1,9 @@
+//! The commands, each a composition of the layers below: backfill, verify, audit and
+//! repair, status, explain and validate, gen-tpch (`run` is [`crate::pipeline::runner::run_window`]).
+
+pub mod audit;
+pub mod backfill;
+pub mod explain;
+pub mod status;
+pub mod tpch;
+pub mod verify;

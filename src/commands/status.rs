@@ -1,0 +1,252 @@
+//! `status`: per window, what is published now, which run published it, and what failed since.
+//!
+//! Everything comes from beside the data, with a bounded number of reads whatever the length
+//! of the table's history: the current snapshot (loaded from the latest checkpoint plus the
+//! commits after it) gives each window's rows and files from statistics and, from the tags
+//! idemlake puts on every file it commits, the run id, SQL hash, table version and time of the
+//! publish; one listing of the run log adds failed attempts and emptied windows. No commit
+//! file is read.
+
+use std::collections::BTreeMap;
+
+use delta_kernel::expressions::Scalar;
+
+use crate::delta::publish::{self, TAG_PUBLISHED_AT, TAG_RUN_ID, TAG_SQL_HASH, TAG_VERSION};
+use crate::error::{Error, Result};
+pub use crate::report::states::WindowStatus;
+use crate::task::Task;
+use crate::task::project::Project;
+use crate::task::window::Window;
+
+#[derive(Default)]
+struct Acc {
+    rows: u64,
+    files: usize,
+    /// (version, run id, sql hash, published at) of tagged files.
+    runs: BTreeMap<i64, (String, String, String)>,
+    untagged: usize,
+}
+
+/// The published windows of a task (all of them, or `range`).
+pub async fn status(
+    project: &Project,
+    task: &Task,
+    range: Option<(Window, Window)>,
+) -> Result<(Option<i64>, Vec<WindowStatus>)> {
+    let url = project.table_url(task)?;
+    let table = publish::open(&url).await?;
+    let Some(version) = table.version() else {
+        let rows = match &range {
+            Some((a, b)) => Window::range(a, b)?
+                .iter()
+                .map(|w| missing(task, w))
+                .collect(),
+            None => Vec::new(),
+        };
+        return Ok((None, rows));
+    };
+
+    let mut data: BTreeMap<String, Acc> = BTreeMap::new();
+    for view in table.snapshot()?.snapshot().log_data().iter() {
+        let Some(values) = view.partition_values() else {
+            continue;
+        };
+        let Some(v) = values
+            .fields()
+            .iter()
+            .zip(values.values())
+            .find(|(f, _)| f.name() == &task.partition_by)
+            .map(|(_, v)| v)
+        else {
+            continue;
+        };
+        let Some(ts) = partition_instant(v, task) else {
+            continue;
+        };
+        let w = Window::containing(task.grain, &ts.to_zoned(task.timezone.clone()))?;
+        let acc = data.entry(w.label()).or_default();
+        acc.rows += view.num_records().unwrap_or(0) as u64;
+        acc.files += 1;
+        #[allow(deprecated)]
+        let tags = view.add_action().tags.unwrap_or_default();
+        let tag = |k: &str| tags.get(k).cloned().flatten();
+        match (
+            tag(TAG_VERSION).and_then(|v| v.parse::<i64>().ok()),
+            tag(TAG_RUN_ID),
+        ) {
+            (Some(v), Some(run)) => {
+                acc.runs.insert(
+                    v,
+                    (
+                        run,
+                        tag(TAG_SQL_HASH).unwrap_or_default(),
+                        tag(TAG_PUBLISHED_AT).unwrap_or_default(),
+                    ),
+                );
+            }
+            _ => acc.untagged += 1,
+        }
+    }
+
+    let store = table.log_store().object_store(None);
+    let attempts = crate::report::runlog::attempts(&store).await?;
+
+    let labels: Vec<String> = match &range {
+        Some((a, b)) => Window::range(a, b)?.iter().map(Window::label).collect(),
+        None => {
+            let mut l: Vec<String> = data.keys().cloned().collect();
+            l.extend(attempts.keys().filter(|k| !data.contains_key(*k)).cloned());
+            l.sort();
+            l
+        }
+    };
+
+    let current_hash = crate::task::plan::sql_hash(task);
+    let mut out = Vec::new();
+    for label in labels {
+        let acc = data.remove(&label).unwrap_or_default();
+        let log = attempts.get(&label).cloned().unwrap_or_default();
+        let last_ok = log.iter().rposition(|a| a.status != "failed");
+        // The last attempt that published (a skipped run, e.g. a merge with an empty result,
+        // changed nothing and is never the window's publisher).
+        let last_publish = log
+            .iter()
+            .rposition(|a| matches!(a.status.as_str(), "ok" | "mismatch" | "unverified"));
+        let failed: Vec<_> = log[last_ok.map(|i| i + 1).unwrap_or(0)..].to_vec();
+        let last_error = match failed.last() {
+            Some(a) => crate::report::runlog::read(&store, a)
+                .await
+                .ok()
+                .and_then(|r| r.error),
+            None => None,
+        };
+        let mut st = WindowStatus {
+            task: task.name.clone(),
+            window: label.clone(),
+            state: "missing".into(),
+            rows: acc.rows,
+            files: acc.files,
+            version: None,
+            run_id: None,
+            sql_hash: None,
+            published_at: None,
+            failed_since: failed.len(),
+            last_error,
+            run_status: None,
+            stale: false,
+        };
+        if let Some((v, (run, hash, at))) = acc.runs.iter().next_back() {
+            st.state = if acc.untagged > 0 || acc.runs.len() > 1 {
+                "published-untracked"
+            } else {
+                "published"
+            }
+            .into();
+            st.version = Some(*v);
+            st.run_id = Some(run.clone());
+            st.sql_hash = Some(hash.clone());
+            st.published_at = Some(
+                at.split('.')
+                    .next()
+                    .unwrap_or(at)
+                    .trim_end_matches('Z')
+                    .to_string()
+                    + "Z",
+            );
+            st.run_status = log
+                .iter()
+                .rev()
+                .find(|a| &a.run_id == run)
+                .map(|a| a.status.clone())
+                .or(Some("ok".into()));
+        } else if let (true, Some(i)) = (acc.files > 0, last_publish) {
+            // Files without tags (MERGE writes its own): the run log names the publishing run.
+            let ok = &log[i];
+            st.state = "published".into();
+            st.run_status = Some(ok.status.clone());
+            st.published_at = jiff::Timestamp::from_second(ok.at_ms / 1000)
+                .ok()
+                .map(|t| t.to_string());
+            if let Ok(r) = crate::report::runlog::read(&store, ok).await {
+                st.version = r.table_version;
+                st.run_id = r.run_id;
+                st.sql_hash = r.sql_hash;
+            }
+        } else if acc.files > 0 {
+            st.state = "published-untracked".into();
+        } else if let Some(i) = last_ok {
+            let ok = &log[i];
+            if let Ok(r) = crate::report::runlog::read(&store, ok).await {
+                st.state = if ok.status == "skipped" {
+                    "missing"
+                } else {
+                    "empty"
+                }
+                .into();
+                st.version = r.table_version;
+                st.run_id = r.run_id;
+                st.sql_hash = r.sql_hash;
+                st.run_status = Some(ok.status.clone());
+                st.published_at = jiff::Timestamp::from_second(ok.at_ms / 1000)
+                    .ok()
+                    .map(|t| t.to_string());
+            }
+        }
+        st.stale =
+            st.state != "missing" && st.sql_hash.as_deref().is_some_and(|h| h != current_hash);
+        out.push(st);
+    }
+    Ok((Some(version as i64), out))
+}
+
+fn missing(task: &Task, w: &Window) -> WindowStatus {
+    WindowStatus {
+        task: task.name.clone(),
+        window: w.label(),
+        state: "missing".into(),
+        rows: 0,
+        files: 0,
+        version: None,
+        run_id: None,
+        sql_hash: None,
+        published_at: None,
+        failed_since: 0,
+        last_error: None,
+        run_status: None,
+        stale: false,
+    }
+}
+
+/// The instant a partition value stands for (a DATE is midnight in the task's zone).
+fn partition_instant(v: &Scalar, task: &Task) -> Option<jiff::Timestamp> {
+    match v {
+        Scalar::Date(d) => {
+            let date = jiff::civil::date(1970, 1, 1)
+                .checked_add(jiff::Span::new().days(i64::from(*d)))
+                .ok()?;
+            date.to_zoned(task.timezone.clone())
+                .ok()
+                .map(|z| z.timestamp())
+        }
+        Scalar::Timestamp(us) | Scalar::TimestampNtz(us) => {
+            jiff::Timestamp::from_microsecond(*us).ok()
+        }
+        _ => None,
+    }
+}
+
+/// Parse `--from`/`--to` into windows of the task.
+pub fn parse_range(
+    task: &Task,
+    from: Option<&str>,
+    to: Option<&str>,
+) -> Result<Option<(Window, Window)>> {
+    match (from, to) {
+        (None, None) => Ok(None),
+        (Some(a), Some(b)) => Ok(Some((
+            Window::parse(a, task.grain, &task.timezone)?,
+            Window::parse(b, task.grain, &task.timezone)?,
+        ))),
+        _ => Err(Error::input("give both --from and --to, or neither")),
+    }
+}

@@ -1,0 +1,158 @@
+//! The resolved configuration of a process: defaults, then the environment, then flags.
+//!
+//! Every environment knob idemlake reads is read here, once, into [`Config`]; nothing else
+//! calls `std::env::var`. The binary resolves it before anything runs ([`init`], with the
+//! flags applied) and `explain` and `-v` print it; library callers that never call [`init`]
+//! get [`Config::from_env`] on first use.
+
+use std::fmt;
+use std::sync::OnceLock;
+
+use crate::error::{Error, Result};
+
+/// How a process runs, resolved once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The accelerations (shared scans, prepared and derived plans, memory maps, the file
+    /// map) or their plain twins: `IDEMLAKE_ACCELERATE=0|off|false|no` turns them all off.
+    pub accelerate: bool,
+    /// Local sources read through memory maps (`IDEMLAKE_MMAP=0` turns only this off; off
+    /// whenever `accelerate` is).
+    pub mmap: bool,
+    /// Memory budget of one chunk of shared source rows in KiB (`IDEMLAKE_SCAN_CACHE_KB`;
+    /// `None`: an eighth of the memory available; 0 turns shared scans off).
+    pub scan_cache_kb: Option<u64>,
+    /// Storage request retries (`IDEMLAKE_S3_MAX_RETRIES`; `None`: object_store's default).
+    pub s3_max_retries: Option<u64>,
+    /// Time budget of a storage request's retries in seconds
+    /// (`IDEMLAKE_S3_RETRY_TIMEOUT_SECS`; `None`: object_store's default).
+    pub s3_retry_timeout_secs: Option<u64>,
+    /// The fault or mutation to inject (`IDEMLAKE_TEST_FAULT`; a testing aid, see README).
+    pub test_fault: Option<String>,
+    /// Colours off (`NO_COLOR` set and not empty, or `TERM=dumb`).
+    pub no_color: bool,
+    /// Credentials from the environment, replaced by `***` in everything printed.
+    pub secrets: Vec<String>,
+    /// This machine's name for alerts (`HOSTNAME`, else `/etc/hostname`).
+    pub host: String,
+    /// A tracing filter replacing the one `-v` picks (`IDEMLAKE_LOG`).
+    pub log_filter: Option<String>,
+    /// mimalloc's purge delay is set by the user (`MIMALLOC_PURGE_DELAY`): idemlake keeps out.
+    pub allocator_tuned_by_user: bool,
+}
+
+/// Environment variables holding credentials: their values are redacted from output.
+const SECRET_VARS: [&str; 3] = [
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_ACCESS_KEY_ID",
+];
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// A whole number from `name`; a malformed value is an error when `strict`, else unset.
+fn whole_number(name: &str, strict: bool) -> Result<Option<u64>> {
+    match var(name) {
+        None => Ok(None),
+        Some(v) => match v.trim().parse() {
+            Ok(n) => Ok(Some(n)),
+            Err(_) if !strict => Ok(None),
+            Err(_) => Err(Error::input(format!(
+                "{name} must be a whole number, got `{v}`"
+            ))),
+        },
+    }
+}
+
+fn switched_off(name: &str) -> bool {
+    var(name).is_some_and(|v| matches!(v.trim(), "0" | "off" | "false" | "no"))
+}
+
+impl Config {
+    /// Defaults overridden by the environment. A malformed number is the user's mistake.
+    pub fn from_env() -> Result<Config> {
+        Config::read(true)
+    }
+
+    fn read(strict: bool) -> Result<Config> {
+        let accelerate = !switched_off("IDEMLAKE_ACCELERATE");
+        let host = var("HOSTNAME")
+            .filter(|h| !h.trim().is_empty())
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default();
+        Ok(Config {
+            accelerate,
+            mmap: accelerate && !switched_off("IDEMLAKE_MMAP"),
+            scan_cache_kb: whole_number("IDEMLAKE_SCAN_CACHE_KB", strict)?,
+            s3_max_retries: whole_number("IDEMLAKE_S3_MAX_RETRIES", strict)?,
+            s3_retry_timeout_secs: whole_number("IDEMLAKE_S3_RETRY_TIMEOUT_SECS", strict)?,
+            test_fault: var("IDEMLAKE_TEST_FAULT").filter(|v| !v.is_empty()),
+            no_color: std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
+                || var("TERM").is_some_and(|t| t == "dumb"),
+            secrets: SECRET_VARS
+                .iter()
+                .filter_map(|v| var(v))
+                .filter(|v| v.len() >= 4)
+                .collect(),
+            host,
+            log_filter: var("IDEMLAKE_LOG"),
+            allocator_tuned_by_user: std::env::var_os("MIMALLOC_PURGE_DELAY").is_some(),
+        })
+    }
+
+    /// `text` with every credential replaced by `***`.
+    pub fn redact(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for s in &self.secrets {
+            out = out.replace(s.as_str(), "***");
+        }
+        out
+    }
+}
+
+impl fmt::Display for Config {
+    /// One `name = value` line per setting (credentials not shown).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let opt = |v: Option<u64>, default: &str| v.map_or(default.to_string(), |n| n.to_string());
+        writeln!(f, "accelerate = {}", self.accelerate)?;
+        writeln!(f, "mmap = {}", self.mmap)?;
+        writeln!(
+            f,
+            "scan_cache_kb = {}",
+            opt(self.scan_cache_kb, "auto (1/8 of memory)")
+        )?;
+        writeln!(
+            f,
+            "s3_max_retries = {}",
+            opt(self.s3_max_retries, "default")
+        )?;
+        writeln!(
+            f,
+            "s3_retry_timeout_secs = {}",
+            opt(self.s3_retry_timeout_secs, "default")
+        )?;
+        writeln!(
+            f,
+            "test_fault = {}",
+            self.test_fault.as_deref().unwrap_or("none")
+        )?;
+        write!(f, "secrets_redacted = {}", self.secrets.len())
+    }
+}
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+/// Install the process's configuration (the binary does, before running anything). Returns
+/// the configuration in force: a second call does not replace the first.
+pub fn init(config: Config) -> &'static Config {
+    CONFIG.get_or_init(|| config)
+}
+
+/// The process's configuration ([`Config::from_env`] if [`init`] was never called; a
+/// malformed number is then left unset here: the binary reports it before this is reached).
+pub fn get() -> &'static Config {
+    CONFIG.get_or_init(|| Config::read(false).expect("lenient reading cannot fail"))
+}

@@ -1,0 +1,8 @@
+//! The target Delta table: open and create it, publish windows with one overwrite commit or
+//! a window-pruned merge, read a commit back from the committed snapshot, keep the live-file
+//! map, checkpoint and clean up.
+//!
+//! May import `task`, `storage`, `report`, `config`, `error`, `fault`.
+
+pub mod filemap;
+pub mod publish;

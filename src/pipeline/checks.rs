@@ -1,0 +1,133 @@
+//! Independent checks: the source side of every window's reconciliation, computed by a route
+//! that none of the accelerations touch.
+//!
+//! The task query runs through shared chunk scans sliced per window, prepared plans, physical
+//! plans derived by literal substitution and memory-mapped sources. A check that read the
+//! source the same way would share their bugs: a slice missing a row would be missing on both
+//! sides and reconciliation would agree. So the [`Checker`] has its own DataFusion session:
+//! the sources registered as plain listing tables read through object_store's ordinary local
+//! or S3 store (Delta sources pinned at the versions the runner pinned), no scan cache, no
+//! prepared or derived plan — every window's check query is planned from the task's SQL text
+//! with that window's parameters bound. Parquet pruning and filter pushdown stay on: they are
+//! DataFusion's, not idemlake's.
+//!
+//! What is checked per window:
+//! - with `[reconcile]`: its `source` query, here, against its `output` query over the rows
+//!   written;
+//! - without `[reconcile]`, for a row-preserving task (projections and filters of one source,
+//!   see [`row_preserving`]): the number of rows the task's own query gives here (`source_rows`)
+//!   against the rows written;
+//! - other tasks without `[reconcile]` get only the checks every run makes (`rows_staged`, the
+//!   read-back).
+//!
+//! Invariant: nothing here depends on `scan`, `prepared`, `reuse`, `mapped` or `filemap`.
+
+use arrow::array::RecordBatch;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::SessionContext;
+
+use crate::error::Result;
+use crate::pipeline::sources::{self, SourceVersion};
+use crate::task::Task;
+use crate::task::window::Window;
+
+/// What the source says a window's output must reconcile to.
+pub enum SourceSide {
+    /// The `[reconcile].source` query's rows.
+    Reconcile(Vec<RecordBatch>),
+    /// Rows the task's query gives for the window (row-preserving tasks without `[reconcile]`).
+    Rows(u64),
+    /// Nothing derivable: the task has no `[reconcile]` and is not row-preserving.
+    Unchecked,
+}
+
+/// The independent check path of one runner.
+pub struct Checker {
+    ctx: SessionContext,
+}
+
+impl Checker {
+    /// A session of its own with the task's sources registered plainly (Delta sources at
+    /// `pins`, the versions the runner read).
+    pub async fn new(task: &Task, pins: &[SourceVersion]) -> Result<Checker> {
+        let ctx = plain_session()?;
+        sources::register_pinned(&ctx, &task.sources, pins).await?;
+        Ok(Checker { ctx })
+    }
+
+    /// The session checks run in.
+    pub fn session(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// The source side of `window`'s reconciliation, planned from the task's SQL here.
+    pub async fn source_side(&self, task: &Task, window: &Window) -> Result<SourceSide> {
+        let planned = crate::task::plan::plan_window(&self.ctx, task, window, false).await?;
+        if let Some(src) = planned.reconcile_source {
+            return Ok(SourceSide::Reconcile(src.collect().await?));
+        }
+        if row_preserving(planned.df.logical_plan()) {
+            return Ok(SourceSide::Rows(planned.df.count().await? as u64));
+        }
+        Ok(SourceSide::Unchecked)
+    }
+}
+
+/// A DataFusion session with idemlake's SQL settings and Delta support, reading local files
+/// through object_store's plain local store (no memory maps).
+pub fn plain_session() -> Result<SessionContext> {
+    crate::accel::session::session(false)
+}
+
+/// Whether every output row of `plan` is one input row of a single table, projected and
+/// filtered: then the rows a window must hold can be counted from the source. Anything else
+/// (aggregates, joins, unions, limits, distinct, window functions, subqueries, unnest) is not.
+pub fn row_preserving(plan: &LogicalPlan) -> bool {
+    let mut scans = 0;
+    let mut ok = true;
+    let _ = plan.apply_with_subqueries(|p| {
+        match p {
+            LogicalPlan::TableScan(_) => scans += 1,
+            LogicalPlan::Projection(_) | LogicalPlan::Filter(_) | LogicalPlan::SubqueryAlias(_) => {
+            }
+            _ => ok = false,
+        }
+        Ok(if ok {
+            TreeNodeRecursion::Continue
+        } else {
+            TreeNodeRecursion::Stop
+        })
+    });
+    ok && scans == 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn shape(sql: &str) -> bool {
+        let ctx = SessionContext::new();
+        ctx.sql("CREATE TABLE t (a INT, b INT, d DATE) AS VALUES (1, 2, DATE '2026-01-01')")
+            .await
+            .unwrap();
+        ctx.sql("CREATE TABLE u (a INT) AS VALUES (1)")
+            .await
+            .unwrap();
+        let df = ctx.sql(sql).await.unwrap();
+        row_preserving(df.logical_plan())
+    }
+
+    #[tokio::test]
+    async fn only_projections_and_filters_of_one_table_are_row_preserving() {
+        assert!(shape("SELECT a, b + 1 AS c, d FROM t WHERE d >= DATE '2026-01-01'").await);
+        assert!(shape("SELECT x.a FROM t AS x WHERE x.b > 0").await);
+        assert!(!shape("SELECT d, count(*) FROM t GROUP BY d").await);
+        assert!(!shape("SELECT t.a FROM t JOIN u ON t.a = u.a").await);
+        assert!(!shape("SELECT DISTINCT a FROM t").await);
+        assert!(!shape("SELECT a FROM t ORDER BY a LIMIT 1").await);
+        assert!(!shape("SELECT a FROM t UNION ALL SELECT a FROM u").await);
+        assert!(!shape("SELECT a FROM t WHERE a IN (SELECT a FROM u)").await);
+        assert!(!shape("SELECT a, row_number() OVER (ORDER BY a) FROM t").await);
+    }
+}

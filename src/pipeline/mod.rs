@@ -1,0 +1,10 @@
+//! The stages of one window, in order: plan → stage → reconcile → commit → record.
+//!
+//! May import `accel`, `delta`, `report`, `storage`, `task`, `config`, `error`, `fault`.
+
+pub mod checks;
+pub mod execute;
+pub mod reconcile;
+pub mod runner;
+pub mod sources;
+pub mod stage;

@@ -1,0 +1,229 @@
+//! Source registration: each `[sources.<alias>]` becomes a table in the DataFusion session.
+//!
+//! Invariants: a Delta source is pinned to the version current when the run starts (the whole
+//! run, reconciliation included, reads that one version); file sources are fingerprinted
+//! (object paths, sizes and modification times) so the run record says exactly what was read.
+//! Registration reads schemas and listings only, never rows.
+
+use std::sync::Arc;
+
+use datafusion::datasource::listing::ListingTableUrl;
+use datafusion::prelude::{CsvReadOptions, JsonReadOptions, ParquetReadOptions, SessionContext};
+use futures::TryStreamExt;
+use object_store::{ObjectStore, ObjectStoreExt};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result, ResultExt};
+pub use crate::report::record::SourceVersion;
+use crate::task::{Format, Source};
+
+/// The URL DataFusion uses for a source location (local absolute path or URL).
+fn listing_url(uri: &str) -> Result<ListingTableUrl> {
+    ListingTableUrl::parse(uri).input_err(format!("invalid source location `{uri}`"))
+}
+
+/// Register every source of a task in `ctx`; returns what was pinned/fingerprinted.
+pub async fn register(ctx: &SessionContext, sources: &[Source]) -> Result<Vec<SourceVersion>> {
+    let mut out = Vec::with_capacity(sources.len());
+    for s in sources {
+        let v = register_one(ctx, s, None)
+            .await
+            .map_err(|e| e.context(format!("source `{}` ({})", s.alias, s.uri)))?;
+        out.push(v);
+    }
+    Ok(out)
+}
+
+/// Register every source again in another session (the independent checks' own), Delta
+/// sources at the versions `pins` recorded, so both sessions read the same inputs.
+pub async fn register_pinned(
+    ctx: &SessionContext,
+    sources: &[Source],
+    pins: &[SourceVersion],
+) -> Result<()> {
+    for s in sources {
+        let pin = pins
+            .iter()
+            .find(|p| p.alias == s.alias)
+            .and_then(|p| p.version);
+        register_one(ctx, s, pin)
+            .await
+            .map_err(|e| e.context(format!("source `{}` ({})", s.alias, s.uri)))?;
+    }
+    Ok(())
+}
+
+async fn register_one(ctx: &SessionContext, s: &Source, pin: Option<i64>) -> Result<SourceVersion> {
+    if s.uri.contains("://") {
+        let url = url::Url::parse(&s.uri)
+            .map_err(|e| Error::input(format!("invalid source URL: {e}")))?;
+        if let Some((bucket, store)) = crate::storage::store_for(&url)? {
+            register_store(ctx, &bucket, store);
+        }
+    }
+    if s.format == Format::Delta {
+        let url = crate::task::project::location_url(&s.uri, std::path::Path::new("/"))?;
+        let mut table = crate::delta::publish::builder(&url)?.build()?;
+        match pin {
+            Some(v) => table.load_version(v as u64).await,
+            None => table.load().await,
+        }
+        .map_err(|e| Error::runtime(format!("cannot open delta table: {e}")))?;
+        let version = table.version();
+        table.update_datafusion_session(&ctx.state())?;
+        let provider = table.table_provider().await?;
+        ctx.register_table(s.alias.as_str(), provider)?;
+        return Ok(SourceVersion {
+            alias: s.alias.clone(),
+            format: s.format,
+            version: version.map(|v| v as i64),
+            files: None,
+            fingerprint: None,
+        });
+    }
+
+    let url = listing_url(&s.uri)?;
+    let store = ctx.runtime_env().object_store(&url)?;
+    let (files, fingerprint) = fingerprint(store.as_ref(), &url).await?;
+    if files == 0 {
+        return Err(Error::runtime("no files found"));
+    }
+    // A single file keeps its own extension; a directory reads the format's usual extension.
+    let ext = if url.is_collection() {
+        None
+    } else {
+        std::path::Path::new(url.prefix().as_ref())
+            .extension()
+            .map(|e| format!(".{}", e.to_string_lossy()))
+            .or(Some(String::new()))
+    };
+    let alias = s.alias.as_str();
+    match s.format {
+        Format::Parquet => {
+            let mut o = ParquetReadOptions::default();
+            if let Some(e) = &ext {
+                o = o.file_extension(e);
+            }
+            ctx.register_parquet(alias, &s.uri, o).await?
+        }
+        Format::Csv => {
+            let mut o = CsvReadOptions::new()
+                .has_header(s.csv_header)
+                .delimiter(s.csv_delimiter);
+            if let Some(e) = &ext {
+                o = o.file_extension(e);
+            }
+            ctx.register_csv(alias, &s.uri, o).await?
+        }
+        Format::Json => {
+            let mut o = JsonReadOptions::default();
+            if let Some(e) = &ext {
+                o = o.file_extension(e);
+            }
+            ctx.register_json(alias, &s.uri, o).await?
+        }
+        Format::Delta => unreachable!("handled above"),
+    }
+    Ok(SourceVersion {
+        alias: s.alias.clone(),
+        format: s.format,
+        version: None,
+        files: Some(files),
+        fingerprint: Some(fingerprint),
+    })
+}
+
+/// What each file source looks like now (fingerprints), to detect inputs changing under a
+/// run; Delta sources report their latest version.
+pub async fn current_versions(
+    ctx: &SessionContext,
+    sources: &[Source],
+) -> Result<Vec<SourceVersion>> {
+    let mut out = Vec::new();
+    for s in sources {
+        if s.format == Format::Delta {
+            let url = crate::task::project::location_url(&s.uri, std::path::Path::new("/"))?;
+            let mut table = crate::delta::publish::builder(&url)?.build()?;
+            table.load().await?;
+            out.push(SourceVersion {
+                alias: s.alias.clone(),
+                format: s.format,
+                version: table.version().map(|v| v as i64),
+                files: None,
+                fingerprint: None,
+            });
+            continue;
+        }
+        let url = listing_url(&s.uri)?;
+        let store = ctx.runtime_env().object_store(&url)?;
+        let (files, fp) = fingerprint(store.as_ref(), &url).await?;
+        out.push(SourceVersion {
+            alias: s.alias.clone(),
+            format: s.format,
+            version: None,
+            files: Some(files),
+            fingerprint: Some(fp),
+        });
+    }
+    Ok(out)
+}
+
+/// The file sources whose files changed (listing, sizes, modification times, ETags) since
+/// `pinned` was taken; Delta sources are pinned to a version and cannot change under a run.
+pub async fn changed_since(
+    ctx: &SessionContext,
+    sources: &[Source],
+    pinned: &[SourceVersion],
+) -> Result<Vec<String>> {
+    let mut changed = Vec::new();
+    for s in sources.iter().filter(|s| s.format != Format::Delta) {
+        let Some(before) = pinned
+            .iter()
+            .find(|p| p.alias == s.alias)
+            .and_then(|p| p.fingerprint.as_deref())
+        else {
+            continue;
+        };
+        let url = listing_url(&s.uri)?;
+        let store = ctx.runtime_env().object_store(&url)?;
+        let (_, now) = fingerprint(store.as_ref(), &url).await?;
+        if now != before {
+            changed.push(s.alias.clone());
+        }
+    }
+    Ok(changed)
+}
+
+/// List the objects under `url` and hash their (path, size, mtime).
+async fn fingerprint(store: &dyn ObjectStore, url: &ListingTableUrl) -> Result<(usize, String)> {
+    let mut metas = if url.is_collection() {
+        store
+            .list(Some(url.prefix()))
+            .try_collect::<Vec<_>>()
+            .await?
+    } else {
+        match store.head(url.prefix()).await {
+            Ok(m) => vec![m],
+            Err(object_store::Error::NotFound { .. }) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        }
+    };
+    metas.retain(|m| {
+        let name = m.location.filename().unwrap_or_default();
+        !name.starts_with('.') && !name.starts_with('_')
+    });
+    metas.sort_by(|a, b| a.location.cmp(&b.location));
+    let mut h = Sha256::new();
+    for m in &metas {
+        h.update(m.location.as_ref().as_bytes());
+        h.update(m.size.to_le_bytes());
+        h.update(m.last_modified.timestamp_micros().to_le_bytes());
+        h.update(m.e_tag.as_deref().unwrap_or_default().as_bytes());
+    }
+    Ok((metas.len(), hex::encode(&h.finalize()[..8])))
+}
+
+/// Make `store` the object store for `url`'s scheme and authority in `ctx`.
+pub fn register_store(ctx: &SessionContext, url: &url::Url, store: Arc<dyn ObjectStore>) {
+    ctx.runtime_env().register_object_store(url, store);
+}

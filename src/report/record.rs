@@ -1,0 +1,154 @@
+//! Run records: what each commit says about itself, and what each run reports.
+//!
+//! The [`RunRecord`] is stored in the commit's `commitInfo` under the key `idemlake`, so the
+//! Delta log alone answers "which run published this window, from which inputs, with which
+//! SQL, and did it reconcile" (SPEC guarantee 5). The [`Report`] is the per-window line printed
+//! for users and orchestrators (`--output json` prints it as one JSON object per line).
+//! Invariant: neither ever contains credentials (source URIs are not recorded, only aliases).
+
+use serde::{Deserialize, Serialize};
+
+use crate::task::window::Window;
+use crate::task::{Mode, Task};
+
+/// The commitInfo key the run record is stored under.
+pub const COMMIT_INFO_KEY: &str = "idemlake";
+
+/// A window as recorded and reported.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WindowRecord {
+    /// Short form at the grain, e.g. `2026-11-28`.
+    pub label: String,
+    /// RFC 3339 with the task time zone's offset.
+    pub start: String,
+    pub end: String,
+}
+
+impl From<&Window> for WindowRecord {
+    fn from(w: &Window) -> Self {
+        WindowRecord {
+            label: w.label(),
+            start: w.start_rfc3339(),
+            end: w.end_rfc3339(),
+        }
+    }
+}
+
+/// What a commit records about the run that made it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RunRecord {
+    pub task: String,
+    pub window: WindowRecord,
+    pub grain: String,
+    pub timezone: String,
+    pub run_id: String,
+    pub sql_hash: String,
+    pub mode: Mode,
+    pub sources: Vec<SourceVersion>,
+    pub rows_written: u64,
+    pub reconciliation: Vec<Check>,
+    /// Functions the task's `[lint] allow` let through.
+    #[serde(default)]
+    pub lint_allow: Vec<String>,
+    pub idemlake_version: String,
+}
+
+impl RunRecord {
+    pub fn new(task: &Task, window: &Window, run_id: &str, sql_hash: &str) -> RunRecord {
+        RunRecord {
+            task: task.name.clone(),
+            window: window.into(),
+            grain: task.grain.to_string(),
+            timezone: task.timezone_name.clone(),
+            run_id: run_id.to_string(),
+            sql_hash: sql_hash.to_string(),
+            mode: task.mode,
+            sources: Vec::new(),
+            rows_written: 0,
+            reconciliation: Vec::new(),
+            lint_allow: task.lint_allow.clone(),
+            idemlake_version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+
+    /// The commitInfo entries for this record.
+    pub fn app_metadata(&self) -> std::collections::HashMap<String, serde_json::Value> {
+        std::collections::HashMap::from([(
+            COMMIT_INFO_KEY.to_string(),
+            serde_json::to_value(self).expect("serialisable"),
+        )])
+    }
+}
+
+/// Outcome of one window.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Failed,
+    Skipped,
+    Mismatch,
+    /// Published (the commit landed), but a check after the commit failed.
+    Unverified,
+}
+
+/// The per-window report line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    pub task: String,
+    pub window: WindowRecord,
+    pub status: Status,
+    /// Whether this run's commit landed: true whenever the window is published by this run,
+    /// also if something failed after the commit.
+    #[serde(default)]
+    pub published: bool,
+    pub rows_written: u64,
+    pub table_version: Option<i64>,
+    pub reconciliation: Vec<Check>,
+    pub duration_ms: u64,
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sql_hash: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<u8>,
+}
+
+/// One reconciliation check, as recorded in commitInfo and reported.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct Check {
+    pub check: String,
+    pub source: String,
+    pub output: String,
+    pub ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tolerance: Option<f64>,
+}
+
+impl Check {
+    pub fn counts(name: &str, expected: u64, actual: u64) -> Check {
+        Check {
+            check: name.to_string(),
+            source: expected.to_string(),
+            output: actual.to_string(),
+            ok: expected == actual,
+            tolerance: None,
+        }
+    }
+}
+
+/// What one run read from one source.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct SourceVersion {
+    pub alias: String,
+    pub format: crate::task::Format,
+    /// Delta sources: the pinned table version.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<i64>,
+    /// File sources: number of files and a hash of their paths, sizes and mtimes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub files: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+}

@@ -1,0 +1,158 @@
+//! Output rendering: window reports, status tables and audits on stdout (text or one JSON
+//! object per line), diagnostics on stderr; every string printed passes through [`redact`],
+//! so credentials from the environment never reach the terminal.
+
+use clap::ValueEnum;
+
+use crate::report::record::{Report, Status};
+use crate::report::states::{WindowAudit, WindowStatus};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
+}
+
+/// Replace credentials found in the environment with `***`.
+pub fn redact(text: &str) -> String {
+    crate::config::get().redact(text)
+}
+
+/// Set once by the command line (`--log-format`).
+pub static LOG_FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
+
+/// Print a diagnostic line on stderr — `level: message` as text, or one JSON object with
+/// `--log-format json` (the shape of the tracing JSON logs) — with secrets redacted.
+pub fn diag(level: &str, message: &str, exit_code: Option<u8>) {
+    let message = redact(message);
+    match LOG_FORMAT.get().copied().unwrap_or(LogFormat::Text) {
+        LogFormat::Text if level == "INFO" => eprintln!("{message}"),
+        LogFormat::Text => eprintln!("{}: {message}", level.to_ascii_lowercase()),
+        LogFormat::Json => {
+            let mut fields = serde_json::json!({ "message": message });
+            if let Some(c) = exit_code {
+                fields["exit_code"] = c.into();
+            }
+            eprintln!(
+                "{}",
+                serde_json::json!({
+                    "timestamp": jiff::Timestamp::now().to_string(),
+                    "level": level,
+                    "fields": fields,
+                    "target": "idemlake",
+                })
+            );
+        }
+    }
+}
+
+/// Print the status of `task`'s windows: a JSON object per window, or a table.
+pub fn print_status(
+    format: OutputFormat,
+    task: &str,
+    version: Option<i64>,
+    windows: &[WindowStatus],
+) {
+    if format == OutputFormat::Json {
+        for w in windows {
+            println!(
+                "{}",
+                redact(&serde_json::to_string(w).expect("serialisable"))
+            );
+        }
+        return;
+    }
+    match version {
+        None => println!("{task}: no table yet"),
+        Some(v) => println!("{task}: table version {v}"),
+    }
+    if windows.is_empty() {
+        return;
+    }
+    println!(
+        "  {:<14} {:<10} {:>8} {:>5} {:>7}  {:<8}  {:<20}  {:<24} failed_since",
+        "window", "state", "rows", "files", "version", "run", "published_at", "sql_hash"
+    );
+    for w in windows {
+        println!(
+            "  {:<14} {:<10} {:>8} {:>5} {:>7}  {:<8}  {:<20}  {:<24} {}",
+            w.window,
+            w.state,
+            w.rows,
+            w.files,
+            w.version
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "-".into()),
+            w.run_id
+                .as_deref()
+                .map(|r| &r[..8.min(r.len())])
+                .unwrap_or("-"),
+            w.published_at.as_deref().unwrap_or("-"),
+            w.sql_hash.as_deref().unwrap_or("-"),
+            w.failed_since,
+        );
+        if let Some(e) = &w.last_error {
+            println!("    last error: {}", redact(e));
+        }
+    }
+}
+
+/// Print audit results, one per window.
+pub fn print_audits(format: OutputFormat, audits: &[WindowAudit]) {
+    for a in audits {
+        match format {
+            OutputFormat::Json => println!("{}", serde_json::to_string(a).expect("serialisable")),
+            OutputFormat::Text => println!("{}", a.describe()),
+        }
+    }
+}
+
+/// Print one window's report.
+pub fn print_report(format: OutputFormat, r: &Report) {
+    match format {
+        OutputFormat::Json => println!(
+            "{}",
+            redact(&serde_json::to_string(r).expect("serialisable"))
+        ),
+        OutputFormat::Text => {
+            let status = match r.status {
+                Status::Ok => "ok",
+                Status::Failed => "FAILED",
+                Status::Skipped => "skipped",
+                Status::Mismatch => "MISMATCH",
+                Status::Unverified => "UNVERIFIED",
+            };
+            let version = r
+                .table_version
+                .map(|v| format!(" version={v}"))
+                .unwrap_or_default();
+            println!(
+                "{status:<8} {} {}  rows={}{version}  {:.2}s",
+                r.task,
+                r.window.label,
+                r.rows_written,
+                r.duration_ms as f64 / 1000.0
+            );
+            let (good, bad): (Vec<_>, Vec<_>) = r.reconciliation.iter().partition(|c| c.ok);
+            if !good.is_empty() {
+                let names: Vec<&str> = good.iter().map(|c| c.check.as_str()).collect();
+                println!("         checks ok: {}", names.join(", "));
+            }
+            for c in bad {
+                println!(
+                    "         check {} DIFFERS: source={} output={}",
+                    c.check, c.source, c.output
+                );
+            }
+            if let Some(e) = &r.error {
+                diag("ERROR", e, r.exit_code);
+            }
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! The run log: one small object per run attempt, beside the table's Delta log.
+//!
+//! Successful publishes are recorded by the Delta log itself (commitInfo and file tags), but a
+//! failed attempt publishes nothing, and an emptied window leaves no file to tag. Each attempt
+//! therefore also writes `<table>/_idemlake/runs/<window>@<unix ms>-<status>-<run id>.json`
+//! holding its report. The name alone says when and how it ended, so `status` needs one
+//! listing and reads only the objects whose error it shows. All entries sit in one directory:
+//! a directory per window cost a second file-system object per window of a load (entries
+//! written by older versions, `runs/<window>/<unix ms>-…`, are still read). Objects under `_idemlake/` are
+//! ignored by Delta readers and VACUUM (hidden paths). Writing is best-effort: a run's
+//! outcome never depends on its log entry.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+use crate::error::Result;
+use crate::report::record::{Report, Status};
+
+const PREFIX: &str = "_idemlake/runs";
+
+fn status_name(s: Status) -> &'static str {
+    match s {
+        Status::Ok => "ok",
+        Status::Failed => "failed",
+        Status::Skipped => "skipped",
+        Status::Mismatch => "mismatch",
+        Status::Unverified => "unverified",
+    }
+}
+
+/// Record one attempt (best effort).
+pub async fn record(store: &Arc<dyn ObjectStore>, report: &Report) {
+    let status = if report.exit_code.is_some() && !report.published {
+        "failed"
+    } else {
+        status_name(report.status)
+    };
+    let ms = jiff::Timestamp::now().as_millisecond();
+    let label = report.window.label.replace(['/', ':'], "_");
+    let path = Path::from(format!(
+        "{PREFIX}/{label}@{ms:013}-{status}-{}.json",
+        report.run_id.as_deref().unwrap_or("unknown")
+    ));
+    let body = serde_json::to_vec(report).unwrap_or_default();
+    if let Err(e) = store.put(&path, PutPayload::from(body)).await {
+        tracing::warn!("could not write the run log entry {path}: {e}");
+    }
+}
+
+/// One logged attempt.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub at_ms: i64,
+    pub status: String,
+    pub run_id: String,
+    pub path: Path,
+}
+
+/// All attempts per window label, oldest first (one listing).
+pub async fn attempts(store: &Arc<dyn ObjectStore>) -> Result<BTreeMap<String, Vec<Attempt>>> {
+    let metas: Vec<_> = store.list(Some(&Path::from(PREFIX))).try_collect().await?;
+    let mut out: BTreeMap<String, Vec<Attempt>> = BTreeMap::new();
+    for m in metas {
+        let parts: Vec<&str> = m.location.as_ref().split('/').collect();
+        let (Some(parent), Some(file)) = (parts.get(parts.len().wrapping_sub(2)), parts.last())
+        else {
+            continue;
+        };
+        // `runs/<label>@<name>`, or `runs/<label>/<name>` as older versions wrote.
+        let (label, name) = match file.split_once('@') {
+            Some((label, name)) if *parent == "runs" => (label, name),
+            _ => (*parent, *file),
+        };
+        let Some(stem) = name.strip_suffix(".json") else {
+            continue;
+        };
+        let mut it = stem.splitn(3, '-');
+        let (Some(ms), Some(status), Some(run_id)) = (it.next(), it.next(), it.next()) else {
+            continue;
+        };
+        let Ok(at_ms) = ms.parse() else { continue };
+        // File names hold labels with `:` as `_` (repeated hours carry an offset); labels
+        // never contain `_` otherwise.
+        out.entry(label.replace('_', ":"))
+            .or_default()
+            .push(Attempt {
+                at_ms,
+                status: status.to_string(),
+                run_id: run_id.to_string(),
+                path: m.location.clone(),
+            });
+    }
+    for v in out.values_mut() {
+        v.sort_by_key(|a| a.at_ms);
+    }
+    Ok(out)
+}
+
+/// The report stored for an attempt.
+pub async fn read(store: &Arc<dyn ObjectStore>, a: &Attempt) -> Result<Report> {
+    let bytes = store.get(&a.path).await?.bytes().await?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| crate::error::Error::runtime(format!("bad run log entry {}: {e}", a.path)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+
+    #[tokio::test]
+    async fn attempts_are_read_from_flat_and_older_nested_names() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        for key in [
+            "_idemlake/runs/1995-06-02@0000000000200-ok-run-b.json",
+            "_idemlake/runs/1995-06-02@0000000000100-failed-run-a.json",
+            "_idemlake/runs/1995-06-01/0000000000050-skipped-run-old.json",
+            "_idemlake/runs/2024-01-01T05@0000000000300-mismatch-run-c.json",
+            "_idemlake/runs/notes.txt",
+        ] {
+            store
+                .put(&Path::from(key), PutPayload::from_static(b"{}"))
+                .await
+                .unwrap();
+        }
+        let got = attempts(&store).await.unwrap();
+        type Seen = (i64, String, String);
+        let summary: Vec<(String, Vec<Seen>)> = got
+            .into_iter()
+            .map(|(label, v)| {
+                let v = v
+                    .into_iter()
+                    .map(|a| (a.at_ms, a.status, a.run_id))
+                    .collect();
+                (label, v)
+            })
+            .collect();
+        let s = |x: &str| x.to_string();
+        assert_eq!(
+            summary,
+            vec![
+                (s("1995-06-01"), vec![(50, s("skipped"), s("run-old"))]),
+                (
+                    s("1995-06-02"),
+                    vec![(100, s("failed"), s("run-a")), (200, s("ok"), s("run-b"))]
+                ),
+                (s("2024-01-01T05"), vec![(300, s("mismatch"), s("run-c"))]),
+            ]
+        );
+    }
+}

@@ -1,0 +1,61 @@
+//! What `status` and `audit` report per window.
+
+use serde::Serialize;
+
+use crate::report::record::Check;
+
+/// One window's state.
+#[derive(Debug, Clone, Serialize)]
+pub struct WindowStatus {
+    pub task: String,
+    pub window: String,
+    /// `published`, `published-untracked` (data not written by idemlake, or mixed),
+    /// `empty` (a run published no rows), `missing` (nothing published).
+    pub state: String,
+    pub rows: u64,
+    pub files: usize,
+    pub version: Option<i64>,
+    pub run_id: Option<String>,
+    pub sql_hash: Option<String>,
+    pub published_at: Option<String>,
+    /// Attempts that failed after the last successful publish.
+    pub failed_since: usize,
+    pub last_error: Option<String>,
+    /// `ok` or `mismatch` (published with `on_mismatch = "warn"`) for the last publish.
+    pub run_status: Option<String>,
+    /// Published by a run whose SQL hash differs from the task's current one.
+    pub stale: bool,
+}
+
+/// One window's audit.
+#[derive(Debug, Clone, Serialize)]
+pub struct WindowAudit {
+    pub task: String,
+    pub window: String,
+    pub status: &'static str,
+    pub rows: u64,
+    pub expected_rows: u64,
+    pub duplicate_keys: u64,
+    pub duplicate_rows: u64,
+    /// Merge tables: keys the source produces for the window that the table lacks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missing_keys: Option<u64>,
+    pub problems: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reconciliation: Vec<Check>,
+}
+
+impl WindowAudit {
+    /// One line of text per window (and one per problem).
+    pub fn describe(&self) -> String {
+        let a = self;
+        let mut s = format!(
+            "{:<8} {} {}  rows={} expected={} duplicate_keys={}",
+            a.status, a.task, a.window, a.rows, a.expected_rows, a.duplicate_keys
+        );
+        for p in &a.problems {
+            s.push_str(&format!("\n         {p}"));
+        }
+        s
+    }
+}

@@ -1,0 +1,11 @@
+//! What a task *is*: its spec file, its execution windows, the project it belongs to, the
+//! determinism lint and its logical plan. Imports only `error`, `config` and external crates.
+
+pub mod alert;
+pub mod lint;
+pub mod plan;
+pub mod project;
+pub mod spec;
+pub mod window;
+
+pub use spec::*;

@@ -1,0 +1,478 @@
+//! SQL plan stage: task SQL → bound, linted, type-normalised DataFusion plan.
+//!
+//! Invariants:
+//! - The window bounds enter the plan only through DataFusion parameter binding
+//!   (`$window_start`, `$window_end`, `$window_start_ts`, `$window_end_ts`), never by text.
+//! - The lint runs on the unbound, unoptimised plan; DDL/DML/statements are refused.
+//! - The output schema is what Delta stores: every column nullable, view/dictionary/unsigned/
+//!   nanosecond types mapped to their Delta equivalents, the window column a DATE (day, week,
+//!   month) or a UTC TIMESTAMP (hour).
+//! - Everything here is an `Input` error: no data has been read yet.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::common::Column;
+use datafusion::common::ScalarValue;
+use datafusion::datasource::MemTable;
+use datafusion::execution::context::SQLOptions;
+use datafusion::prelude::{DataFrame, SessionContext, cast, col};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::task::Task;
+use crate::task::lint::{self, SqlOrigin};
+use crate::task::window::{Grain, Window};
+
+/// The alias the `[reconcile].output` query reads the run's result under.
+pub const OUTPUT_TABLE: &str = "output";
+
+/// A planned task run.
+pub struct Planned {
+    /// The task's query with the window bound (if one was given), cast to `schema`.
+    pub df: DataFrame,
+    /// The Delta table schema the output is written with.
+    pub schema: SchemaRef,
+    /// The bound parameter values, for `explain` and the run record.
+    pub params: Vec<(String, ScalarValue)>,
+    /// Hash of everything that defines the rows: SQL, reconciliation SQL, window column.
+    pub sql_hash: String,
+    /// `[reconcile].source` planned and bound, if the task has a `[reconcile]` section.
+    pub reconcile_source: Option<DataFrame>,
+}
+
+fn sql_options() -> SQLOptions {
+    SQLOptions::new()
+        .with_allow_ddl(false)
+        .with_allow_dml(false)
+        .with_allow_statements(false)
+}
+
+/// The parameter values for a window, typed like the window column.
+pub fn window_params(grain: Grain, w: &Window) -> Vec<(String, ScalarValue)> {
+    let ts = |t: jiff::Timestamp| {
+        ScalarValue::TimestampMicrosecond(Some(t.as_microsecond()), Some("UTC".into()))
+    };
+    let (start, end) = if grain.uses_dates() {
+        (
+            ScalarValue::Date32(Some(epoch_days(w.start_date()))),
+            ScalarValue::Date32(Some(epoch_days(w.end_date()))),
+        )
+    } else {
+        (ts(w.start_ts()), ts(w.end_ts()))
+    };
+    vec![
+        ("window_start".into(), start),
+        ("window_end".into(), end),
+        ("window_start_ts".into(), ts(w.start_ts())),
+        ("window_end_ts".into(), ts(w.end_ts())),
+    ]
+}
+
+/// The type each window parameter is bound with ([`window_params`]), for planning before a
+/// window is known.
+pub fn param_types(grain: Grain) -> Vec<(String, DataType)> {
+    let ts = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+    let bound = if grain.uses_dates() {
+        DataType::Date32
+    } else {
+        ts.clone()
+    };
+    vec![
+        ("window_start".into(), bound.clone()),
+        ("window_end".into(), bound),
+        ("window_start_ts".into(), ts.clone()),
+        ("window_end_ts".into(), ts),
+    ]
+}
+
+/// `df` with each window parameter its SQL leaves untyped (`$window_start AS day`: nothing
+/// to infer a type from) given the type it will be bound with, so the unbound plan has the
+/// output columns every bound one has.
+fn type_params(df: DataFrame, grain: Grain) -> Result<DataFrame> {
+    use datafusion::common::tree_node::{Transformed, TreeNode};
+    use datafusion::logical_expr::{Expr, expr::Placeholder};
+    let types: HashMap<String, DataType> = param_types(grain).into_iter().collect();
+    let mut typed = false;
+    let (state, plan) = df.into_parts();
+    let plan = plan
+        .transform_up_with_subqueries(|node| {
+            let node = node.map_expressions(|e| {
+                e.transform_up(|e| match e {
+                    Expr::Placeholder(Placeholder { id, field: None }) => {
+                        match types.get(id.trim_start_matches('$')) {
+                            Some(dt) => {
+                                typed = true;
+                                let field = Arc::new(Field::new(&id, dt.clone(), true));
+                                let p = Placeholder::new_with_field(id, Some(field));
+                                Ok(Transformed::yes(Expr::Placeholder(p)))
+                            }
+                            None => Ok(Transformed::no(Expr::Placeholder(Placeholder {
+                                id,
+                                field: None,
+                            }))),
+                        }
+                    }
+                    other => Ok(Transformed::no(other)),
+                })
+            })?;
+            // Columns computed below change type: every node's schema is derived again.
+            if typed {
+                node.map_data(|n| n.recompute_schema())
+            } else {
+                Ok(node)
+            }
+        })?
+        .data;
+    Ok(DataFrame::new(state, plan))
+}
+
+/// Days since 1970-01-01.
+pub fn epoch_days(d: jiff::civil::Date) -> i32 {
+    let epoch = jiff::civil::date(1970, 1, 1);
+    d.since((jiff::Unit::Day, epoch))
+        .expect("dates are within range")
+        .get_days()
+}
+
+/// Plan one SQL text: refuse statements, lint, check parameters, bind.
+async fn plan_sql(
+    ctx: &SessionContext,
+    task: &Task,
+    sql: &str,
+    what: &str,
+    params: Option<&[(String, ScalarValue)]>,
+    require_window: bool,
+) -> Result<DataFrame> {
+    let file_text = std::fs::read_to_string(&task.sql_file).unwrap_or_default();
+    let file = if what == "sql" {
+        &task.sql_file
+    } else {
+        &task.file
+    };
+    let origin = SqlOrigin::find(file, &file_text, sql, what);
+    let df = ctx
+        .sql_with_options(sql, sql_options())
+        .await
+        .map_err(|e| Error::input(format!("{} ({what}): invalid SQL: {e}", file.display())))?;
+    lint::check_determinism(df.logical_plan(), &task.lint_allow, sql, &origin)?;
+    lint::check_order_dependence(df.logical_plan(), &task.lint_allow, &origin)?;
+    lint::check_parameters(df.logical_plan(), &origin, require_window)?;
+    match params {
+        None => type_params(df, task.grain),
+        Some(p) => {
+            let map: HashMap<String, ScalarValue> = p.iter().cloned().collect();
+            df.with_param_values(map).map_err(|e| {
+                Error::input(format!(
+                    "{} ({what}): cannot bind the window parameters: {e}",
+                    file.display()
+                ))
+            })
+        }
+    }
+}
+
+/// Plan a task; with `window = None` (validate) parameters stay unbound.
+pub async fn plan(ctx: &SessionContext, task: &Task, window: Option<&Window>) -> Result<Planned> {
+    plan_with(ctx, task, window, true, true).await
+}
+
+/// Plan a task for `window`; `check_reconcile = false` skips planning `[reconcile].output`
+/// against an empty table to compare its columns with `[reconcile].source` — a check that
+/// does not depend on the window, for callers that made it once already.
+pub async fn plan_window(
+    ctx: &SessionContext,
+    task: &Task,
+    window: &Window,
+    check_reconcile: bool,
+) -> Result<Planned> {
+    plan_with(ctx, task, Some(window), check_reconcile, true).await
+}
+
+/// The task's query alone for `window` (`reconcile_source` is `None`): for callers that
+/// compute the reconciliation elsewhere (the runner's accelerated path, audit's row counts).
+pub async fn plan_query_window(
+    ctx: &SessionContext,
+    task: &Task,
+    window: &Window,
+) -> Result<Planned> {
+    plan_with(ctx, task, Some(window), false, false).await
+}
+
+async fn plan_with(
+    ctx: &SessionContext,
+    task: &Task,
+    window: Option<&Window>,
+    check_reconcile: bool,
+    with_source: bool,
+) -> Result<Planned> {
+    let params = window.map(|w| window_params(task.grain, w));
+    let df = plan_sql(ctx, task, &task.sql, "sql", params.as_deref(), true).await?;
+    let (df, schema) = normalize_output(df, task)?;
+
+    let reconcile_source = match &task.reconcile {
+        Some(_) if !with_source && !check_reconcile => None,
+        None => None,
+        Some(r) => {
+            let src = plan_sql(
+                ctx,
+                task,
+                &r.source_sql,
+                "[reconcile].source",
+                params.as_deref(),
+                true,
+            )
+            .await?;
+            if check_reconcile {
+                // Plan the output side against an empty table of the output schema, to check
+                // it now.
+                let out = plan_output_query(
+                    ctx,
+                    task,
+                    Arc::new(MemTable::try_new(schema.clone(), vec![vec![]])?),
+                    params.as_deref(),
+                )
+                .await?;
+                check_reconcile_columns(task, &src, &out)?;
+            }
+            Some(src)
+        }
+    };
+
+    let sql_hash = sql_hash(task);
+
+    Ok(Planned {
+        df,
+        schema,
+        params: params.unwrap_or_default(),
+        sql_hash,
+        reconcile_source,
+    })
+}
+
+/// The hash identifying what a task computes: its SQL, window column and reconciliation
+/// queries (whitespace at the ends ignored). `--stale` and `status` compare it.
+pub fn sql_hash(task: &Task) -> String {
+    let mut h = Sha256::new();
+    h.update(task.sql.trim().as_bytes());
+    h.update([0]);
+    h.update(task.partition_by.as_bytes());
+    if let Some(r) = &task.reconcile {
+        h.update([0]);
+        h.update(r.source_sql.trim().as_bytes());
+        h.update([0]);
+        h.update(r.output_sql.trim().as_bytes());
+    }
+    format!("sha256:{}", hex::encode(&h.finalize()[..8]))
+}
+
+/// Plan `[reconcile].output` with `provider` registered as the `output` table, in a session
+/// of its own (same configuration) so concurrent windows never see each other's output.
+pub async fn plan_output_query(
+    ctx: &SessionContext,
+    task: &Task,
+    provider: Arc<dyn datafusion::catalog::TableProvider>,
+    params: Option<&[(String, ScalarValue)]>,
+) -> Result<DataFrame> {
+    let r = task.reconcile.as_ref().expect("caller checks [reconcile]");
+    let own = SessionContext::new_with_config_rt(ctx.copied_config(), ctx.runtime_env());
+    own.register_table(OUTPUT_TABLE, provider)?;
+    plan_sql(
+        &own,
+        task,
+        &r.output_sql,
+        "[reconcile].output",
+        params,
+        false,
+    )
+    .await
+}
+
+fn check_reconcile_columns(task: &Task, src: &DataFrame, out: &DataFrame) -> Result<()> {
+    let r = task.reconcile.as_ref().expect("caller checks [reconcile]");
+    let names = |df: &DataFrame| -> Vec<String> {
+        let mut v: Vec<String> = df
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        v.sort();
+        v
+    };
+    let (s, o) = (names(src), names(out));
+    if s != o {
+        return Err(Error::input(format!(
+            "{}: [reconcile].source and [reconcile].output must return the same columns (compared by name): source has {}, output has {}",
+            task.file.display(),
+            s.join(", "),
+            o.join(", ")
+        )));
+    }
+    for col in r.tolerance.keys() {
+        if !s.contains(col) {
+            return Err(Error::input(format!(
+                "{}: [reconcile].tolerance.{col}: no such column in the reconciliation queries (they return {})",
+                task.file.display(),
+                s.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The Delta type a DataFusion output type is stored as, or why it cannot be stored.
+fn delta_type(dt: &DataType) -> std::result::Result<DataType, String> {
+    Ok(match dt {
+        DataType::Utf8View | DataType::LargeUtf8 => DataType::Utf8,
+        DataType::BinaryView | DataType::LargeBinary => DataType::Binary,
+        DataType::Timestamp(_, _) => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+        DataType::Date64 => DataType::Date32,
+        DataType::Dictionary(_, v) => delta_type(v)?,
+        DataType::Float16 => DataType::Float32,
+        DataType::UInt8 => DataType::Int16,
+        DataType::UInt16 => DataType::Int32,
+        DataType::UInt32 | DataType::UInt64 => DataType::Int64,
+        DataType::Null => return Err("is an untyped NULL; CAST it to the type you mean".into()),
+        DataType::Time32(_)
+        | DataType::Time64(_)
+        | DataType::Duration(_)
+        | DataType::Interval(_) => {
+            return Err(format!(
+                "has type {dt}, which Delta Lake cannot store; cast it to a string, number or timestamp"
+            ));
+        }
+        other => other.clone(),
+    })
+}
+
+/// Cast the query output to the Delta schema and check the window column and key.
+fn normalize_output(df: DataFrame, task: &Task) -> Result<(DataFrame, SchemaRef)> {
+    let file = task.sql_file.display();
+    let mut seen = std::collections::HashSet::new();
+    let mut exprs = Vec::new();
+    let mut fields = Vec::new();
+    for (qualifier, field) in df.schema().iter() {
+        let name = field.name();
+        if !seen.insert(name.clone()) {
+            return Err(Error::input(format!(
+                "{file}: the query returns two columns named `{name}`; alias one of them"
+            )));
+        }
+        let target = delta_type(field.data_type())
+            .map_err(|why| Error::input(format!("{file}: output column `{name}` {why}")))?;
+        let c = col(Column::new(qualifier.cloned(), name));
+        let e = if &target == field.data_type() {
+            c
+        } else {
+            cast(c, target.clone())
+        };
+        exprs.push(e.alias(name));
+        fields.push(Field::new(name, target, true));
+    }
+    let schema = Arc::new(Schema::new(fields));
+
+    let part = schema.field_with_name(&task.partition_by).map_err(|_| {
+        Error::input(format!(
+            "{}: [target].partition_by: the query has no column `{}` (it returns {})",
+            task.file.display(),
+            task.partition_by,
+            names(&schema)
+        ))
+    })?;
+    let ok = match task.grain {
+        Grain::Hour => matches!(part.data_type(), DataType::Timestamp(_, _)),
+        _ => part.data_type() == &DataType::Date32,
+    };
+    if !ok {
+        let want = if task.grain.uses_dates() {
+            format!("a DATE for grain {} (e.g. CAST(x AS DATE))", task.grain)
+        } else {
+            "a TIMESTAMP (UTC) for grain hour (e.g. date_trunc('hour', ts))".to_string()
+        };
+        return Err(Error::input(format!(
+            "{}: window column `{}` is {}; it must be {want}",
+            task.file.display(),
+            task.partition_by,
+            part.data_type()
+        )));
+    }
+    for k in &task.key {
+        if schema.field_with_name(k).is_err() {
+            return Err(Error::input(format!(
+                "{}: [write].key: the query has no column `{k}` (it returns {})",
+                task.file.display(),
+                names(&schema)
+            )));
+        }
+    }
+    if schema.fields().len() == 1 {
+        return Err(Error::input(format!(
+            "{}: the query returns only the window column `{}`; a Delta table needs at least one other column",
+            task.file.display(),
+            task.partition_by
+        )));
+    }
+    let df = df.select(exprs)?;
+    Ok((df, schema))
+}
+
+fn names(schema: &Schema) -> String {
+    schema
+        .fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The replaceWhere predicate on the window column, as SQL (recorded in the commit and used by
+/// Delta conflict detection).
+pub fn replace_where(task: &Task, w: &Window) -> String {
+    let c = format!("\"{}\"", task.partition_by.replace('"', "\"\""));
+    if task.grain.uses_dates() {
+        format!(
+            "{c} >= DATE '{}' AND {c} < DATE '{}'",
+            w.start_date(),
+            w.end_date()
+        )
+    } else {
+        format!(
+            "{c} >= TIMESTAMP '{}' AND {c} < TIMESTAMP '{}'",
+            w.start_ts(),
+            w.end_ts()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delta_types() {
+        assert_eq!(delta_type(&DataType::Utf8View).unwrap(), DataType::Utf8);
+        assert_eq!(
+            delta_type(&DataType::Timestamp(TimeUnit::Nanosecond, None)).unwrap(),
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+        );
+        assert!(delta_type(&DataType::Null).is_err());
+        assert_eq!(epoch_days(jiff::civil::date(1970, 1, 2)), 1);
+        assert_eq!(epoch_days(jiff::civil::date(1969, 12, 31)), -1);
+    }
+
+    #[test]
+    fn parameter_types_are_the_bound_values_types() {
+        let tz = jiff::tz::TimeZone::get("Europe/Paris").unwrap();
+        for grain in [Grain::Hour, Grain::Day, Grain::Week, Grain::Month] {
+            let at = jiff::Timestamp::UNIX_EPOCH.to_zoned(tz.clone());
+            let w = Window::containing(grain, &at).unwrap();
+            let values: Vec<(String, DataType)> = window_params(grain, &w)
+                .into_iter()
+                .map(|(k, v)| (k, v.data_type()))
+                .collect();
+            assert_eq!(values, param_types(grain), "{grain:?}");
+        }
+    }
+}

@@ -1,0 +1,542 @@
+//! Task specs: one `tables/<table>.toml` per target table, SQL inline or in `<table>.sql`.
+//!
+//! This stage only parses and checks what can be checked without a query engine: required
+//! fields, unknown fields (always an error), enum values, time zone names, source formats,
+//! merge keys. Every error names the file, the field and what is wrong, and is an `Input`
+//! error (exit 2). Column-level checks (does the key exist?) happen in the plan stage.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use jiff::tz::TimeZone;
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+use crate::task::window::{Grain, time_zone};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTask {
+    description: Option<String>,
+    sql: Option<String>,
+    target: RawTarget,
+    window: RawWindow,
+    #[serde(default)]
+    sources: BTreeMap<String, RawSource>,
+    #[serde(default)]
+    write: RawWrite,
+    reconcile: Option<RawReconcile>,
+    #[serde(default)]
+    lint: RawLint,
+    alert: Option<crate::task::alert::RawAlert>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTarget {
+    partition_by: String,
+    uri: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWindow {
+    grain: Grain,
+    timezone: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSource {
+    uri: String,
+    format: Option<Format>,
+    /// CSV only: whether the first line is a header (default true).
+    header: Option<bool>,
+    /// CSV only: one-character field delimiter (default `,`).
+    delimiter: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawWrite {
+    #[serde(default)]
+    mode: Mode,
+    #[serde(default)]
+    key: Vec<String>,
+    #[serde(default)]
+    on_empty: OnEmpty,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReconcile {
+    source: String,
+    output: String,
+    #[serde(default)]
+    tolerance: BTreeMap<String, f64>,
+    #[serde(default)]
+    on_mismatch: OnMismatch,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLint {
+    #[serde(default)]
+    allow: Vec<String>,
+}
+
+/// Source file formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    Parquet,
+    Csv,
+    Json,
+    Delta,
+}
+
+/// How a window is published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Replace the window's partitions in one commit (replaceWhere).
+    #[default]
+    Overwrite,
+    /// Upsert on `key`, restricted to the window.
+    Merge,
+}
+
+/// What an empty window result does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnEmpty {
+    /// Publish the empty window (removes what the window held).
+    #[default]
+    Clear,
+    /// Fail the run; nothing published.
+    Fail,
+    /// Publish nothing, report `skipped`.
+    Skip,
+}
+
+/// What a reconciliation mismatch does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnMismatch {
+    /// Publish nothing, exit 3.
+    #[default]
+    Fail,
+    /// Publish, record the mismatch in commitInfo, exit 0.
+    Warn,
+}
+
+/// A source table the SQL reads, by alias.
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub alias: String,
+    /// Absolute local path or URL (`s3://…`).
+    pub uri: String,
+    pub format: Format,
+    pub csv_header: bool,
+    pub csv_delimiter: u8,
+}
+
+/// The `[reconcile]` section.
+#[derive(Debug, Clone)]
+pub struct Reconcile {
+    pub source_sql: String,
+    pub output_sql: String,
+    pub tolerance: BTreeMap<String, f64>,
+    pub on_mismatch: OnMismatch,
+}
+
+/// A validated task.
+#[derive(Debug, Clone)]
+pub struct Task {
+    pub name: String,
+    pub file: PathBuf,
+    pub description: Option<String>,
+    pub sql: String,
+    /// Where the SQL text came from (the .toml or the .sql file), for messages.
+    pub sql_file: PathBuf,
+    pub partition_by: String,
+    /// Explicit target URI, if the task sets one; otherwise `<lake>/<table>`.
+    pub target_uri: Option<String>,
+    pub grain: Grain,
+    pub timezone: TimeZone,
+    pub timezone_name: String,
+    pub sources: Vec<Source>,
+    pub mode: Mode,
+    pub key: Vec<String>,
+    pub on_empty: OnEmpty,
+    pub reconcile: Option<Reconcile>,
+    pub lint_allow: Vec<String>,
+    /// The `[alert]` section, if any.
+    pub alert: Option<crate::task::alert::AlertSpec>,
+}
+
+/// Is `s` a plain SQL identifier (usable unquoted as table alias or table directory)?
+pub fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Resolve a source/target location: URLs stay as they are, relative paths are taken relative
+/// to `base`.
+pub fn resolve_location(base: &Path, uri: &str) -> String {
+    if uri.contains("://") {
+        uri.to_string()
+    } else {
+        let p = Path::new(uri);
+        let p = if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            base.join(p)
+        };
+        p.to_string_lossy().into_owned()
+    }
+}
+
+impl Task {
+    /// Load and validate `file`; `project_dir` anchors relative source paths.
+    pub fn load(file: &Path, project_dir: &Path) -> Result<Task> {
+        let shown = file.display().to_string();
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| Error::input(format!("{shown}: cannot read task file: {e}")))?;
+        let name = file
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default()
+            .to_string();
+        Self::parse(&name, file, &text, project_dir)
+    }
+
+    /// Parse and validate the text of a task file named `name`.
+    pub fn parse(name: &str, file: &Path, text: &str, project_dir: &Path) -> Result<Task> {
+        let shown = file.display().to_string();
+        let fail = |field: &str, msg: String| Error::input(format!("{shown}: {field}: {msg}"));
+        if !is_identifier(name) {
+            return Err(Error::input(format!(
+                "{shown}: the table name `{name}` (the file name) must be letters, digits and underscores, not starting with a digit"
+            )));
+        }
+        let raw: RawTask = toml::from_str(text).map_err(|e| {
+            let msg = e.message().to_string();
+            let at = e
+                .span()
+                .map(|s| {
+                    let line = text[..s.start.min(text.len())].lines().count().max(1);
+                    format!(" (line {line})")
+                })
+                .unwrap_or_default();
+            Error::input(format!("{shown}{at}: {msg}"))
+        })?;
+
+        let sql_path = file.with_extension("sql");
+        let (sql, sql_file) = match (raw.sql, sql_path.exists()) {
+            (Some(_), true) => {
+                return Err(fail(
+                    "sql",
+                    format!(
+                        "SQL is given both inline and in {}; keep one",
+                        sql_path.display()
+                    ),
+                ));
+            }
+            (Some(sql), false) => (sql, file.to_path_buf()),
+            (None, true) => {
+                let sql = std::fs::read_to_string(&sql_path).map_err(|e| {
+                    Error::input(format!("{}: cannot read: {e}", sql_path.display()))
+                })?;
+                (sql, sql_path)
+            }
+            (None, false) => {
+                return Err(fail(
+                    "sql",
+                    format!(
+                        "missing: set `sql = \"\"\"…\"\"\"` or write {}",
+                        sql_path.display()
+                    ),
+                ));
+            }
+        };
+        if sql.trim().is_empty() {
+            return Err(fail("sql", "is empty".into()));
+        }
+
+        let partition_by = raw.target.partition_by.trim().to_string();
+        if partition_by.is_empty() {
+            return Err(fail(
+                "[target].partition_by",
+                "must name the window column".into(),
+            ));
+        }
+        let timezone_name = raw.window.timezone.unwrap_or_else(|| "UTC".to_string());
+        let timezone = time_zone(&timezone_name)
+            .map_err(|e| fail("[window].timezone", e.message().to_string()))?;
+
+        let mut sources = Vec::new();
+        for (alias, s) in raw.sources {
+            let field = format!("[sources.{alias}]");
+            if !is_identifier(&alias) {
+                return Err(fail(
+                    &field,
+                    "the alias must be a plain SQL identifier".into(),
+                ));
+            }
+            if alias == "output" {
+                return Err(fail(
+                    &field,
+                    "`output` is reserved for the run's result in [reconcile]".into(),
+                ));
+            }
+            if s.uri.trim().is_empty() {
+                return Err(fail(&format!("{field}.uri"), "is empty".into()));
+            }
+            let format = match s.format {
+                Some(f) => f,
+                None => infer_format(&s.uri).ok_or_else(|| {
+                    fail(
+                        &format!("{field}.format"),
+                        format!(
+                            "cannot tell the format of `{}` from its name: set format = parquet | csv | json | delta",
+                            s.uri
+                        ),
+                    )
+                })?,
+            };
+            if format != Format::Csv && (s.header.is_some() || s.delimiter.is_some()) {
+                return Err(fail(
+                    &field,
+                    "`header` and `delimiter` apply to csv sources only".into(),
+                ));
+            }
+            let csv_delimiter = match s.delimiter.as_deref() {
+                None => b',',
+                Some(d) if d.len() == 1 => d.as_bytes()[0],
+                Some(d) => {
+                    return Err(fail(
+                        &format!("{field}.delimiter"),
+                        format!("must be one character, got `{d}`"),
+                    ));
+                }
+            };
+            sources.push(Source {
+                uri: resolve_location(project_dir, &s.uri),
+                alias,
+                format,
+                csv_header: s.header.unwrap_or(true),
+                csv_delimiter,
+            });
+        }
+        if sources.is_empty() {
+            return Err(fail("[sources]", "at least one source is required".into()));
+        }
+
+        let key: Vec<String> = raw.write.key.iter().map(|k| k.trim().to_string()).collect();
+        if key.iter().any(String::is_empty) {
+            return Err(fail("[write].key", "contains an empty column name".into()));
+        }
+        if raw.write.mode == Mode::Merge && key.is_empty() {
+            return Err(fail(
+                "[write].key",
+                "required when mode = \"merge\": the deterministic key to upsert on".into(),
+            ));
+        }
+
+        let reconcile = match raw.reconcile {
+            None => None,
+            Some(r) => {
+                for (field, sql) in [("source", &r.source), ("output", &r.output)] {
+                    if sql.trim().is_empty() {
+                        return Err(fail(&format!("[reconcile].{field}"), "is empty".into()));
+                    }
+                }
+                for (col, tol) in &r.tolerance {
+                    if !tol.is_finite() || *tol < 0.0 {
+                        return Err(fail(
+                            &format!("[reconcile].tolerance.{col}"),
+                            format!("must be a non-negative relative tolerance, got {tol}"),
+                        ));
+                    }
+                }
+                Some(Reconcile {
+                    source_sql: r.source,
+                    output_sql: r.output,
+                    tolerance: r.tolerance,
+                    on_mismatch: r.on_mismatch,
+                })
+            }
+        };
+
+        let alert = match raw.alert {
+            None => None,
+            Some(a) => Some(a.validate(project_dir, fail)?),
+        };
+
+        Ok(Task {
+            name: name.to_string(),
+            file: file.to_path_buf(),
+            description: raw.description,
+            sql,
+            sql_file,
+            partition_by,
+            target_uri: raw.target.uri.map(|u| resolve_location(project_dir, &u)),
+            grain: raw.window.grain,
+            timezone,
+            timezone_name,
+            sources,
+            mode: raw.write.mode,
+            key,
+            on_empty: raw.write.on_empty,
+            reconcile,
+            lint_allow: raw
+                .lint
+                .allow
+                .iter()
+                .map(|f| f.to_ascii_lowercase())
+                .collect(),
+            alert,
+        })
+    }
+}
+
+fn infer_format(uri: &str) -> Option<Format> {
+    let lower = uri.trim_end_matches('/').to_ascii_lowercase();
+    let ext = lower.rsplit('.').next().unwrap_or_default();
+    match ext {
+        "parquet" => Some(Format::Parquet),
+        "csv" => Some(Format::Csv),
+        "json" | "ndjson" | "jsonl" => Some(Format::Json),
+        _ if !uri.contains("://") && Path::new(uri).join("_delta_log").is_dir() => {
+            Some(Format::Delta)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+
+    const GOOD: &str = r#"
+sql = "SELECT * FROM src WHERE d >= $window_start AND d < $window_end"
+[target]
+partition_by = "d"
+[window]
+grain = "day"
+timezone = "Europe/Berlin"
+[sources.src]
+uri = "data/x.parquet"
+[write]
+mode = "merge"
+key = ["id"]
+[reconcile]
+source = "SELECT count(*) AS n FROM src"
+output = "SELECT count(*) AS n FROM output"
+tolerance = { n = 0.0 }
+"#;
+
+    fn parse(text: &str) -> Result<Task> {
+        Task::parse("t", Path::new("tables/t.toml"), text, Path::new("/proj"))
+    }
+
+    #[test]
+    fn a_complete_task_parses() {
+        let t = parse(GOOD).unwrap();
+        assert_eq!(t.grain, Grain::Day);
+        assert_eq!(t.timezone_name, "Europe/Berlin");
+        assert_eq!(t.sources[0].uri, "/proj/data/x.parquet");
+        assert_eq!(t.sources[0].format, Format::Parquet);
+        assert_eq!(t.mode, Mode::Merge);
+        assert_eq!(t.on_empty, OnEmpty::Clear);
+        assert_eq!(t.reconcile.unwrap().on_mismatch, OnMismatch::Fail);
+    }
+
+    fn assert_input_err(text: &str, needle: &str) {
+        let e = parse(text).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Input);
+        assert!(e.message().contains("tables/t.toml"), "{e}");
+        assert!(e.message().contains(needle), "expected `{needle}` in: {e}");
+    }
+
+    #[test]
+    fn bad_task_files_name_file_and_field() {
+        assert_input_err(&GOOD.replace("partition_by", "partiton_by"), "partiton_by");
+        assert_input_err(
+            &GOOD.replace("grain = \"day\"", "grain = \"fortnight\""),
+            "fortnight",
+        );
+        assert_input_err(
+            &GOOD.replace("Europe/Berlin", "Mars/Olympus"),
+            "[window].timezone",
+        );
+        assert_input_err(&GOOD.replace("key = [\"id\"]", ""), "[write].key");
+        assert_input_err(&GOOD.replace("n = 0.0", "n = -1.0"), "tolerance.n");
+        assert_input_err(&GOOD.replace("data/x.parquet", "data/x.bin"), "format");
+        assert_input_err(&format!("{GOOD}\n[extra]\nx = 1\n"), "extra");
+        assert_input_err(&GOOD.replace("sql = ", "# sql = "), "sql");
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// A valid task file with one random edit: a line dropped or duplicated, a span of
+        /// text replaced by random text, or random bytes inserted.
+        fn mutated() -> impl Strategy<Value = String> {
+            let lines: Vec<String> = GOOD.lines().map(str::to_string).collect();
+            let n = lines.len();
+            (0..4u8, 0..n, any::<String>(), 0..GOOD.len(), 0usize..20).prop_map(
+                move |(how, line, junk, at, len)| match how {
+                    0 => {
+                        let mut l = lines.clone();
+                        l.remove(line);
+                        l.join("\n")
+                    }
+                    1 => {
+                        let mut l = lines.clone();
+                        l.insert(line, lines[line].clone());
+                        l.join("\n")
+                    }
+                    2 => {
+                        let mut s = GOOD.to_string();
+                        let at = (0..=at).rev().find(|i| s.is_char_boundary(*i)).unwrap_or(0);
+                        let end = (at + len).min(s.len());
+                        let end = (end..=s.len()).find(|i| s.is_char_boundary(*i)).unwrap();
+                        s.replace_range(at..end, &junk);
+                        s
+                    }
+                    _ => {
+                        let mut l = lines.clone();
+                        l[line] = junk;
+                        l.join("\n")
+                    }
+                },
+            )
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2000))]
+
+            /// The task-file parser never panics and every rejection is an input error
+            /// (exit 2) that names the file.
+            #[test]
+            fn task_files_never_panic_and_rejections_name_the_file(text in mutated()) {
+                if let Err(e) = parse(&text) {
+                    prop_assert_eq!(e.kind(), ErrorKind::Input);
+                    prop_assert!(e.message().contains("tables/t.toml"), "{}", e.message());
+                }
+            }
+
+            #[test]
+            fn arbitrary_text_never_panics(text in any::<String>()) {
+                if let Err(e) = parse(&text) {
+                    prop_assert_eq!(e.kind(), ErrorKind::Input);
+                }
+            }
+        }
+    }
+}
