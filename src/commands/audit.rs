@@ -26,9 +26,10 @@ use datafusion::functions_aggregate::expr_fn::{count, sum};
 use datafusion::prelude::{DataFrame, Expr, SessionContext, cast, col, lit, when};
 use futures::{StreamExt, TryStreamExt};
 
-use crate::error::{Error, Result};
+use crate::delta::partition::{PartitionRange, PartitionValue};
+use crate::error::Result;
 use crate::pipeline::reconcile::{self, Check};
-use crate::pipeline::runner::{Runner, partition_range};
+use crate::pipeline::runner::Runner;
 pub use crate::report::states::WindowAudit;
 use crate::task::plan;
 use crate::task::project::Project;
@@ -41,21 +42,6 @@ const COUNT: &str = "__idemlake_n";
 
 fn column(name: &str) -> Expr {
     col(Column::from_name(name))
-}
-
-/// Partition value → the window holding it (by identity, not label).
-fn window_of(task: &Task, v: &ScalarValue) -> Result<Option<(i64, i64)>> {
-    let at = match v {
-        ScalarValue::Date32(Some(d)) => jiff::civil::date(1970, 1, 1)
-            .checked_add(jiff::Span::new().days(i64::from(*d)))
-            .and_then(|d| d.to_zoned(task.timezone.clone()))
-            .map_err(|e| Error::runtime(e.to_string()))?,
-        ScalarValue::TimestampMicrosecond(Some(us), _) => jiff::Timestamp::from_microsecond(*us)
-            .map_err(|e| Error::runtime(e.to_string()))?
-            .to_zoned(task.timezone.clone()),
-        _ => return Ok(None),
-    };
-    Ok(Some(Window::containing(task.grain, &at)?.key()))
 }
 
 /// The table side: `(rows, duplicate keys, extra rows)` per window of the range, from one
@@ -75,8 +61,8 @@ async fn table_side(
     }
     table.update_datafusion_session(&ctx.state())?;
     let part = column(&task.partition_by);
-    let lo = partition_range(task, from).lo_hi().0;
-    let hi = partition_range(task, to).lo_hi().1;
+    let lo = PartitionRange::of(task, from).lo_hi().0;
+    let hi = PartitionRange::of(task, to).lo_hi().1;
     let key: Vec<Expr> = if task.key.is_empty() {
         columns.iter().map(|c| column(c)).collect()
     } else {
@@ -112,9 +98,10 @@ async fn table_side(
     for b in &batches {
         for r in 0..b.num_rows() {
             let value = ScalarValue::try_from_array(b.column(0), r)?;
-            let Some(w) = window_of(task, &value)? else {
+            let Some(w) = PartitionValue::from_scalar_value(&value) else {
                 continue;
             };
+            let w = w.window(task.grain, &task.timezone)?.key();
             let e = out.entry(w).or_default();
             for (i, slot) in e.iter_mut().enumerate() {
                 if let ScalarValue::Int64(Some(n)) =
@@ -165,7 +152,7 @@ async fn expected(runner: &Runner, w: &Window) -> Result<Expected> {
     let table = runner.table().await?;
     let missing = if table.version().is_some() {
         table.update_datafusion_session(&ctx.state())?;
-        let (lo, hi) = partition_range(task, w).lo_hi();
+        let (lo, hi) = PartitionRange::of(task, w).lo_hi();
         let part = column(&task.partition_by);
         let theirs: Vec<String> = task
             .key
@@ -296,7 +283,7 @@ async fn reconcile_window(runner: &Runner, w: &Window) -> Result<Vec<Check>> {
         .await?;
     let table = runner.table().await?;
     table.update_datafusion_session(&ctx.state())?;
-    let (lo, hi) = partition_range(task, w).lo_hi();
+    let (lo, hi) = PartitionRange::of(task, w).lo_hi();
     let pcol = column(&task.partition_by);
     let published = ctx
         .read_table(table.table_provider().await?)?

@@ -9,9 +9,9 @@
 
 use std::collections::BTreeMap;
 
-use delta_kernel::expressions::Scalar;
-
-use crate::delta::publish::{self, TAG_PUBLISHED_AT, TAG_RUN_ID, TAG_SQL_HASH, TAG_VERSION};
+use crate::delta::overwrite::{TAG_PUBLISHED_AT, TAG_RUN_ID, TAG_SQL_HASH, TAG_VERSION};
+use crate::delta::partition::{PartitionValue, partition_value};
+use crate::delta::table;
 use crate::error::{Error, Result};
 pub use crate::report::states::WindowStatus;
 use crate::task::Task;
@@ -34,7 +34,7 @@ pub async fn status(
     range: Option<(Window, Window)>,
 ) -> Result<(Option<i64>, Vec<WindowStatus>)> {
     let url = project.table_url(task)?;
-    let table = publish::open(&url).await?;
+    let table = table::open(&url).await?;
     let Some(version) = table.version() else {
         let rows = match &range {
             Some((a, b)) => Window::range(a, b)?
@@ -48,22 +48,13 @@ pub async fn status(
 
     let mut data: BTreeMap<String, Acc> = BTreeMap::new();
     for view in table.snapshot()?.snapshot().log_data().iter() {
-        let Some(values) = view.partition_values() else {
-            continue;
-        };
-        let Some(v) = values
-            .fields()
-            .iter()
-            .zip(values.values())
-            .find(|(f, _)| f.name() == &task.partition_by)
-            .map(|(_, v)| v)
+        let Some(v) = partition_value(&view, &task.partition_by)
+            .as_ref()
+            .and_then(PartitionValue::from_scalar)
         else {
             continue;
         };
-        let Some(ts) = partition_instant(v, task) else {
-            continue;
-        };
-        let w = Window::containing(task.grain, &ts.to_zoned(task.timezone.clone()))?;
+        let w = v.window(task.grain, &task.timezone)?;
         let acc = data.entry(w.label()).or_default();
         acc.rows += view.num_records().unwrap_or(0) as u64;
         acc.files += 1;
@@ -214,24 +205,6 @@ fn missing(task: &Task, w: &Window) -> WindowStatus {
         last_error: None,
         run_status: None,
         stale: false,
-    }
-}
-
-/// The instant a partition value stands for (a DATE is midnight in the task's zone).
-fn partition_instant(v: &Scalar, task: &Task) -> Option<jiff::Timestamp> {
-    match v {
-        Scalar::Date(d) => {
-            let date = jiff::civil::date(1970, 1, 1)
-                .checked_add(jiff::Span::new().days(i64::from(*d)))
-                .ok()?;
-            date.to_zoned(task.timezone.clone())
-                .ok()
-                .map(|z| z.timestamp())
-        }
-        Scalar::Timestamp(us) | Scalar::TimestampNtz(us) => {
-            jiff::Timestamp::from_microsecond(*us).ok()
-        }
-        _ => None,
     }
 }
 

@@ -14,8 +14,9 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use serde::Serialize;
 
+use crate::delta::partition::PartitionRange;
 use crate::error::{Error, Result};
-use crate::pipeline::runner::{Runner, partition_range};
+use crate::pipeline::runner::Runner;
 use crate::task::Task;
 use crate::task::project::Project;
 use crate::task::window::Window;
@@ -237,7 +238,7 @@ pub async fn verify_with(
         table.update_datafusion_session(&ctx.state())?;
         let provider = table.table_provider().await?;
         ctx.register_table("published_all", provider)?;
-        let (lo, hi) = partition_range(task, window).lo_hi();
+        let (lo, hi) = PartitionRange::of(task, window).lo_hi();
         let df = ctx.table("published_all").await?.filter(
             datafusion::prelude::col(datafusion::common::Column::from_name(&task.partition_by))
                 .gt_eq(datafusion::prelude::lit(lo))

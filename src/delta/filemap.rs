@@ -16,9 +16,9 @@ use std::collections::BTreeMap;
 
 use delta_kernel::expressions::Scalar;
 use deltalake::DeltaTable;
-use deltalake::kernel::{Add, LogicalFileView, Remove};
+use deltalake::kernel::{Add, Remove};
 
-use crate::delta::publish::PartitionRange;
+use crate::delta::partition::{PartitionRange, bounds, partition_key, partition_value};
 use crate::error::Result;
 
 /// Live files keyed by their partition value (days since the epoch for dates, microseconds
@@ -103,41 +103,6 @@ impl FileMap {
         }
         self.version = version;
         true
-    }
-}
-
-/// The typed value of column `partition_by` among a file's partition values.
-pub fn partition_value(view: &LogicalFileView, partition_by: &str) -> Option<Scalar> {
-    let values = view.partition_values()?;
-    values
-        .fields()
-        .iter()
-        .zip(values.values())
-        .find(|(f, _)| f.name() == partition_by)
-        .map(|(_, v)| v.clone())
-}
-
-fn bounds(range: PartitionRange) -> (i64, i64) {
-    match range {
-        PartitionRange::Date(lo, hi) => (lo as i64, hi as i64),
-        PartitionRange::Timestamp(lo, hi) => (lo, hi),
-    }
-}
-
-/// The map key of a partition value as Delta serialises it: `YYYY-MM-DD` for dates;
-/// `YYYY-MM-DD HH:MM:SS[.ffffff]` (UTC, optionally ISO-8601 with `T`/`Z`) for timestamps.
-pub fn partition_key(kind: PartitionRange, raw: &str) -> Option<i64> {
-    match kind {
-        PartitionRange::Date(..) => raw
-            .parse::<jiff::civil::Date>()
-            .ok()
-            .map(|d| crate::task::plan::epoch_days(d) as i64),
-        PartitionRange::Timestamp(..) => {
-            let civil = raw.trim_end_matches(['Z', 'z']);
-            let dt = civil.parse::<jiff::civil::DateTime>().ok()?;
-            let ts = dt.to_zoned(jiff::tz::TimeZone::UTC).ok()?.timestamp();
-            Some(ts.as_microsecond())
-        }
     }
 }
 

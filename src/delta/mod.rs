@@ -5,4 +5,8 @@
 //! May import `task`, `storage`, `report`, `config`, `error`, `fault`.
 
 pub mod filemap;
-pub mod publish;
+pub mod merge;
+pub mod overwrite;
+pub mod partition;
+pub mod readback;
+pub mod table;

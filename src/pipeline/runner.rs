@@ -13,7 +13,8 @@ use arrow::datatypes::SchemaRef;
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use deltalake::DeltaTable;
 
-use crate::delta::publish::{self, PartitionRange};
+use crate::delta::partition::{self, PartitionRange};
+use crate::delta::{merge, overwrite, readback, table};
 use crate::error::{Error, ErrorKind, Result};
 use crate::pipeline::checks::SourceSide;
 use crate::pipeline::execute::{self, Sink, Staged};
@@ -44,18 +45,6 @@ pub async fn finish_background(limit: std::time::Duration) {
     tracker.close();
     if tokio::time::timeout(limit, tracker.wait()).await.is_err() {
         tracing::warn!("background work still running after {limit:?}; exiting anyway");
-    }
-}
-
-/// The window's bounds on the partition column (for the row check and the log).
-pub fn partition_range(task: &Task, w: &Window) -> PartitionRange {
-    if task.grain.uses_dates() {
-        PartitionRange::Date(
-            plan::epoch_days(w.start_date()),
-            plan::epoch_days(w.end_date()),
-        )
-    } else {
-        PartitionRange::Timestamp(w.start_ts().as_microsecond(), w.end_ts().as_microsecond())
     }
 }
 
@@ -184,7 +173,7 @@ struct Target {
 
 /// A staged window waiting for a commit, and where to send the outcome.
 struct Pending {
-    window: publish::WindowCommit,
+    window: overwrite::WindowCommit,
     done: tokio::sync::oneshot::Sender<std::result::Result<Published, (ErrorKind, String)>>,
 }
 
@@ -235,12 +224,12 @@ impl Runner {
         let url = project.table_url(task)?;
         // The table loads in the background (its log replay is independent of the sources);
         // until then the runner holds it unloaded (no I/O).
-        let table = publish::builder(&url)?.build()?;
+        let table = table::builder(&url)?.build()?;
         let opening = {
             let url = url.clone();
             background().spawn(async move {
                 let t = Instant::now();
-                let table = publish::open(&url).await;
+                let table = table::open(&url).await;
                 tracing::debug!(
                     ms = t.elapsed().as_millis() as u64,
                     version = ?table.as_ref().ok().and_then(|t| t.version()),
@@ -330,7 +319,7 @@ impl Runner {
                     Some(h) => h.await.map_err(|e| {
                         Error::runtime(format!("loading the target table failed: {e}"))
                     })??,
-                    None => publish::open(&self.url).await?,
+                    None => table::open(&self.url).await?,
                 };
                 *self.view.lock().expect("not poisoned") = table.clone();
                 self.target.lock().await.table = table;
@@ -368,7 +357,7 @@ impl Runner {
     async fn publish(
         &self,
         schema: &SchemaRef,
-        window: publish::WindowCommit,
+        window: overwrite::WindowCommit,
     ) -> Result<Published> {
         self.loaded().await?;
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -416,14 +405,14 @@ impl Runner {
     /// Create the table on first use (the schema check follows creation by someone else).
     async fn ensure_table(&self, target: &mut Target, schema: &SchemaRef) -> Result<()> {
         if target.table.version().is_none() {
-            target.table = publish::ensure_exists(
+            target.table = table::ensure_exists(
                 target.table.clone(),
                 schema,
                 &self.task.partition_by,
                 &self.task.name,
             )
             .await?;
-            publish::check_schema(&target.table, schema, &self.task.partition_by)?;
+            table::check_schema(&target.table, schema, &self.task.partition_by)?;
             target.files = None;
             *self.view.lock().expect("not poisoned") = target.table.clone();
         }
@@ -447,7 +436,7 @@ impl Runner {
         // waiting windows learn that it is unknown (not "nothing published").
         let mut senders = Outcomes(senders.into_iter().map(Some).collect());
         let fail = |e: &Error| (e.kind(), e.message().to_string());
-        let committed = match publish::commit_windows(
+        let committed = match overwrite::commit_windows(
             &mut target.table,
             &mut target.files,
             &self.task.partition_by,
@@ -475,13 +464,13 @@ impl Runner {
         // Read the committed snapshot back from storage (the log replayed by delta-rs up to
         // this version, not the file map the commit was built from): every live file of each
         // window must be one this run added, and their statistics give the rows committed.
-        let snapshot = publish::snapshot_at(&mut target.table, committed.version).await;
+        let snapshot = readback::snapshot_at(&mut target.table, committed.version).await;
         if let Ok(t) = &snapshot {
             *self.view.lock().expect("not poisoned") = t.clone();
         }
         for (w, tx) in windows.iter().zip(senders.take()) {
             let readback = match &snapshot {
-                Ok(t) => publish::read_back(t, &self.task.partition_by, w)
+                Ok(t) => readback::read_back(t, &self.task.partition_by, w)
                     .map_err(|e| e.message().to_string()),
                 Err(e) => Err(format!(
                     "read-back: version {} could not be loaded: {}",
@@ -564,7 +553,7 @@ impl Runner {
         if t.table.version().is_some() {
             t.table.update_state().await?;
         } else {
-            t.table = publish::open(&self.url).await?;
+            t.table = table::open(&self.url).await?;
         }
         t.files = None;
         *self.view.lock().expect("not poisoned") = t.table.clone();
@@ -639,7 +628,7 @@ impl Runner {
         self.loaded().await?;
         let table = self.view();
         if table.version().is_some() {
-            publish::check_schema(&table, &planned.schema, &task.partition_by)?;
+            table::check_schema(&table, &planned.schema, &task.partition_by)?;
         }
         crate::storage::probe_conditional_put(url).await?;
 
@@ -651,7 +640,7 @@ impl Runner {
         let (store, config) = match &temp {
             None => (
                 table.log_store().object_store(None),
-                publish::writer_config(&table, planned.schema.clone(), &task.partition_by)?,
+                table::writer_config(&table, planned.schema.clone(), &task.partition_by)?,
             ),
             Some(dir) => temp_sink(dir, &planned)?,
         };
@@ -788,18 +777,18 @@ impl Runner {
         crate::fault::hit("before-commit", None)?;
         record.rows_written = staged.rows;
         record.reconciliation = checks.clone();
-        let range = partition_range(task, window);
+        let range = PartitionRange::of(task, window);
         let (version, expected_rows, committed_rows) = match task.mode {
             Mode::Overwrite => {
                 drop(permit);
                 let published = self
                     .publish(
                         &planned.schema,
-                        publish::WindowCommit {
+                        overwrite::WindowCommit {
                             range,
                             predicate: plan::replace_where(task, window),
                             adds: staged.adds,
-                            tags: publish::RunTags {
+                            tags: overwrite::RunTags {
                                 run_id: run_id.to_string(),
                                 window: window.label(),
                                 sql_hash: planned.sql_hash.clone(),
@@ -842,11 +831,11 @@ impl Runner {
                     .map(|f| f.name().clone())
                     .collect();
                 let base = table.version().map(|v| v as i64).unwrap_or(-1);
-                let merged = match publish::merge(
+                let merged = match merge::merge(
                     table,
                     Arc::new(ctx.state()),
                     source,
-                    publish::MergeSpec {
+                    merge::MergeSpec {
                         columns: &columns,
                         key: &task.key,
                         partition_by: &task.partition_by,
@@ -860,8 +849,8 @@ impl Runner {
                     Err(e) => {
                         // delta-rs can fail after writing the commit (its post-commit
                         // snapshot update or checkpoint): look for this run in the log.
-                        let found = match publish::open(url).await {
-                            Ok(t) => publish::find_run_commit(&t, base, run_id).await,
+                        let found = match table::open(url).await {
+                            Ok(t) => readback::find_run_commit(&t, base, run_id).await,
                             Err(why) => Err(why),
                         };
                         match found {
@@ -912,7 +901,7 @@ impl Runner {
                 if before.version().is_none_or(|b| (b as i64) < v) {
                     before.update_incremental(Some(v as u64)).await?;
                 }
-                let committed_rows = publish::window_rows(&publish::window_files(
+                let committed_rows = partition::window_rows(&partition::window_files(
                     &before,
                     &task.partition_by,
                     range,

@@ -63,7 +63,7 @@ async fn register_one(ctx: &SessionContext, s: &Source, pin: Option<i64>) -> Res
     }
     if s.format == Format::Delta {
         let url = crate::task::project::location_url(&s.uri, std::path::Path::new("/"))?;
-        let mut table = crate::delta::publish::builder(&url)?.build()?;
+        let mut table = crate::delta::table::builder(&url)?.build()?;
         match pin {
             Some(v) => table.load_version(v as u64).await,
             None => table.load().await,
@@ -143,7 +143,7 @@ pub async fn current_versions(
     for s in sources {
         if s.format == Format::Delta {
             let url = crate::task::project::location_url(&s.uri, std::path::Path::new("/"))?;
-            let mut table = crate::delta::publish::builder(&url)?.build()?;
+            let mut table = crate::delta::table::builder(&url)?.build()?;
             table.load().await?;
             out.push(SourceVersion {
                 alias: s.alias.clone(),

@@ -11,15 +11,15 @@ use datafusion::prelude::SessionContext;
 use deltalake::datafile::writer::WriterConfig;
 use object_store::local::LocalFileSystem;
 
+use crate::delta::partition::PartitionRange;
 use crate::error::{Error, Result};
 use crate::pipeline::execute::{self, Bounds, Sink, Staged};
-use crate::pipeline::runner::partition_range;
 use crate::task::plan::{self, Planned};
 use crate::task::window::Window;
 use crate::task::{Mode, Task};
 
 pub fn bounds(task: &Task, w: &Window) -> Bounds {
-    let (lo, hi) = partition_range(task, w).lo_hi();
+    let (lo, hi) = PartitionRange::of(task, w).lo_hi();
     let shown = if task.grain.uses_dates() {
         format!("[{}, {})", w.start_date(), w.end_date())
     } else {

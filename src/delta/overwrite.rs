@@ -1,0 +1,314 @@
+//! Overwrite mode: make staged windows visible with exactly one Delta commit.
+//!
+//! The commit holds `remove` actions for every file whose *partition value* lies in a window
+//! (found from the log alone; no data file is opened) and the new `add` actions, as one
+//! `WRITE` commit with `mode=Overwrite` and the replaceWhere predicate. Readers see the old
+//! window or the new one, never a mix. The files to remove come from a [`FileMap`] advanced
+//! by each commit (no snapshot refresh per commit); a commit is written put-if-absent as
+//! exactly the next version, and when another writer took it, it is rebuilt on top of the
+//! re-read table (each window replaced whole; the last writer of a window wins). Reading the
+//! commit back is `readback`.
+
+use std::collections::HashMap;
+
+use deltalake::kernel::transaction::{CommitBuilder, CommitData, CommitProperties, PROTOCOL};
+use deltalake::kernel::{Action, Add};
+use deltalake::logstore::CommitOrBytes;
+use deltalake::protocol::{DeltaOperation, SaveMode};
+use deltalake::{DeltaTable, DeltaTableError};
+
+use crate::delta::filemap::FileMap;
+use crate::delta::partition::PartitionRange;
+use crate::delta::readback::find_run_commit;
+use crate::delta::table::cleanup_due;
+use crate::error::{Error, Result};
+
+/// What one commit did.
+#[derive(Debug, Clone)]
+pub struct Committed {
+    pub version: i64,
+    pub files_added: usize,
+    pub files_removed: usize,
+}
+
+/// Who published a file: stored as tags on every `add` idemlake commits, so the snapshot alone
+/// (loaded from checkpoints) says which run published each window, at which version.
+#[derive(Debug, Clone)]
+pub struct RunTags {
+    pub run_id: String,
+    pub window: String,
+    pub sql_hash: String,
+}
+
+/// Tag keys on `add` actions.
+pub const TAG_RUN_ID: &str = "idemlake.run_id";
+pub const TAG_WINDOW: &str = "idemlake.window";
+pub const TAG_SQL_HASH: &str = "idemlake.sql_hash";
+pub const TAG_VERSION: &str = "idemlake.version";
+pub const TAG_PUBLISHED_AT: &str = "idemlake.published_at";
+
+/// How many times a commit is rebuilt on top of commits that other writers made first.
+pub const REBASE_ATTEMPTS: usize = 200;
+
+/// One window of a commit: its bounds, replaceWhere text, staged files, tags and run record.
+pub struct WindowCommit {
+    pub range: PartitionRange,
+    pub predicate: String,
+    pub adds: Vec<Add>,
+    pub tags: RunTags,
+    /// The window's run record (`record::RunRecord` as JSON).
+    pub record: serde_json::Value,
+}
+
+/// The commitInfo entry for `windows`: one window's run record as is, or for several windows
+/// published together `{"task", "windows", "runs": [record, …]}`.
+fn commit_info(windows: &[WindowCommit]) -> HashMap<String, serde_json::Value> {
+    let value = match windows {
+        [one] => one.record.clone(),
+        many => serde_json::json!({
+            "task": many[0].record.get("task").cloned().unwrap_or_default(),
+            "windows": many.len(),
+            "runs": many.iter().map(|w| w.record.clone()).collect::<Vec<_>>(),
+        }),
+    };
+    HashMap::from([(crate::report::record::COMMIT_INFO_KEY.to_string(), value)])
+}
+
+/// Commit the staged files of `windows` (distinct windows of one task), each replacing its
+/// window's files, in one commit with the run records in commitInfo.
+///
+/// The commit is built from `files` (the live files of the latest version this process knows,
+/// see [`FileMap`]; built from the table's snapshot when `None`) and written as exactly the
+/// next version (put-if-absent); `files` then advances by this commit, so a run of commits
+/// never re-reads or re-materialises the table state. If another writer took that version,
+/// the map is dropped, the table state re-read and the commit rebuilt on top — removing whatever each window holds *in the version right before
+/// ours*, so every window ends up holding exactly its run's rows whatever others committed
+/// meanwhile (other windows are never touched; the last writer of a window wins, never a
+/// union). Because the version is known when the commit is built, it is recorded in the
+/// files' tags. Several windows in one commit are published together: each is still
+/// replaced whole, in exactly one commit.
+///
+/// Exactly once: after *any* failed attempt the table is re-read, and if these files are
+/// already in it (the PUT of the commit succeeded but its response was lost), the commit is
+/// not applied again.
+pub async fn commit_windows(
+    table: &mut DeltaTable,
+    files: &mut Option<FileMap>,
+    partition_by: &str,
+    windows: &[WindowCommit],
+) -> Result<Committed> {
+    let schema = table.snapshot()?.schema();
+    let files_added = windows.iter().map(|w| w.adds.len()).sum();
+    let app_metadata = commit_info(windows);
+    let predicate = match windows {
+        [one] => one.predicate.clone(),
+        many => many
+            .iter()
+            .map(|w| format!("({})", w.predicate))
+            .collect::<Vec<_>>()
+            .join(" OR "),
+    };
+    let ranges: Vec<PartitionRange> = windows.iter().map(|w| w.range).collect();
+    // Log stores that take the commit's bytes (put-if-absent) get them directly; others
+    // (rename-based) go through delta-rs's commit, which stages a temporary file first.
+    let direct = ["DefaultLogStore", "LakeFSLogStore"].contains(&table.log_store().name().as_str());
+    let mut first_base = None;
+    let mut attempt = 0;
+    loop {
+        if !crate::config::get().accelerate {
+            // The plain twin: the window's files come from a snapshot loaded for this commit.
+            table.update_state().await?;
+            *files = None;
+        }
+        if files.is_none() {
+            *files = Some(FileMap::from_table(table, partition_by)?);
+        }
+        let map = files.as_mut().expect("just built");
+        let attempt_base = map.version;
+        let base = *first_base.get_or_insert(attempt_base);
+        let target = attempt_base + 1;
+        let mut actions: Vec<Action> = Vec::new();
+        let mut files_removed = 0;
+        for w in windows {
+            let removed = map.removes(w.range);
+            files_removed += removed.len();
+            actions.extend(removed.into_iter().map(Action::Remove));
+        }
+        let published_at = jiff::Timestamp::now().to_string();
+        for w in windows {
+            actions.extend(w.adds.iter().cloned().map(|mut a| {
+                a.tags = Some(HashMap::from([
+                    (TAG_RUN_ID.to_string(), Some(w.tags.run_id.clone())),
+                    (TAG_WINDOW.to_string(), Some(w.tags.window.clone())),
+                    (TAG_SQL_HASH.to_string(), Some(w.tags.sql_hash.clone())),
+                    (TAG_VERSION.to_string(), Some(target.to_string())),
+                    (TAG_PUBLISHED_AT.to_string(), Some(published_at.clone())),
+                ]));
+                Action::Add(a)
+            }));
+        }
+        let op = DeltaOperation::Write {
+            mode: SaveMode::Overwrite,
+            partition_by: Some(vec![partition_by.to_string()]),
+            predicate: Some(predicate.clone()),
+        };
+        let result = if direct {
+            write_next(table, target, actions, op, &app_metadata).await
+        } else {
+            let snapshot = table.snapshot()?.snapshot();
+            CommitBuilder::from(
+                CommitProperties::default()
+                    .with_metadata(app_metadata.clone())
+                    .with_max_retries(0)
+                    .with_cleanup_expired_logs(Some(cleanup_due(table, target)?)),
+            )
+            .with_actions(actions)
+            .build(Some(snapshot), table.log_store(), op)
+            .await
+            .map(|done| {
+                table.state = Some(done.snapshot);
+            })
+        };
+        let e = match result {
+            Ok(()) => {
+                if direct {
+                    let adds: Vec<&Add> = windows.iter().flat_map(|w| &w.adds).collect();
+                    if !map.apply(target, &ranges, &adds) {
+                        *files = None;
+                    }
+                    checkpoint_if_due(table, target).await;
+                } else {
+                    *files = None;
+                }
+                return Ok(Committed {
+                    version: target,
+                    files_added,
+                    files_removed,
+                });
+            }
+            Err(e) => e,
+        };
+        // Someone else may have committed (or this commit landed and its response was lost):
+        // the map is no longer known to be current; re-read the table.
+        *files = None;
+        let fail = |e: &DeltaTableError| {
+            Error::runtime(format!("commit failed, nothing was published: {e}"))
+        };
+        // Whether the commit landed cannot be told without reading the log: if that fails
+        // too, say so — never "nothing was published" (re-running the window is safe).
+        let unknown = |e: &DeltaTableError, why: &dyn std::fmt::Display| {
+            Error::runtime(format!(
+                "commit failed ({e}) and the log could not be read back ({why}): the window may or may not have been published; re-running it is safe"
+            ))
+        };
+        if let Err(why) = table.update_state().await {
+            return Err(unknown(&e, &why));
+        }
+        let found = match landed(table, windows, base).await {
+            Ok(found) => found,
+            Err(why) => return Err(unknown(&e, &why)),
+        };
+        if let Some(version) = found {
+            tracing::warn!(
+                "the commit reported an error ({e}) but it is in the log at version {version}; not applying it twice"
+            );
+            return Ok(Committed {
+                version,
+                files_added,
+                files_removed: 0,
+            });
+        }
+        let moved = table.version().unwrap_or(0) as i64 > attempt_base;
+        if !moved || attempt >= REBASE_ATTEMPTS {
+            return Err(fail(&e));
+        }
+        if table.snapshot()?.schema() != schema {
+            return Err(Error::runtime(
+                "the table's schema changed while this run was committing; nothing was published",
+            ));
+        }
+        attempt += 1;
+        tracing::debug!(
+            "version {target} was taken by another writer; rebuilding on top (attempt {attempt})"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis((attempt as u64 % 8) * 3)).await;
+    }
+}
+
+/// Write `actions` as exactly version `target` (put-if-absent), after delta-rs's protocol
+/// check (writer features, append-only tables). No snapshot is read or refreshed: the caller
+/// knows the live files of `target - 1` and advances its map by this commit.
+async fn write_next(
+    table: &DeltaTable,
+    target: i64,
+    actions: Vec<Action>,
+    op: DeltaOperation,
+    app_metadata: &HashMap<String, serde_json::Value>,
+) -> std::result::Result<(), DeltaTableError> {
+    let snapshot = table.snapshot()?.snapshot();
+    PROTOCOL.can_commit(snapshot, &actions, &op)?;
+    let data = CommitData::new(actions, op, app_metadata.clone(), Vec::new());
+    let bytes = data.get_bytes()?;
+    table
+        .log_store()
+        .write_commit_entry(
+            target as u64,
+            CommitOrBytes::LogBytes(bytes),
+            uuid::Uuid::new_v4(),
+        )
+        .await?;
+    Ok(())
+}
+
+/// After a direct commit: write a checkpoint when the table's interval says so (and clean up
+/// expired log files then, if the table allows it), as delta-rs's post-commit hook would. A
+/// failure here does not undo the commit; it is logged and the next checkpoint covers it.
+async fn checkpoint_if_due(table: &mut DeltaTable, version: i64) {
+    use deltalake::table::config::TablePropertiesExt;
+    let Ok(state) = table.snapshot() else {
+        return;
+    };
+    let config = state.table_config();
+    if (version + 1) % config.checkpoint_interval().get() as i64 != 0 {
+        return;
+    }
+    let cleanup = config.enable_expired_log_cleanup();
+    let done = async {
+        table.update_incremental(Some(version as u64)).await?;
+        deltalake::checkpoints::create_checkpoint(table, None).await?;
+        if cleanup {
+            deltalake::checkpoints::cleanup_metadata(table, None).await?;
+        }
+        Ok::<(), DeltaTableError>(())
+    }
+    .await;
+    match done {
+        Ok(()) => tracing::debug!(version, "checkpoint written"),
+        Err(e) => tracing::warn!("version {version} is committed, but its checkpoint failed: {e}"),
+    }
+}
+
+/// If these windows' staged files are in the table, the version of the commit that added them.
+async fn landed(table: &DeltaTable, windows: &[WindowCommit], base: i64) -> Result<Option<i64>> {
+    let run_id = &windows[0].tags.run_id;
+    let Some(first) = windows.iter().find_map(|w| w.adds.first()) else {
+        // Nothing added (emptied windows): look for the run id in the commits alone.
+        return find_run_commit(table, base, run_id).await;
+    };
+    let present = table
+        .snapshot()?
+        .snapshot()
+        .log_data()
+        .iter()
+        .any(|f| f.path() == first.path.as_str());
+    if !present {
+        return Ok(None);
+    }
+    Ok(Some(
+        find_run_commit(table, base, run_id).await?.ok_or_else(|| {
+            Error::runtime(format!(
+                "run {run_id}'s files are in the table but no commit names the run"
+            ))
+        })?,
+    ))
+}
