@@ -36,11 +36,30 @@ impl ErrorKind {
     }
 }
 
-/// An idemlake error: a kind plus a human message that names the problem.
-#[derive(Debug)]
+/// An idemlake error: a kind, a human message that names the problem, and the library error
+/// it came from (if any) as its [`std::error::Error::source`].
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
 pub struct Error {
     kind: ErrorKind,
     message: String,
+    #[source]
+    source: Option<Cause>,
+}
+
+/// The library error behind an [`Error`].
+#[derive(Debug, thiserror::Error)]
+pub enum Cause {
+    #[error(transparent)]
+    DataFusion(Box<datafusion::error::DataFusionError>),
+    #[error(transparent)]
+    Delta(Box<deltalake::DeltaTableError>),
+    #[error(transparent)]
+    Arrow(Box<arrow::error::ArrowError>),
+    #[error(transparent)]
+    ObjectStore(Box<object_store::Error>),
+    #[error(transparent)]
+    Io(std::io::Error),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -50,6 +69,7 @@ impl Error {
         Self {
             kind,
             message: message.into(),
+            source: None,
         }
     }
     pub fn input(message: impl Into<String>) -> Self {
@@ -67,56 +87,86 @@ impl Error {
     pub fn unverified(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Unverified, message)
     }
+    fn caused(kind: ErrorKind, cause: Cause) -> Self {
+        Self {
+            kind,
+            message: cause.to_string(),
+            source: Some(cause),
+        }
+    }
     pub fn kind(&self) -> ErrorKind {
         self.kind
     }
     pub fn message(&self) -> &str {
         &self.message
     }
-    /// Prefix the message with what was being done, keeping the kind.
+    /// The exit code of this error: decided by its kind alone ([`ErrorKind::exit_code`]).
+    pub fn exit_code(&self) -> u8 {
+        self.kind.exit_code()
+    }
+    /// Whether the window was published before this error (its commit landed): only
+    /// [`ErrorKind::Unverified`] errors say so.
+    pub fn published(&self) -> bool {
+        self.kind == ErrorKind::Unverified
+    }
+    /// Prefix the message with what was being done, keeping the kind and the source.
     pub fn context(self, what: impl fmt::Display) -> Self {
         Self {
-            kind: self.kind,
             message: format!("{what}: {}", self.message),
+            ..self
+        }
+    }
+    /// The same error, reclassified as the user's mistake.
+    fn into_input(self) -> Self {
+        Self {
+            kind: ErrorKind::Input,
+            ..self
         }
     }
 }
 
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
+/// Whose mistake a DataFusion error is. What DataFusion rejects while parsing, planning or
+/// type-checking the task's SQL (syntax, unknown names, types that do not fit, unsupported
+/// SQL) is the user's, exit 2, wherever it is detected — also when a window is planned on
+/// its own at run time; no row has been read then. A failure while rows are processed (a
+/// value that does not cast, a division by zero, I/O, resources) is a runtime failure: rows
+/// were read (SPEC: exit 2 means no data read).
+fn datafusion_kind(e: &datafusion::error::DataFusionError) -> ErrorKind {
+    use datafusion::error::DataFusionError as D;
+    match e.find_root() {
+        D::SQL(..) | D::Plan(..) | D::SchemaError(..) | D::NotImplemented(..) => ErrorKind::Input,
+        _ => ErrorKind::Runtime,
     }
 }
 
-impl std::error::Error for Error {}
-
 impl From<datafusion::error::DataFusionError> for Error {
     fn from(e: datafusion::error::DataFusionError) -> Self {
-        Error::runtime(e.to_string())
+        let kind = datafusion_kind(&e);
+        Error::caused(kind, Cause::DataFusion(Box::new(e)))
     }
 }
 
 impl From<deltalake::DeltaTableError> for Error {
     fn from(e: deltalake::DeltaTableError) -> Self {
-        Error::runtime(e.to_string())
+        Error::caused(ErrorKind::Runtime, Cause::Delta(Box::new(e)))
     }
 }
 
 impl From<arrow::error::ArrowError> for Error {
     fn from(e: arrow::error::ArrowError) -> Self {
-        Error::runtime(e.to_string())
+        Error::caused(ErrorKind::Runtime, Cause::Arrow(Box::new(e)))
     }
 }
 
 impl From<object_store::Error> for Error {
     fn from(e: object_store::Error) -> Self {
-        Error::runtime(e.to_string())
+        Error::caused(ErrorKind::Runtime, Cause::ObjectStore(Box::new(e)))
     }
 }
 
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
-        Error::runtime(e.to_string())
+        Error::caused(ErrorKind::Runtime, Cause::Io(e))
     }
 }
 
@@ -133,10 +183,7 @@ impl<T, E: Into<Error>> ResultExt<T> for std::result::Result<T, E> {
         self.map_err(|e| e.into().context(what))
     }
     fn input_err(self, what: impl fmt::Display) -> Result<T> {
-        self.map_err(|e| {
-            let e: Error = e.into();
-            Error::input(format!("{what}: {}", e.message))
-        })
+        self.map_err(|e| e.into().context(what).into_input())
     }
 }
 
@@ -159,5 +206,46 @@ mod tests {
         let e = r.input_err("reading x").unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Input);
         assert_eq!(e.message(), "reading x: boom");
+    }
+
+    #[test]
+    fn sql_mistakes_are_input_wherever_datafusion_finds_them() {
+        use datafusion::error::DataFusionError as D;
+        let plan = Error::from(D::Plan("no such column".into()));
+        assert_eq!(plan.kind(), ErrorKind::Input);
+        // A value that fails while rows are processed: rows were read, so not exit 2.
+        let zero = Error::from(D::ArrowError(
+            Box::new(arrow::error::ArrowError::DivideByZero),
+            None,
+        ));
+        assert_eq!(zero.kind(), ErrorKind::Runtime);
+        // Wrapped in context by DataFusion: still the user's.
+        let wrapped = Error::from(D::Context(
+            "while executing".into(),
+            Box::new(D::SchemaError(
+                Box::new(datafusion::common::SchemaError::FieldNotFound {
+                    field: Box::new(datafusion::common::Column::from_name("x")),
+                    valid_fields: vec![],
+                }),
+                Box::new(None),
+            )),
+        ));
+        assert_eq!(wrapped.kind(), ErrorKind::Input);
+        let io = Error::from(D::IoError(std::io::Error::other("disk")));
+        assert_eq!(io.kind(), ErrorKind::Runtime);
+        assert_eq!(
+            Error::from(D::Execution("x".into())).kind(),
+            ErrorKind::Runtime
+        );
+    }
+
+    #[test]
+    fn library_errors_are_the_source_and_survive_context() {
+        use std::error::Error as _;
+        let e = Error::from(std::io::Error::other("boom")).context("reading x");
+        assert_eq!(e.message(), "reading x: boom");
+        assert_eq!(e.source().map(|s| s.to_string()).as_deref(), Some("boom"));
+        assert!(!e.published());
+        assert!(Error::unverified("read-back").published());
     }
 }

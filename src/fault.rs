@@ -20,19 +20,14 @@
 //! Without the variable every hook is a no-op.
 
 use std::fmt;
-use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use async_trait::async_trait;
-use futures::stream::BoxStream;
 use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult,
-};
+use object_store::{ObjectStore, PutResult};
 
 use crate::error::{Error, Result};
+use crate::storage::wrap::{Intercept, Wrapped};
 
 fn spec() -> Option<String> {
     crate::config::get().test_fault.clone()
@@ -66,11 +61,11 @@ pub fn mutation(name: &str) -> bool {
 /// Wrap `store` when a fault asks for it.
 pub fn wrap_store(store: Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore> {
     if wants_store_wrapper() {
-        Arc::new(Instrumented {
+        Arc::new(Wrapped(Instrumented {
             inner: store,
             lose_commit: spec().as_deref() == Some("lose-commit-response"),
             done: AtomicBool::new(false),
-        })
+        }))
     } else {
         store
     }
@@ -94,15 +89,16 @@ impl fmt::Display for Instrumented {
     }
 }
 
-#[async_trait]
-impl ObjectStore for Instrumented {
-    async fn put_opts(
+impl Intercept for Instrumented {
+    fn inner(&self) -> &dyn ObjectStore {
+        self.inner.as_ref()
+    }
+    fn after_put(
         &self,
         location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
+        result: object_store::Result<PutResult>,
     ) -> object_store::Result<PutResult> {
-        let r = self.inner.put_opts(location, payload, opts).await?;
+        let r = result?;
         let is_commit =
             location.as_ref().contains("_delta_log/") && location.as_ref().ends_with(".json");
         if self.lose_commit && is_commit && !self.done.swap(true, Ordering::SeqCst) {
@@ -112,53 +108,5 @@ impl ObjectStore for Instrumented {
             });
         }
         Ok(r)
-    }
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        self.inner.get_opts(location, options).await
-    }
-    async fn get_ranges(
-        &self,
-        location: &Path,
-        ranges: &[Range<u64>],
-    ) -> object_store::Result<Vec<bytes::Bytes>> {
-        self.inner.get_ranges(location, ranges).await
-    }
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-    fn list_with_offset(
-        &self,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list_with_offset(prefix, offset)
-    }
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
     }
 }

@@ -101,7 +101,7 @@ fn main() -> ExitCode {
     };
     let code = runtime.block_on(async {
         let code = idemlake::cli::execute(cli).await;
-        idemlake::pipeline::runner::finish_background(std::time::Duration::from_secs(60)).await;
+        idemlake::pipeline::target::finish_background(std::time::Duration::from_secs(60)).await;
         code
     });
     ExitCode::from(code)

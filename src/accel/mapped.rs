@@ -22,13 +22,11 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::stream::BoxStream;
+use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult,
-};
+
+use crate::storage::wrap::{Intercept, Wrapped};
 
 /// The local file system, with range reads served from memory maps.
 #[derive(Debug, Default)]
@@ -39,7 +37,7 @@ pub struct MappedLocal {
 impl MappedLocal {
     /// The store to register for `file://` sources.
     pub fn for_sources() -> Arc<dyn ObjectStore> {
-        Arc::new(MappedLocal::default())
+        Arc::new(Wrapped(MappedLocal::default()))
     }
 }
 
@@ -179,67 +177,27 @@ fn map_ranges(path: &std::path::Path, ranges: &[Range<u64>]) -> object_store::Re
 }
 
 #[async_trait::async_trait]
-impl ObjectStore for MappedLocal {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
+impl Intercept for MappedLocal {
+    fn inner(&self) -> &dyn ObjectStore {
+        &self.inner
     }
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        self.inner.get_opts(location, options).await
-    }
-    async fn get_ranges(
+    async fn read_ranges(
         &self,
         location: &Path,
         ranges: &[Range<u64>],
-    ) -> object_store::Result<Vec<Bytes>> {
-        let path = self.inner.path_to_filesystem(location)?;
+    ) -> Option<object_store::Result<Vec<Bytes>>> {
+        let path = match self.inner.path_to_filesystem(location) {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e)),
+        };
         let ranges = ranges.to_vec();
         // Mapping with populate faults the pages in here, off the decoding threads.
-        tokio::task::spawn_blocking(move || map_ranges(&path, &ranges))
-            .await
-            .map_err(generic)?
-    }
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-    fn list_with_offset(
-        &self,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list_with_offset(prefix, offset)
-    }
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
+        Some(
+            tokio::task::spawn_blocking(move || map_ranges(&path, &ranges))
+                .await
+                .map_err(generic)
+                .and_then(|r| r),
+        )
     }
 }
 

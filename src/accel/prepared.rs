@@ -24,7 +24,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
-use arrow::datatypes::{Schema, SchemaRef};
+use arrow::datatypes::SchemaRef;
 use datafusion::catalog::TableProvider;
 use datafusion::catalog::default_table_source::provider_as_source;
 use datafusion::common::tree_node::TreeNode;
@@ -39,7 +39,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::prelude::{DataFrame, SessionContext};
 
-use crate::accel::reuse::Reuse;
+use crate::accel::reuse::{Reuse, same_columns};
 use crate::error::Result;
 use crate::task::Task;
 use crate::task::plan::{self, OUTPUT_TABLE, Planned};
@@ -251,16 +251,6 @@ fn scans(plan: &LogicalPlan) -> Vec<(TableReference, SchemaRef)> {
     out
 }
 
-/// Same column names, types and nullability, in the same order (metadata aside).
-pub(crate) fn same_columns(a: &Schema, b: &Schema) -> bool {
-    a.fields().len() == b.fields().len()
-        && a.fields().iter().zip(b.fields()).all(|(x, y)| {
-            x.name() == y.name()
-                && x.data_type() == y.data_type()
-                && x.is_nullable() == y.is_nullable()
-        })
-}
-
 /// Point every scan of a table in `providers` at that provider.
 fn swap_tables(
     plan: LogicalPlan,
@@ -305,7 +295,7 @@ fn instantiate(
 mod tests {
     use super::*;
     use arrow::array::{Int64Array, RecordBatch};
-    use arrow::datatypes::{DataType, Field};
+    use arrow::datatypes::{DataType, Field, Schema};
 
     /// One plan of an aggregate over the output stream serves several windows: each reads
     /// its own stream.

@@ -39,7 +39,6 @@ use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::{ExecutionPlan, displayable};
 
-use crate::accel::prepared::same_columns;
 use crate::error::Result;
 
 /// A window's slices by table: the partitions of the in-memory table a reference resolves to
@@ -276,23 +275,7 @@ fn rebuild(
         return Ok(None);
     }
     if let Some(ds) = plan.downcast_ref::<DataSourceExec>() {
-        let Some(m) = ds.data_source().downcast_ref::<MemorySourceConfig>() else {
-            return Ok(None);
-        };
-        let schema = m.original_schema();
-        let fits = parts.len() == m.partitions().len()
-            && parts
-                .iter()
-                .flatten()
-                .all(|b| same_columns(&b.schema(), &schema));
-        if !fits {
-            return Ok(None);
-        }
-        let config = MemorySourceConfig::try_new(parts, schema, m.projection().clone())?
-            .with_limit(m.fetch())
-            .with_show_sizes(m.show_sizes())
-            .try_with_sort_information(m.sort_information().to_vec())?;
-        return Ok(Some(DataSourceExec::from_data_source(config)));
+        return memory_leaf(ds, parts);
     }
     let mut children = Vec::new();
     for child in plan.children() {
@@ -318,22 +301,7 @@ fn rebuild(
         return Ok(Some(Arc::new(exec)));
     }
     if let Some(p) = plan.downcast_ref::<ProjectionExec>() {
-        let mut exprs = Vec::with_capacity(p.expr().len());
-        for e in p.expr() {
-            let Some(expr) = substitute(&e.expr, mapping)? else {
-                return Ok(None);
-            };
-            exprs.push(ProjectionExpr {
-                expr,
-                alias: e.alias.clone(),
-            });
-        }
-        let exec = ProjectionExec::try_new_with_schema_metadata(
-            exprs,
-            children.remove(0),
-            plan.schema().as_ref(),
-        )?;
-        return Ok(Some(Arc::new(exec)));
+        return projection(p, children.remove(0), mapping);
     }
     if !REBUILT.contains(&plan.name()) {
         return Ok(None);
@@ -353,6 +321,60 @@ fn rebuild(
     }
     let options = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
     Ok(Some(plan.clone().replace_children(children, options)?))
+}
+
+/// Same column names, types and nullability, in the same order (metadata aside).
+pub(crate) fn same_columns(a: &Schema, b: &Schema) -> bool {
+    a.fields().len() == b.fields().len()
+        && a.fields().iter().zip(b.fields()).all(|(x, y)| {
+            x.name() == y.name()
+                && x.data_type() == y.data_type()
+                && x.is_nullable() == y.is_nullable()
+        })
+}
+
+/// The slice's in-memory leaf reading `parts` instead (`None` if they do not fit it).
+fn memory_leaf(
+    ds: &DataSourceExec,
+    parts: &[Vec<RecordBatch>],
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let Some(m) = ds.data_source().downcast_ref::<MemorySourceConfig>() else {
+        return Ok(None);
+    };
+    let schema = m.original_schema();
+    let fits = parts.len() == m.partitions().len()
+        && parts
+            .iter()
+            .flatten()
+            .all(|b| same_columns(&b.schema(), &schema));
+    if !fits {
+        return Ok(None);
+    }
+    let config = MemorySourceConfig::try_new(parts, schema, m.projection().clone())?
+        .with_limit(m.fetch())
+        .with_show_sizes(m.show_sizes())
+        .try_with_sort_information(m.sort_information().to_vec())?;
+    Ok(Some(DataSourceExec::from_data_source(config)))
+}
+
+/// A projection over `child` with its literals mapped (`None`: one the mapping lacks).
+fn projection(
+    p: &ProjectionExec,
+    child: Arc<dyn ExecutionPlan>,
+    mapping: Option<&Mapping>,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let mut exprs = Vec::with_capacity(p.expr().len());
+    for e in p.expr() {
+        let Some(expr) = substitute(&e.expr, mapping)? else {
+            return Ok(None);
+        };
+        exprs.push(ProjectionExpr {
+            expr,
+            alias: e.alias.clone(),
+        });
+    }
+    let exec = ProjectionExec::try_new_with_schema_metadata(exprs, child, p.schema().as_ref())?;
+    Ok(Some(Arc::new(exec)))
 }
 
 /// `expr` with its literals mapped (as it is without a mapping); `None` if it holds a literal
@@ -407,98 +429,4 @@ fn unchanged(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use arrow::array::{Date32Array, Int64Array};
-    use arrow::datatypes::{DataType, Field};
-    use datafusion::datasource::MemTable;
-    use datafusion::physical_plan::collect;
-    use datafusion::prelude::{SessionConfig, SessionContext};
-
-    /// A session over window `day`'s slice (three rows dated `day`), and the slice.
-    fn window(day: i32) -> (SessionContext, Vec<Vec<RecordBatch>>) {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("d", DataType::Date32, false),
-            Field::new("x", DataType::Int64, false),
-        ]));
-        let batch = RecordBatch::try_new(
-            schema.clone(),
-            vec![
-                Arc::new(Date32Array::from(vec![day; 3])),
-                Arc::new(Int64Array::from(vec![day as i64, 10, 100])),
-            ],
-        )
-        .unwrap();
-        let parts = vec![vec![batch]];
-        let config = SessionConfig::new().with_target_partitions(1);
-        let ctx = SessionContext::new_with_config(config);
-        let table = MemTable::try_new(schema, parts.clone()).unwrap();
-        ctx.register_table("t", Arc::new(table)).unwrap();
-        (ctx, parts)
-    }
-
-    /// Plans `sql` (with `{lo}`/`{hi}` the window's bounds as dates) for days 1..=5 through
-    /// one `Reuse`; checks each plan's rows against the window planned on its own, and
-    /// returns whether plans were being derived at the end.
-    async fn run(sql: &str) -> bool {
-        let reuse = Reuse::default();
-        for day in 1..=5 {
-            let (ctx, parts) = window(19_000 + day);
-            let date = |d: i32| {
-                let v = ScalarValue::Date32(Some(19_000 + d)).to_string();
-                format!("DATE '{v}'")
-            };
-            let q = sql
-                .replace("{lo}", &date(day))
-                .replace("{hi}", &date(day + 1));
-            let logical = ctx.sql(&q).await.unwrap().into_optimized_plan().unwrap();
-            let state = ctx.state();
-            let slices = |t: &TableReference| (t.table() == "t").then(|| parts.clone());
-            let plan = reuse.physical(&logical, &state, &slices).await.unwrap();
-            let own = ctx
-                .sql(&q)
-                .await
-                .unwrap()
-                .create_physical_plan()
-                .await
-                .unwrap();
-            assert_eq!(show(&plan), show(&own), "day {day}: {q}");
-            let got = collect(plan, ctx.task_ctx()).await.unwrap();
-            let want = collect(own, ctx.task_ctx()).await.unwrap();
-            assert_eq!(got, want, "day {day}: {q}");
-        }
-        reuse.active()
-    }
-
-    #[tokio::test]
-    async fn a_window_query_over_a_slice_is_planned_once() {
-        let sql = "SELECT x * 2 AS y, d FROM t WHERE d >= {lo} AND d < {hi}";
-        assert!(run(sql).await);
-        let sql = "SELECT count(*) AS n, sum(x) AS s FROM t WHERE d >= {lo} AND d < {hi}";
-        assert!(run(sql).await);
-        // A value computed from the window's bounds is a literal that changes with them.
-        let sql = "SELECT x, {lo} + INTERVAL '7' DAY AS week_end FROM t WHERE d >= {lo}";
-        assert!(run(sql).await);
-    }
-
-    #[tokio::test]
-    async fn ambiguous_literals_make_each_window_plan_itself() {
-        // The first window's start is also a constant of the query: which literal to change
-        // cannot be told, so every window is planned on its own (and still right).
-        let first = format!("DATE '{}'", ScalarValue::Date32(Some(19_001)));
-        let sql = format!("SELECT x, d > {first} AS later FROM t WHERE d >= {{lo}} AND d < {{hi}}");
-        assert!(!run(&sql).await);
-    }
-
-    #[test]
-    fn literals_map_one_to_one() {
-        let v = |i: i64| ScalarValue::Int64(Some(i));
-        assert!(Mapping::new(&[v(1), v(2)], &[v(3), v(4)]).is_some());
-        assert!(Mapping::new(&[v(1), v(1)], &[v(3), v(4)]).is_none());
-        assert!(Mapping::new(&[v(1), v(1)], &[v(3), v(1)]).is_none());
-        let m = Mapping::new(&[v(1), v(5)], &[v(2), v(5)]).unwrap();
-        assert_eq!(m.get(&v(1)), Some(v(2)));
-        assert_eq!(m.get(&v(5)), Some(v(5)));
-        assert_eq!(m.get(&v(9)), None);
-    }
-}
+mod tests;

@@ -1,7 +1,7 @@
 //! Dispatch: each command's resolved arguments handed to the layer that does the work, and
 //! its results printed and alerted on.
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, Command, Range};
 use crate::error::{Error, Result};
 use crate::report::record::Report;
 use crate::report::render::{OutputFormat, diag, print_audits, print_report, print_status, redact};
@@ -18,47 +18,23 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
     }
     let project = Project::resolve(cli.project.as_deref(), cli.lake.as_deref())?;
     match &cli.command {
-        Command::Run { task, window } => {
-            let task = project.task(task)?;
-            let window = Window::parse(window, task.grain, &task.timezone)?;
-            let report = crate::pipeline::runner::run_window(&project, &task, &window).await;
-            print_report(cli.output, &report);
-            let code = report.exit_code.unwrap_or(0);
-            alert_reports(&project, &task, "run", std::slice::from_ref(&report), code).await;
-            Ok(code)
-        }
+        Command::Run { task, window } => run(cli, &project, task, window).await,
         Command::Backfill {
             task,
-            from,
-            to,
+            range,
             parallel,
             missing,
             stale,
         } => {
-            let task = project.task(task)?;
-            let (a, b) = crate::commands::backfill::range(&task, from, to)?;
-            let opts = crate::commands::backfill::Options {
-                parallel: usize::from(*parallel),
-                missing: *missing,
-                stale: *stale,
-                progress: cli.output == OutputFormat::Text,
-            };
-            let runner =
-                std::sync::Arc::new(crate::pipeline::runner::Runner::new(&project, &task).await?);
-            let windows =
-                crate::commands::backfill::select(&project, &runner, &a, &b, &opts).await?;
-            let format = cli.output;
-            let reports =
-                crate::commands::backfill::run(runner, windows, &opts, |r| print_report(format, r))
-                    .await;
-            let (summary, code) = crate::commands::backfill::summarize(&task, &reports);
-            if cli.output == OutputFormat::Text {
-                println!("{}", redact(&summary));
-            } else {
-                diag("INFO", &summary, None);
-            }
-            alert_reports(&project, &task, "backfill", &reports, code).await;
-            Ok(code)
+            backfill(
+                cli,
+                &project,
+                task,
+                range,
+                &parallel.parallel,
+                (missing, stale),
+            )
+            .await
         }
         Command::Verify {
             task,
@@ -67,209 +43,314 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
             to,
             against_table,
         } => {
-            let task = project.task(task)?;
-            let print = |v: &crate::commands::verify::Verification| match cli.output {
-                OutputFormat::Json => println!(
-                    "{}",
-                    redact(&serde_json::to_string(v).expect("serialisable"))
-                ),
-                OutputFormat::Text => println!("{}", redact(&crate::commands::verify::describe(v))),
-            };
-            let results = match (window, from, to) {
-                (Some(w), _, _) => {
-                    let window = Window::parse(w, task.grain, &task.timezone)?;
-                    let v =
-                        crate::commands::verify::verify(&project, &task, &window, *against_table)
-                            .await?;
-                    print(&v);
-                    vec![v]
-                }
-                (None, Some(a), Some(b)) => {
-                    let (a, b) = crate::commands::backfill::range(&task, a, b)?;
-                    let started = std::time::Instant::now();
-                    let all = crate::commands::verify::verify_range(
-                        &project,
-                        &task,
-                        &a,
-                        &b,
-                        *against_table,
-                        print,
-                    )
-                    .await?;
-                    let differ = all.iter().filter(|v| v.status != "identical").count();
-                    diag(
-                        "INFO",
-                        &format!(
-                            "verify {}: {} windows, {differ} differ, {:.1}s",
-                            task.name,
-                            all.len(),
-                            started.elapsed().as_secs_f64()
-                        ),
-                        None,
-                    );
-                    all
-                }
-                _ => return Err(Error::input("give --window, or both --from and --to")),
-            };
-            Ok(
-                if results
-                    .iter()
-                    .all(|v| v.diffs.iter().all(crate::commands::verify::Diff::identical))
-                {
-                    0
-                } else {
-                    crate::error::ErrorKind::Divergence.exit_code()
-                },
+            verify(
+                cli,
+                &project,
+                task,
+                window.as_deref(),
+                from.as_deref(),
+                to.as_deref(),
+                against_table,
             )
+            .await
         }
         Command::Audit {
             task,
-            from,
-            to,
+            range,
             reconcile,
-        } => {
-            let task = project.task(task)?;
-            let (a, b) = crate::commands::backfill::range(&task, from, to)?;
-            let runner = crate::pipeline::runner::Runner::new(&project, &task).await?;
-            let audits = crate::commands::audit::audit(&runner, &a, &b, *reconcile).await?;
-            print_audits(cli.output, &audits);
-            let damaged = audits.iter().filter(|a| a.status != "ok").count();
-            if cli.output == OutputFormat::Text {
-                println!(
-                    "audit {}: {} windows, {damaged} damaged",
-                    task.name,
-                    audits.len()
-                );
-            }
-            let code = if damaged > 0 {
-                crate::error::ErrorKind::Divergence.exit_code()
-            } else {
-                0
-            };
-            alert_audit(&project, &task, "audit", &audits, code).await;
-            Ok(code)
-        }
+        } => audit(cli, &project, task, range, reconcile).await,
         Command::Repair {
             task,
-            from,
-            to,
+            range,
             parallel,
             reconcile,
-        } => {
-            let task = project.task(task)?;
-            let (a, b) = crate::commands::backfill::range(&task, from, to)?;
-            let (before, reports, after) = crate::commands::audit::repair(
-                &project,
-                &task,
-                &a,
-                &b,
-                usize::from(*parallel),
-                *reconcile,
-            )
-            .await?;
-            let damaged = |v: &[WindowAudit]| v.iter().filter(|a| a.status != "ok").count();
-            match cli.output {
-                OutputFormat::Json => {
-                    for r in &reports {
-                        print_report(cli.output, r);
-                    }
-                    print_audits(cli.output, &after);
-                }
-                OutputFormat::Text => {
-                    println!(
-                        "before: {} of {} windows damaged",
-                        damaged(&before),
-                        before.len()
-                    );
-                    for a in before.iter().filter(|a| a.status != "ok") {
-                        println!("{}", a.describe());
-                    }
-                    for r in &reports {
-                        print_report(cli.output, r);
-                    }
-                    println!(
-                        "after: {} of {} windows damaged",
-                        damaged(&after),
-                        after.len()
-                    );
-                    for a in after.iter().filter(|a| a.status != "ok") {
-                        println!("{}", a.describe());
-                    }
-                }
-            }
-            let failed = reports.iter().filter_map(|r| r.exit_code).max();
-            let code = if damaged(&after) > 0 {
-                failed.unwrap_or(crate::error::ErrorKind::Divergence.exit_code())
-            } else {
-                0
-            };
-            alert_reports(&project, &task, "repair", &reports, code).await;
-            alert_audit(&project, &task, "repair", &after, code).await;
-            Ok(code)
-        }
+        } => repair(cli, &project, task, range, &parallel.parallel, reconcile).await,
         Command::Validate { tasks } => validate(cli, &project, tasks).await,
-        Command::Explain { task, window } => {
-            let task = project.task(task)?;
-            let window = Window::parse(window, task.grain, &task.timezone)?;
-            let text = crate::commands::explain::explain(&project, &task, &window).await?;
-            println!("{}", redact(&text));
-            Ok(0)
-        }
+        Command::Explain { task, window } => explain(cli, &project, task, window).await,
         Command::Status {
             task,
             from,
             to,
             picture,
         } => {
-            let names = match task {
-                Some(t) => vec![t.clone()],
-                None => project.task_names()?,
-            };
-            let style = crate::report::picture::Style::for_stdout();
-            let table = task.is_some() && !picture;
-            for name in names {
-                let task = project.task(&name)?;
-                let range =
-                    crate::commands::status::parse_range(&task, from.as_deref(), to.as_deref())?;
-                let (version, windows) =
-                    crate::commands::status::status(&project, &task, range).await?;
-                if cli.output == OutputFormat::Json {
-                    print_status(cli.output, &task.name, version, &windows);
-                    continue;
-                }
-                print!(
-                    "{}",
-                    crate::report::picture::render(&task.name, task.grain, &windows, style)
-                );
-                if table {
-                    print_status(cli.output, &task.name, version, &windows);
-                }
-            }
-            Ok(0)
+            status(
+                cli,
+                &project,
+                task.as_deref(),
+                from.as_deref(),
+                to.as_deref(),
+                picture,
+            )
+            .await
         }
+        Command::GenTpch { scale, out, force } => gen_tpch(cli, &project, scale, out, force).await,
         Command::Completions { .. } => unreachable!("handled before the project is resolved"),
-        Command::GenTpch { scale, out, force } => {
-            let dir = if out.is_absolute() {
-                out.clone()
-            } else {
-                project.dir.join(out)
-            };
+    }
+}
+
+/// `run`: one window, published atomically.
+async fn run(cli: &Cli, project: &Project, task: &str, window: &str) -> Result<u8> {
+    let task = project.task(task)?;
+    let window = Window::parse(window, task.grain, &task.timezone)?;
+    let report = crate::pipeline::runner::run_window(project, &task, &window).await;
+    print_report(cli.output, &report);
+    let code = report.exit_code.unwrap_or(0);
+    alert_reports(project, &task, "run", std::slice::from_ref(&report), code).await;
+    Ok(code)
+}
+
+/// `backfill`: a range of windows through one runner.
+async fn backfill(
+    cli: &Cli,
+    project: &Project,
+    task: &str,
+    Range { from, to }: &Range,
+    parallel: &u16,
+    (missing, stale): (&bool, &bool),
+) -> Result<u8> {
+    let task = project.task(task)?;
+    let (a, b) = crate::commands::backfill::range(&task, from, to)?;
+    let opts = crate::commands::backfill::Options {
+        parallel: usize::from(*parallel),
+        missing: *missing,
+        stale: *stale,
+        progress: cli.output == OutputFormat::Text,
+    };
+    let runner = std::sync::Arc::new(crate::pipeline::runner::Runner::new(project, &task).await?);
+    let windows = crate::commands::backfill::select(project, &runner, &a, &b, &opts).await?;
+    let format = cli.output;
+    let reports =
+        crate::commands::backfill::run(runner, windows, &opts, |r| print_report(format, r)).await;
+    let (summary, code) = crate::commands::backfill::summarize(&task, &reports);
+    if cli.output == OutputFormat::Text {
+        println!("{}", redact(&summary));
+    } else {
+        diag("INFO", &summary, None);
+    }
+    alert_reports(project, &task, "backfill", &reports, code).await;
+    Ok(code)
+}
+
+/// `verify`: one window, or a range, run twice and diffed.
+async fn verify(
+    cli: &Cli,
+    project: &Project,
+    task: &str,
+    window: Option<&str>,
+    from: Option<&str>,
+    to: Option<&str>,
+    against_table: &bool,
+) -> Result<u8> {
+    let task = project.task(task)?;
+    let print = |v: &crate::commands::verify::Verification| match cli.output {
+        OutputFormat::Json => println!(
+            "{}",
+            redact(&serde_json::to_string(v).expect("serialisable"))
+        ),
+        OutputFormat::Text => println!("{}", redact(&crate::commands::verify::describe(v))),
+    };
+    let results = match (window, from, to) {
+        (Some(w), _, _) => {
+            let window = Window::parse(w, task.grain, &task.timezone)?;
+            let v =
+                crate::commands::verify::verify(project, &task, &window, *against_table).await?;
+            print(&v);
+            vec![v]
+        }
+        (None, Some(a), Some(b)) => {
+            let (a, b) = crate::commands::backfill::range(&task, a, b)?;
             let started = std::time::Instant::now();
-            let files = crate::commands::tpch::generate(&dir, *scale, *force)?;
-            for f in files {
-                println!("{}", f.display());
-            }
+            let all = crate::commands::verify::verify_range(
+                project,
+                &task,
+                &a,
+                &b,
+                *against_table,
+                print,
+            )
+            .await?;
+            let differ = all.iter().filter(|v| v.status != "identical").count();
             diag(
                 "INFO",
                 &format!(
-                    "TPC-H SF {scale} ready in {:.1}s",
+                    "verify {}: {} windows, {differ} differ, {:.1}s",
+                    task.name,
+                    all.len(),
                     started.elapsed().as_secs_f64()
                 ),
                 None,
             );
-            Ok(0)
+            all
+        }
+        _ => return Err(Error::input("give --window, or both --from and --to")),
+    };
+    Ok(
+        if results
+            .iter()
+            .all(|v| v.diffs.iter().all(crate::commands::verify::Diff::identical))
+        {
+            0
+        } else {
+            crate::error::ErrorKind::Divergence.exit_code()
+        },
+    )
+}
+
+/// `audit`: damaged windows of a range.
+async fn audit(
+    cli: &Cli,
+    project: &Project,
+    task: &str,
+    Range { from, to }: &Range,
+    reconcile: &bool,
+) -> Result<u8> {
+    let task = project.task(task)?;
+    let (a, b) = crate::commands::backfill::range(&task, from, to)?;
+    let runner = crate::pipeline::runner::Runner::new(project, &task).await?;
+    let audits = crate::commands::audit::audit(&runner, &a, &b, *reconcile).await?;
+    print_audits(cli.output, &audits);
+    let damaged = audits.iter().filter(|a| a.status != "ok").count();
+    if cli.output == OutputFormat::Text {
+        println!(
+            "audit {}: {} windows, {damaged} damaged",
+            task.name,
+            audits.len()
+        );
+    }
+    let code = if damaged > 0 {
+        crate::error::ErrorKind::Divergence.exit_code()
+    } else {
+        0
+    };
+    alert_audit(project, &task, "audit", &audits, code).await;
+    Ok(code)
+}
+
+/// `repair`: audit, re-run the damaged windows, audit again.
+async fn repair(
+    cli: &Cli,
+    project: &Project,
+    task: &str,
+    Range { from, to }: &Range,
+    parallel: &u16,
+    reconcile: &bool,
+) -> Result<u8> {
+    let task = project.task(task)?;
+    let (a, b) = crate::commands::backfill::range(&task, from, to)?;
+    let (before, reports, after) =
+        crate::commands::audit::repair(project, &task, &a, &b, usize::from(*parallel), *reconcile)
+            .await?;
+    let damaged = |v: &[WindowAudit]| v.iter().filter(|a| a.status != "ok").count();
+    match cli.output {
+        OutputFormat::Json => {
+            for r in &reports {
+                print_report(cli.output, r);
+            }
+            print_audits(cli.output, &after);
+        }
+        OutputFormat::Text => {
+            println!(
+                "before: {} of {} windows damaged",
+                damaged(&before),
+                before.len()
+            );
+            for a in before.iter().filter(|a| a.status != "ok") {
+                println!("{}", a.describe());
+            }
+            for r in &reports {
+                print_report(cli.output, r);
+            }
+            println!(
+                "after: {} of {} windows damaged",
+                damaged(&after),
+                after.len()
+            );
+            for a in after.iter().filter(|a| a.status != "ok") {
+                println!("{}", a.describe());
+            }
         }
     }
+    let failed = reports.iter().filter_map(|r| r.exit_code).max();
+    let code = if damaged(&after) > 0 {
+        failed.unwrap_or(crate::error::ErrorKind::Divergence.exit_code())
+    } else {
+        0
+    };
+    alert_reports(project, &task, "repair", &reports, code).await;
+    alert_audit(project, &task, "repair", &after, code).await;
+    Ok(code)
+}
+
+/// `explain`: the plans and checks of one window.
+async fn explain(_cli: &Cli, project: &Project, task: &str, window: &str) -> Result<u8> {
+    let task = project.task(task)?;
+    let window = Window::parse(window, task.grain, &task.timezone)?;
+    let text = crate::commands::explain::explain(project, &task, &window).await?;
+    println!("{}", redact(&text));
+    Ok(0)
+}
+
+/// `status`: per task, its windows' state (picture and/or table).
+async fn status(
+    cli: &Cli,
+    project: &Project,
+    task: Option<&str>,
+    from: Option<&str>,
+    to: Option<&str>,
+    picture: &bool,
+) -> Result<u8> {
+    let names = match task {
+        Some(t) => vec![t.to_string()],
+        None => project.task_names()?,
+    };
+    let style = crate::report::picture::Style::for_stdout();
+    let table = task.is_some() && !picture;
+    for name in names {
+        let task = project.task(&name)?;
+        let range = crate::commands::status::parse_range(&task, from, to)?;
+        let (version, windows) = crate::commands::status::status(project, &task, range).await?;
+        if cli.output == OutputFormat::Json {
+            print_status(cli.output, &task.name, version, &windows);
+            continue;
+        }
+        print!(
+            "{}",
+            crate::report::picture::render(&task.name, task.grain, &windows, style)
+        );
+        if table {
+            print_status(cli.output, &task.name, version, &windows);
+        }
+    }
+    Ok(0)
+}
+
+/// `gen-tpch`: TPC-H sample data.
+async fn gen_tpch(
+    _cli: &Cli,
+    project: &Project,
+    scale: &f64,
+    out: &std::path::Path,
+    force: &bool,
+) -> Result<u8> {
+    let dir = if out.is_absolute() {
+        out.to_path_buf()
+    } else {
+        project.dir.join(out)
+    };
+    let started = std::time::Instant::now();
+    let files = crate::commands::tpch::generate(&dir, *scale, *force)?;
+    for f in files {
+        println!("{}", f.display());
+    }
+    diag(
+        "INFO",
+        &format!(
+            "TPC-H SF {scale} ready in {:.1}s",
+            started.elapsed().as_secs_f64()
+        ),
+        None,
+    );
+    Ok(0)
 }
 
 async fn validate(cli: &Cli, project: &Project, tasks: &[String]) -> Result<u8> {

@@ -55,6 +55,25 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// An inclusive range of windows.
+#[derive(Debug, clap::Args)]
+pub struct Range {
+    /// First window (inclusive)
+    #[arg(long)]
+    pub from: String,
+    /// Last window (inclusive)
+    #[arg(long)]
+    pub to: String,
+}
+
+/// How many windows run at once.
+#[derive(Debug, clap::Args)]
+pub struct Parallel {
+    /// Windows run concurrently in this process
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub parallel: u16,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run one window and publish it atomically (one Delta commit)
@@ -74,15 +93,10 @@ pub enum Command {
     )]
     Backfill {
         task: String,
-        /// First window (inclusive)
-        #[arg(long)]
-        from: String,
-        /// Last window (inclusive)
-        #[arg(long)]
-        to: String,
-        /// Windows run concurrently in this process
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
-        parallel: u16,
+        #[command(flatten)]
+        range: Range,
+        #[command(flatten)]
+        parallel: Parallel,
         /// Only windows never published successfully by idemlake
         #[arg(long)]
         missing: bool,
@@ -115,10 +129,8 @@ pub enum Command {
     )]
     Audit {
         task: String,
-        #[arg(long)]
-        from: String,
-        #[arg(long)]
-        to: String,
+        #[command(flatten)]
+        range: Range,
         /// Also run the task's [reconcile] queries for every window (one source query per window)
         #[arg(long)]
         reconcile: bool,
@@ -129,14 +141,13 @@ pub enum Command {
     )]
     Repair {
         task: String,
-        #[arg(long)]
-        from: String,
-        #[arg(long)]
-        to: String,
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
-        parallel: u16,
+        /// Also run the task's [reconcile] queries for every window, before and after
         #[arg(long)]
         reconcile: bool,
+        #[command(flatten)]
+        range: Range,
+        #[command(flatten)]
+        parallel: Parallel,
     },
     /// Parse, lint and plan tasks without reading data (all tasks if none given)
     #[command(after_help = "Example:\n  idemlake validate\n  idemlake validate daily_revenue")]

@@ -185,6 +185,41 @@ async fn expected(runner: &Runner, w: &Window) -> Result<Expected> {
     })
 }
 
+/// What is wrong with a window holding `rows` (`dup_keys` keys seen more than once,
+/// `dup_rows` rows too many) that the source says should hold `e`.
+fn problems(e: &Expected, rows: u64, dup_keys: u64, dup_rows: u64) -> Vec<String> {
+    let mut problems = Vec::new();
+    if dup_keys > 0 {
+        problems.push(format!(
+            "{dup_keys} duplicate key(s), {dup_rows} extra row(s)"
+        ));
+    }
+    match e.missing_keys {
+        // Merge: every key the source produces is present; kept rows are fine.
+        Some(missing) => {
+            if missing > 0 {
+                problems.push(format!(
+                    "{missing} key(s) the source produces are not in the table"
+                ));
+            }
+            if e.null_keys > 0 {
+                problems.push(format!(
+                    "the source gives {} row(s) with a NULL key, which a merge cannot publish",
+                    e.null_keys
+                ));
+            }
+        }
+        None => {
+            if rows == 0 && e.rows > 0 {
+                problems.push(format!("no data, the source has {} row(s)", e.rows));
+            } else if rows != e.rows {
+                problems.push(format!("{rows} row(s), the source gives {}", e.rows));
+            }
+        }
+    }
+    problems
+}
+
 /// Audit `[from, to]`.
 pub async fn audit(
     runner: &Runner,
@@ -213,35 +248,7 @@ pub async fn audit(
     let mut out = Vec::with_capacity(windows.len());
     for (w, e) in windows.iter().zip(expected) {
         let [rows, dup_keys, dup_rows] = actual.get(&w.key()).copied().unwrap_or_default();
-        let mut problems = Vec::new();
-        if dup_keys > 0 {
-            problems.push(format!(
-                "{dup_keys} duplicate key(s), {dup_rows} extra row(s)"
-            ));
-        }
-        match e.missing_keys {
-            // Merge: every key the source produces is present; kept rows are fine.
-            Some(missing) => {
-                if missing > 0 {
-                    problems.push(format!(
-                        "{missing} key(s) the source produces are not in the table"
-                    ));
-                }
-                if e.null_keys > 0 {
-                    problems.push(format!(
-                        "the source gives {} row(s) with a NULL key, which a merge cannot publish",
-                        e.null_keys
-                    ));
-                }
-            }
-            None => {
-                if rows == 0 && e.rows > 0 {
-                    problems.push(format!("no data, the source has {} row(s)", e.rows));
-                } else if rows != e.rows {
-                    problems.push(format!("{rows} row(s), the source gives {}", e.rows));
-                }
-            }
-        }
+        let mut problems = problems(&e, rows, dup_keys, dup_rows);
         let mut reconciliation = Vec::new();
         if with_reconcile && task.reconcile.is_some() && rows > 0 {
             reconciliation = reconcile_window(runner, w).await?;

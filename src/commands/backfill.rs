@@ -95,7 +95,7 @@ pub async fn run(
                         .cloned()
                         .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                         .unwrap_or_else(|| "unknown panic".to_string());
-                    crate::pipeline::runner::panicked_report(r.task(), &w, &what)
+                    crate::report::record::Report::panicked(r.task(), &w, &what)
                 })
             });
         }

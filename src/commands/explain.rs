@@ -1,11 +1,14 @@
 //! `validate` and `explain`: a task checked and planned without publishing anything — the
 //! same session, lints and plans a run uses, shown instead of executed.
 
+use std::fmt::Write;
+
 use crate::accel::session::new_session;
 use crate::error::Result;
 use crate::pipeline::sources;
+use crate::report::record::SourceVersion;
 use crate::task::Task;
-use crate::task::plan;
+use crate::task::plan::{self, Planned};
 use crate::task::project::Project;
 use crate::task::window::Window;
 
@@ -19,11 +22,25 @@ pub async fn validate(task: &Task) -> Result<()> {
 
 /// The bound parameters, plans and replaceWhere predicate of a window, as text.
 pub async fn explain(project: &Project, task: &Task, window: &Window) -> Result<String> {
-    use std::fmt::Write;
     let ctx = new_session()?;
     let versions = sources::register(&ctx, &task.sources).await?;
     let planned = plan::plan(&ctx, task, Some(window)).await?;
     let mut s = String::new();
+    describe_window(&mut s, project, task, window, &planned)?;
+    describe_checks(&mut s, task, &planned);
+    describe_inputs(&mut s, task, &planned, &versions);
+    describe_plans(&mut s, &planned).await?;
+    Ok(s)
+}
+
+/// The task, its table and window, the predicate that replaces it and the SQL's hash.
+fn describe_window(
+    s: &mut String,
+    project: &Project,
+    task: &Task,
+    window: &Window,
+    planned: &Planned,
+) -> Result<()> {
     let _ = writeln!(s, "task:          {} ({})", task.name, task.file.display());
     let _ = writeln!(s, "table:         {}", project.table_url(task)?);
     let _ = writeln!(s, "mode:          {:?}", task.mode);
@@ -45,6 +62,11 @@ pub async fn explain(project: &Project, task: &Task, window: &Window) -> Result<
             task.lint_allow.join(", ")
         );
     }
+    Ok(())
+}
+
+/// Which checks the window gets, which accelerations run, and the resolved configuration.
+fn describe_checks(s: &mut String, task: &Task, planned: &Planned) {
     let check = if task.reconcile.is_some() {
         "[reconcile].source on the independent path (its own session: no shared scans, prepared or derived plans, memory maps)".to_string()
     } else if crate::pipeline::checks::row_preserving(planned.df.logical_plan()) {
@@ -64,12 +86,22 @@ pub async fn explain(project: &Project, task: &Task, window: &Window) -> Result<
             "off (IDEMLAKE_ACCELERATE=0: the plain plan below is the one that runs)"
         }
     );
+    let config = crate::config::get().to_string();
+    let _ = writeln!(
+        s,
+        "configuration: {}",
+        config.replace('\n', "\n               ")
+    );
+}
+
+/// The bound parameters, the sources as pinned and the SQL.
+fn describe_inputs(s: &mut String, task: &Task, planned: &Planned, versions: &[SourceVersion]) {
     let _ = writeln!(s, "\nparameters (bound by DataFusion, not by text):");
     for (name, value) in &planned.params {
         let _ = writeln!(s, "  ${name:<16} = {value} ({})", value.data_type());
     }
     let _ = writeln!(s, "\nsources:");
-    for v in &versions {
+    for v in versions {
         let pin = match (v.version, v.files) {
             (Some(ver), _) => format!("delta version {ver}"),
             (None, Some(n)) => format!(
@@ -86,6 +118,10 @@ pub async fn explain(project: &Project, task: &Task, window: &Window) -> Result<
         task.sql_file.display(),
         task.sql.trim()
     );
+}
+
+/// The logical, optimised and physical plans of the window (the plain ones).
+async fn describe_plans(s: &mut String, planned: &Planned) -> Result<()> {
     let _ = writeln!(
         s,
         "\nlogical plan (window bound):\n{}",
@@ -99,5 +135,5 @@ pub async fn explain(project: &Project, task: &Task, window: &Window) -> Result<
         "\nphysical plan:\n{}",
         datafusion::physical_plan::displayable(physical.as_ref()).indent(true)
     );
-    Ok(s)
+    Ok(())
 }

@@ -17,6 +17,9 @@ pub use crate::report::states::WindowStatus;
 use crate::task::Task;
 use crate::task::project::Project;
 use crate::task::window::Window;
+use deltalake::DeltaTable;
+use object_store::ObjectStore;
+use std::sync::Arc;
 
 #[derive(Default)]
 struct Acc {
@@ -39,13 +42,44 @@ pub async fn status(
         let rows = match &range {
             Some((a, b)) => Window::range(a, b)?
                 .iter()
-                .map(|w| missing(task, w))
+                .map(|w| WindowStatus::missing(&task.name, w.label()))
                 .collect(),
             None => Vec::new(),
         };
         return Ok((None, rows));
     };
 
+    let mut data = published_files(&table, task)?;
+
+    let store = table.log_store().object_store(None);
+    let attempts = crate::report::runlog::attempts(&store).await?;
+
+    let labels: Vec<String> = match &range {
+        Some((a, b)) => Window::range(a, b)?.iter().map(Window::label).collect(),
+        None => {
+            let mut l: Vec<String> = data.keys().cloned().collect();
+            l.extend(attempts.keys().filter(|k| !data.contains_key(*k)).cloned());
+            l.sort();
+            l
+        }
+    };
+
+    let current_hash = crate::task::plan::sql_hash(task);
+    let mut out = Vec::new();
+    for label in labels {
+        let acc = data.remove(&label).unwrap_or_default();
+        let log = attempts.get(&label).cloned().unwrap_or_default();
+        let mut st = window_status(task, &label, acc, &log, &store).await;
+        st.stale =
+            st.state != "missing" && st.sql_hash.as_deref().is_some_and(|h| h != current_hash);
+        out.push(st);
+    }
+    Ok((Some(version as i64), out))
+}
+
+/// What the table's snapshot says of each window: rows, files and the runs named by the
+/// files' tags (statistics and tags only; no data file is read).
+fn published_files(table: &DeltaTable, task: &Task) -> Result<BTreeMap<String, Acc>> {
     let mut data: BTreeMap<String, Acc> = BTreeMap::new();
     for view in table.snapshot()?.snapshot().log_data().iter() {
         let Some(v) = partition_value(&view, &task.partition_by)
@@ -78,134 +112,102 @@ pub async fn status(
             _ => acc.untagged += 1,
         }
     }
-
-    let store = table.log_store().object_store(None);
-    let attempts = crate::report::runlog::attempts(&store).await?;
-
-    let labels: Vec<String> = match &range {
-        Some((a, b)) => Window::range(a, b)?.iter().map(Window::label).collect(),
-        None => {
-            let mut l: Vec<String> = data.keys().cloned().collect();
-            l.extend(attempts.keys().filter(|k| !data.contains_key(*k)).cloned());
-            l.sort();
-            l
-        }
-    };
-
-    let current_hash = crate::task::plan::sql_hash(task);
-    let mut out = Vec::new();
-    for label in labels {
-        let acc = data.remove(&label).unwrap_or_default();
-        let log = attempts.get(&label).cloned().unwrap_or_default();
-        let last_ok = log.iter().rposition(|a| a.status != "failed");
-        // The last attempt that published (a skipped run, e.g. a merge with an empty result,
-        // changed nothing and is never the window's publisher).
-        let last_publish = log
-            .iter()
-            .rposition(|a| matches!(a.status.as_str(), "ok" | "mismatch" | "unverified"));
-        let failed: Vec<_> = log[last_ok.map(|i| i + 1).unwrap_or(0)..].to_vec();
-        let last_error = match failed.last() {
-            Some(a) => crate::report::runlog::read(&store, a)
-                .await
-                .ok()
-                .and_then(|r| r.error),
-            None => None,
-        };
-        let mut st = WindowStatus {
-            task: task.name.clone(),
-            window: label.clone(),
-            state: "missing".into(),
-            rows: acc.rows,
-            files: acc.files,
-            version: None,
-            run_id: None,
-            sql_hash: None,
-            published_at: None,
-            failed_since: failed.len(),
-            last_error,
-            run_status: None,
-            stale: false,
-        };
-        if let Some((v, (run, hash, at))) = acc.runs.iter().next_back() {
-            st.state = if acc.untagged > 0 || acc.runs.len() > 1 {
-                "published-untracked"
-            } else {
-                "published"
-            }
-            .into();
-            st.version = Some(*v);
-            st.run_id = Some(run.clone());
-            st.sql_hash = Some(hash.clone());
-            st.published_at = Some(
-                at.split('.')
-                    .next()
-                    .unwrap_or(at)
-                    .trim_end_matches('Z')
-                    .to_string()
-                    + "Z",
-            );
-            st.run_status = log
-                .iter()
-                .rev()
-                .find(|a| &a.run_id == run)
-                .map(|a| a.status.clone())
-                .or(Some("ok".into()));
-        } else if let (true, Some(i)) = (acc.files > 0, last_publish) {
-            // Files without tags (MERGE writes its own): the run log names the publishing run.
-            let ok = &log[i];
-            st.state = "published".into();
-            st.run_status = Some(ok.status.clone());
-            st.published_at = jiff::Timestamp::from_second(ok.at_ms / 1000)
-                .ok()
-                .map(|t| t.to_string());
-            if let Ok(r) = crate::report::runlog::read(&store, ok).await {
-                st.version = r.table_version;
-                st.run_id = r.run_id;
-                st.sql_hash = r.sql_hash;
-            }
-        } else if acc.files > 0 {
-            st.state = "published-untracked".into();
-        } else if let Some(i) = last_ok {
-            let ok = &log[i];
-            if let Ok(r) = crate::report::runlog::read(&store, ok).await {
-                st.state = if ok.status == "skipped" {
-                    "missing"
-                } else {
-                    "empty"
-                }
-                .into();
-                st.version = r.table_version;
-                st.run_id = r.run_id;
-                st.sql_hash = r.sql_hash;
-                st.run_status = Some(ok.status.clone());
-                st.published_at = jiff::Timestamp::from_second(ok.at_ms / 1000)
-                    .ok()
-                    .map(|t| t.to_string());
-            }
-        }
-        st.stale =
-            st.state != "missing" && st.sql_hash.as_deref().is_some_and(|h| h != current_hash);
-        out.push(st);
-    }
-    Ok((Some(version as i64), out))
+    Ok(data)
 }
 
-fn missing(task: &Task, w: &Window) -> WindowStatus {
-    WindowStatus {
-        task: task.name.clone(),
-        window: w.label(),
-        state: "missing".into(),
-        rows: 0,
-        files: 0,
-        version: None,
-        run_id: None,
-        sql_hash: None,
-        published_at: None,
-        failed_since: 0,
-        last_error: None,
-        run_status: None,
-        stale: false,
+/// One window's state from its files (`acc`) and its attempts in the run log (`log`).
+async fn window_status(
+    task: &Task,
+    label: &str,
+    acc: Acc,
+    log: &[crate::report::runlog::Attempt],
+    store: &Arc<dyn ObjectStore>,
+) -> WindowStatus {
+    let last_ok = log.iter().rposition(|a| a.status != "failed");
+    // The last attempt that published (a skipped run, e.g. a merge with an empty result,
+    // changed nothing and is never the window's publisher).
+    let last_publish = log
+        .iter()
+        .rposition(|a| matches!(a.status.as_str(), "ok" | "mismatch" | "unverified"));
+    let failed: Vec<_> = log[last_ok.map(|i| i + 1).unwrap_or(0)..].to_vec();
+    let last_error = match failed.last() {
+        Some(a) => crate::report::runlog::read(store, a)
+            .await
+            .ok()
+            .and_then(|r| r.error),
+        None => None,
+    };
+    let mut st = WindowStatus {
+        rows: acc.rows,
+        files: acc.files,
+        failed_since: failed.len(),
+        last_error,
+        ..WindowStatus::missing(&task.name, label.to_string())
+    };
+    if let Some((v, (run, hash, at))) = acc.runs.iter().next_back() {
+        st.state = if acc.untagged > 0 || acc.runs.len() > 1 {
+            "published-untracked"
+        } else {
+            "published"
+        }
+        .into();
+        st.version = Some(*v);
+        st.run_id = Some(run.clone());
+        st.sql_hash = Some(hash.clone());
+        st.published_at = Some(
+            at.split('.')
+                .next()
+                .unwrap_or(at)
+                .trim_end_matches('Z')
+                .to_string()
+                + "Z",
+        );
+        st.run_status = log
+            .iter()
+            .rev()
+            .find(|a| &a.run_id == run)
+            .map(|a| a.status.clone())
+            .or(Some("ok".into()));
+    } else if let (true, Some(i)) = (acc.files > 0, last_publish) {
+        // Files without tags (MERGE writes its own): the run log names the publishing run.
+        from_run_log(&mut st, "published", &log[i], store).await;
+    } else if acc.files > 0 {
+        st.state = "published-untracked".into();
+    } else if let Some(i) = last_ok {
+        // No files: the last run that did not fail emptied the window, or skipped it.
+        let state = if log[i].status == "skipped" {
+            "missing"
+        } else {
+            "empty"
+        };
+        from_run_log(&mut st, state, &log[i], store).await;
     }
+    st
+}
+
+/// Fill in `st` from the run log's record of attempt `a` (the window's publisher).
+async fn from_run_log(
+    st: &mut WindowStatus,
+    state: &str,
+    a: &crate::report::runlog::Attempt,
+    store: &Arc<dyn ObjectStore>,
+) {
+    let published_at = jiff::Timestamp::from_second(a.at_ms / 1000)
+        .ok()
+        .map(|t| t.to_string());
+    match crate::report::runlog::read(store, a).await {
+        Ok(r) => {
+            st.version = r.table_version;
+            st.run_id = r.run_id;
+            st.sql_hash = r.sql_hash;
+        }
+        // An empty window is only known from its record.
+        Err(_) if state != "published" => return,
+        Err(_) => {}
+    }
+    st.state = state.into();
+    st.run_status = Some(a.status.clone());
+    st.published_at = published_at;
 }
 
 /// Parse `--from`/`--to` into windows of the task.

@@ -70,6 +70,39 @@ fn diff_session() -> Result<SessionContext> {
     Ok(SessionContext::new_with_config_rt(config, rt))
 }
 
+/// Total `i` of the diff's one-row result. Unreadable totals are an error, never "0
+/// differences".
+fn total(totals: &[arrow::array::RecordBatch], i: usize) -> Result<u64> {
+    let b = totals
+        .iter()
+        .find(|b| b.num_rows() > 0)
+        .ok_or_else(|| Error::runtime("verify: the diff query returned no totals"))?;
+    let a = datafusion::common::cast::as_int64_array(b.column(i))?;
+    if arrow::array::Array::is_null(a, 0) {
+        return Err(Error::runtime(
+            "verify: the diff query returned a NULL total",
+        ));
+    }
+    Ok(a.value(0) as u64)
+}
+
+/// The rows of `sql`, each as its values joined by ` | `.
+async fn sample_rows(ctx: &SessionContext, sql: &str) -> Result<Vec<String>> {
+    let batches = ctx.sql(sql).await?.collect().await?;
+    let mut rows = Vec::new();
+    for b in &batches {
+        for r in 0..b.num_rows() {
+            let vals: Vec<String> = (0..b.num_columns())
+                .map(|c| {
+                    arrow::util::display::array_value_to_string(b.column(c), r).unwrap_or_default()
+                })
+                .collect();
+            rows.push(vals.join(" | "));
+        }
+    }
+    Ok(rows)
+}
+
 /// Compare tables `left` and `right` (same columns) registered in `ctx`, as multisets.
 pub async fn diff(
     ctx: &SessionContext,
@@ -105,39 +138,11 @@ pub async fn diff(
         .await?
         .collect()
         .await?;
-    // Unreadable totals are an error, never "0 differences".
-    let get = |i: usize| -> Result<u64> {
-        let b = totals
-            .iter()
-            .find(|b| b.num_rows() > 0)
-            .ok_or_else(|| Error::runtime("verify: the diff query returned no totals"))?;
-        let a = datafusion::common::cast::as_int64_array(b.column(i))?;
-        if arrow::array::Array::is_null(a, 0) {
-            return Err(Error::runtime(
-                "verify: the diff query returned a NULL total",
-            ));
-        }
-        Ok(a.value(0) as u64)
-    };
+    let get = |i: usize| total(&totals, i);
     let sample = |cond: &str| {
         let sql =
             format!("SELECT {list} FROM ({joined}) WHERE {cond} ORDER BY {list} LIMIT {SAMPLE}");
-        async move {
-            let batches = ctx.sql(&sql).await?.collect().await?;
-            let mut rows = Vec::new();
-            for b in &batches {
-                for r in 0..b.num_rows() {
-                    let vals: Vec<String> = (0..b.num_columns())
-                        .map(|c| {
-                            arrow::util::display::array_value_to_string(b.column(c), r)
-                                .unwrap_or_default()
-                        })
-                        .collect();
-                    rows.push(vals.join(" | "));
-                }
-            }
-            Ok::<_, Error>(rows)
-        }
+        async move { sample_rows(ctx, &sql).await }
     };
     let (only_left, only_right) = (get(2)?, get(3)?);
     Ok(Diff {

@@ -99,19 +99,8 @@ pub async fn commit_windows(
 ) -> Result<Committed> {
     let schema = table.snapshot()?.schema();
     let files_added = windows.iter().map(|w| w.adds.len()).sum();
-    let app_metadata = commit_info(windows);
-    let predicate = match windows {
-        [one] => one.predicate.clone(),
-        many => many
-            .iter()
-            .map(|w| format!("({})", w.predicate))
-            .collect::<Vec<_>>()
-            .join(" OR "),
-    };
+    let commit = Commit::new(table, partition_by, windows);
     let ranges: Vec<PartitionRange> = windows.iter().map(|w| w.range).collect();
-    // Log stores that take the commit's bytes (put-if-absent) get them directly; others
-    // (rename-based) go through delta-rs's commit, which stages a temporary file first.
-    let direct = ["DefaultLogStore", "LakeFSLogStore"].contains(&table.log_store().name().as_str());
     let mut first_base = None;
     let mut attempt = 0;
     loop {
@@ -127,51 +116,10 @@ pub async fn commit_windows(
         let attempt_base = map.version;
         let base = *first_base.get_or_insert(attempt_base);
         let target = attempt_base + 1;
-        let mut actions: Vec<Action> = Vec::new();
-        let mut files_removed = 0;
-        for w in windows {
-            let removed = map.removes(w.range);
-            files_removed += removed.len();
-            actions.extend(removed.into_iter().map(Action::Remove));
-        }
-        let published_at = jiff::Timestamp::now().to_string();
-        for w in windows {
-            actions.extend(w.adds.iter().cloned().map(|mut a| {
-                a.tags = Some(HashMap::from([
-                    (TAG_RUN_ID.to_string(), Some(w.tags.run_id.clone())),
-                    (TAG_WINDOW.to_string(), Some(w.tags.window.clone())),
-                    (TAG_SQL_HASH.to_string(), Some(w.tags.sql_hash.clone())),
-                    (TAG_VERSION.to_string(), Some(target.to_string())),
-                    (TAG_PUBLISHED_AT.to_string(), Some(published_at.clone())),
-                ]));
-                Action::Add(a)
-            }));
-        }
-        let op = DeltaOperation::Write {
-            mode: SaveMode::Overwrite,
-            partition_by: Some(vec![partition_by.to_string()]),
-            predicate: Some(predicate.clone()),
-        };
-        let result = if direct {
-            write_next(table, target, actions, op, &app_metadata).await
-        } else {
-            let snapshot = table.snapshot()?.snapshot();
-            CommitBuilder::from(
-                CommitProperties::default()
-                    .with_metadata(app_metadata.clone())
-                    .with_max_retries(0)
-                    .with_cleanup_expired_logs(Some(cleanup_due(table, target)?)),
-            )
-            .with_actions(actions)
-            .build(Some(snapshot), table.log_store(), op)
-            .await
-            .map(|done| {
-                table.state = Some(done.snapshot);
-            })
-        };
-        let e = match result {
+        let (actions, files_removed) = actions(map, windows, target);
+        let e = match commit.write(table, target, actions).await {
             Ok(()) => {
-                if direct {
+                if commit.direct {
                     let adds: Vec<&Add> = windows.iter().flat_map(|w| &w.adds).collect();
                     if !map.apply(target, &ranges, &adds) {
                         *files = None;
@@ -191,27 +139,7 @@ pub async fn commit_windows(
         // Someone else may have committed (or this commit landed and its response was lost):
         // the map is no longer known to be current; re-read the table.
         *files = None;
-        let fail = |e: &DeltaTableError| {
-            Error::runtime(format!("commit failed, nothing was published: {e}"))
-        };
-        // Whether the commit landed cannot be told without reading the log: if that fails
-        // too, say so — never "nothing was published" (re-running the window is safe).
-        let unknown = |e: &DeltaTableError, why: &dyn std::fmt::Display| {
-            Error::runtime(format!(
-                "commit failed ({e}) and the log could not be read back ({why}): the window may or may not have been published; re-running it is safe"
-            ))
-        };
-        if let Err(why) = table.update_state().await {
-            return Err(unknown(&e, &why));
-        }
-        let found = match landed(table, windows, base).await {
-            Ok(found) => found,
-            Err(why) => return Err(unknown(&e, &why)),
-        };
-        if let Some(version) = found {
-            tracing::warn!(
-                "the commit reported an error ({e}) but it is in the log at version {version}; not applying it twice"
-            );
+        if let Some(version) = after_failure(table, windows, base, &e).await? {
             return Ok(Committed {
                 version,
                 files_added,
@@ -220,7 +148,9 @@ pub async fn commit_windows(
         }
         let moved = table.version().unwrap_or(0) as i64 > attempt_base;
         if !moved || attempt >= REBASE_ATTEMPTS {
-            return Err(fail(&e));
+            return Err(Error::runtime(format!(
+                "commit failed, nothing was published: {e}"
+            )));
         }
         if table.snapshot()?.schema() != schema {
             return Err(Error::runtime(
@@ -233,6 +163,118 @@ pub async fn commit_windows(
         );
         tokio::time::sleep(std::time::Duration::from_millis((attempt as u64 % 8) * 3)).await;
     }
+}
+
+/// What every attempt of one commit writes the same way.
+struct Commit {
+    app_metadata: HashMap<String, serde_json::Value>,
+    op: DeltaOperation,
+    /// Written put-if-absent by idemlake ([`write_next`]), or through delta-rs's commit.
+    direct: bool,
+}
+
+impl Commit {
+    fn new(table: &DeltaTable, partition_by: &str, windows: &[WindowCommit]) -> Commit {
+        Commit {
+            app_metadata: commit_info(windows),
+            op: DeltaOperation::Write {
+                mode: SaveMode::Overwrite,
+                partition_by: Some(vec![partition_by.to_string()]),
+                predicate: Some(match windows {
+                    [one] => one.predicate.clone(),
+                    many => many
+                        .iter()
+                        .map(|w| format!("({})", w.predicate))
+                        .collect::<Vec<_>>()
+                        .join(" OR "),
+                }),
+            },
+            // Log stores that take the commit's bytes (put-if-absent) get them directly; others
+            // (rename-based) go through delta-rs's commit, which stages a temporary file first.
+            direct: ["DefaultLogStore", "LakeFSLogStore"]
+                .contains(&table.log_store().name().as_str()),
+        }
+    }
+
+    /// Write `actions` as version `target`.
+    async fn write(
+        &self,
+        table: &mut DeltaTable,
+        target: i64,
+        actions: Vec<Action>,
+    ) -> std::result::Result<(), DeltaTableError> {
+        if self.direct {
+            return write_next(table, target, actions, self.op.clone(), &self.app_metadata).await;
+        }
+        let snapshot = table.snapshot()?.snapshot();
+        let done = CommitBuilder::from(
+            CommitProperties::default()
+                .with_metadata(self.app_metadata.clone())
+                .with_max_retries(0)
+                .with_cleanup_expired_logs(Some(
+                    cleanup_due(table, target)
+                        .map_err(|e| DeltaTableError::Generic(e.to_string()))?,
+                )),
+        )
+        .with_actions(actions)
+        .build(Some(snapshot), table.log_store(), self.op.clone())
+        .await?;
+        table.state = Some(done.snapshot);
+        Ok(())
+    }
+}
+
+/// The commit's actions: a `remove` for every live file of each window (from `map`), then
+/// the staged `add`s tagged with the run and `target`. Returns them and the removes' count.
+fn actions(map: &FileMap, windows: &[WindowCommit], target: i64) -> (Vec<Action>, usize) {
+    let mut actions: Vec<Action> = Vec::new();
+    for w in windows {
+        actions.extend(map.removes(w.range).into_iter().map(Action::Remove));
+    }
+    let files_removed = actions.len();
+    let published_at = jiff::Timestamp::now().to_string();
+    for w in windows {
+        actions.extend(w.adds.iter().cloned().map(|mut a| {
+            a.tags = Some(HashMap::from([
+                (TAG_RUN_ID.to_string(), Some(w.tags.run_id.clone())),
+                (TAG_WINDOW.to_string(), Some(w.tags.window.clone())),
+                (TAG_SQL_HASH.to_string(), Some(w.tags.sql_hash.clone())),
+                (TAG_VERSION.to_string(), Some(target.to_string())),
+                (TAG_PUBLISHED_AT.to_string(), Some(published_at.clone())),
+            ]));
+            Action::Add(a)
+        }));
+    }
+    (actions, files_removed)
+}
+
+/// After a failed attempt: re-read the table and tell whether the commit landed anyway (its
+/// version) or not (`None`: rebuild on top). Whether it landed cannot be told without
+/// reading the log: if that fails too, the error says so — never "nothing was published"
+/// (re-running the window is safe).
+async fn after_failure(
+    table: &mut DeltaTable,
+    windows: &[WindowCommit],
+    base: i64,
+    e: &DeltaTableError,
+) -> Result<Option<i64>> {
+    let unknown = |why: &dyn std::fmt::Display| {
+        Error::runtime(format!(
+            "commit failed ({e}) and the log could not be read back ({why}): the window may or may not have been published; re-running it is safe"
+        ))
+    };
+    if let Err(why) = table.update_state().await {
+        return Err(unknown(&why));
+    }
+    let found = landed(table, windows, base)
+        .await
+        .map_err(|why| unknown(&why))?;
+    if let Some(version) = found {
+        tracing::warn!(
+            "the commit reported an error ({e}) but it is in the log at version {version}; not applying it twice"
+        );
+    }
+    Ok(found)
 }
 
 /// Write `actions` as exactly version `target` (put-if-absent), after delta-rs's protocol

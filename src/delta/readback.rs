@@ -4,8 +4,9 @@
 
 use deltalake::DeltaTable;
 
-use crate::delta::overwrite::WindowCommit;
-use crate::delta::partition::{window_files, window_rows};
+use deltalake::kernel::Add;
+
+use crate::delta::partition::{PartitionRange, window_files, window_rows};
 use crate::delta::table::open_at;
 use crate::error::{Error, Result};
 
@@ -66,10 +67,16 @@ pub async fn snapshot_at(table: &mut DeltaTable, version: i64) -> Result<DeltaTa
 /// value lies in the window must be a file this commit added for it (a file left over from
 /// before — a remove the commit missed — or a staged file missing fails), and the rows are
 /// the sum of their `numRecords` statistics.
-pub fn read_back(table: &DeltaTable, partition_by: &str, w: &WindowCommit) -> Result<u64> {
+pub fn read_back(
+    table: &DeltaTable,
+    partition_by: &str,
+    range: PartitionRange,
+    adds: &[Add],
+    window: &str,
+) -> Result<u64> {
     let version = table.version().map(|v| v as i64).unwrap_or(-1);
-    let live = window_files(table, partition_by, w.range)?;
-    let staged: std::collections::HashSet<&str> = w.adds.iter().map(|a| a.path.as_str()).collect();
+    let live = window_files(table, partition_by, range)?;
+    let staged: std::collections::HashSet<&str> = adds.iter().map(|a| a.path.as_str()).collect();
     let foreign: Vec<&str> = live
         .iter()
         .map(|f| f.path.as_str())
@@ -79,7 +86,7 @@ pub fn read_back(table: &DeltaTable, partition_by: &str, w: &WindowCommit) -> Re
         return Err(Error::runtime(format!(
             "read-back: version {version} holds {} live file(s) in window {} that this run did not add (e.g. {first}): the window was not replaced whole",
             foreign.len(),
-            w.tags.window
+            window
         )));
     }
     let missing = staged.len() - (live.len() - foreign.len());
@@ -87,7 +94,7 @@ pub fn read_back(table: &DeltaTable, partition_by: &str, w: &WindowCommit) -> Re
         return Err(Error::runtime(format!(
             "read-back: version {version} lacks {missing} of the {} file(s) this run staged for window {}",
             staged.len(),
-            w.tags.window
+            window
         )));
     }
     window_rows(&live)

@@ -3,8 +3,12 @@
 //! May import `accel`, `delta`, `report`, `storage`, `task`, `config`, `error`, `fault`.
 
 pub mod checks;
+pub mod commit;
 pub mod execute;
 pub mod reconcile;
 pub mod runner;
 pub mod sources;
 pub mod stage;
+pub mod stages;
+pub mod target;
+pub mod window;

@@ -177,19 +177,10 @@ mod tests {
 
     fn w(label: &str, state: &str, failed: usize, stale: bool) -> WindowStatus {
         WindowStatus {
-            task: "t".into(),
-            window: label.into(),
             state: state.into(),
-            rows: 0,
-            files: 0,
-            version: None,
-            run_id: None,
-            sql_hash: None,
-            published_at: None,
             failed_since: failed,
-            last_error: None,
-            run_status: None,
             stale,
+            ..WindowStatus::missing("t", label.into())
         }
     }
 

@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Error, ErrorKind};
 use crate::task::window::Window;
 use crate::task::{Mode, Task};
 
@@ -113,6 +114,70 @@ pub struct Report {
     pub sql_hash: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<u8>,
+}
+
+impl Report {
+    /// A report for a window that has not run (yet): failed until the run says otherwise.
+    pub fn new(task: &Task, window: &Window, run_id: &str) -> Report {
+        Report {
+            task: task.name.clone(),
+            window: window.into(),
+            status: Status::Failed,
+            published: false,
+            rows_written: 0,
+            table_version: None,
+            reconciliation: Vec::new(),
+            duration_ms: 0,
+            error: None,
+            run_id: Some(run_id.to_string()),
+            sql_hash: None,
+            exit_code: None,
+        }
+    }
+
+    /// Mark the report as failed with `e`. A report whose commit landed keeps saying so (its
+    /// version, rows and `published: true`): a failure after the commit is never reported as
+    /// "nothing published".
+    pub fn fail(&mut self, e: &Error) {
+        let report = self;
+        let kind = if report.published && e.kind() != ErrorKind::Unverified {
+            ErrorKind::Unverified
+        } else {
+            e.kind()
+        };
+        report.status = match kind {
+            ErrorKind::Mismatch => Status::Mismatch,
+            ErrorKind::Unverified => Status::Unverified,
+            _ => Status::Failed,
+        };
+        report.error = Some(if kind == ErrorKind::Unverified {
+            let version = report
+                .table_version
+                .map(|v| format!(" at version {v}"))
+                .unwrap_or_default();
+            format!(
+                "the window was published{version}, but a check after the commit failed: {}",
+                e.message()
+            )
+        } else {
+            e.message().to_string()
+        });
+        report.exit_code = Some(kind.exit_code());
+        if !report.published {
+            report.rows_written = 0;
+            report.table_version = None;
+        }
+    }
+
+    /// The report of a window whose run panicked (a bug): failed, exit 1, nothing known to be
+    /// published.
+    pub fn panicked(task: &Task, window: &Window, what: &str) -> Report {
+        let mut report = Report::new(task, window, &uuid::Uuid::new_v4().to_string());
+        report.fail(&Error::runtime(format!(
+            "the window's run panicked (a bug in idemlake): {what}"
+        )));
+        report
+    }
 }
 
 /// One reconciliation check, as recorded in commitInfo and reported.

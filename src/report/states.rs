@@ -27,6 +27,27 @@ pub struct WindowStatus {
     pub stale: bool,
 }
 
+impl WindowStatus {
+    /// A window of `task` with nothing published and no attempt on record.
+    pub fn missing(task: &str, window: String) -> WindowStatus {
+        WindowStatus {
+            task: task.to_string(),
+            window,
+            state: "missing".into(),
+            rows: 0,
+            files: 0,
+            version: None,
+            run_id: None,
+            sql_hash: None,
+            published_at: None,
+            failed_since: 0,
+            last_error: None,
+            run_status: None,
+            stale: false,
+        }
+    }
+}
+
 /// One window's audit.
 #[derive(Debug, Clone, Serialize)]
 pub struct WindowAudit {

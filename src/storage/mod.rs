@@ -118,3 +118,5 @@ pub async fn probe_conditional_put(url: &Url) -> Result<()> {
         Err(e) => Err(Error::runtime(format!("S3 probe of {bucket} failed: {e}"))),
     }
 }
+
+pub mod wrap;

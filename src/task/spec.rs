@@ -221,49 +221,9 @@ impl Task {
                 "{shown}: the table name `{name}` (the file name) must be letters, digits and underscores, not starting with a digit"
             )));
         }
-        let raw: RawTask = toml::from_str(text).map_err(|e| {
-            let msg = e.message().to_string();
-            let at = e
-                .span()
-                .map(|s| {
-                    let line = text[..s.start.min(text.len())].lines().count().max(1);
-                    format!(" (line {line})")
-                })
-                .unwrap_or_default();
-            Error::input(format!("{shown}{at}: {msg}"))
-        })?;
+        let raw: RawTask = parse_toml(text, &shown)?;
 
-        let sql_path = file.with_extension("sql");
-        let (sql, sql_file) = match (raw.sql, sql_path.exists()) {
-            (Some(_), true) => {
-                return Err(fail(
-                    "sql",
-                    format!(
-                        "SQL is given both inline and in {}; keep one",
-                        sql_path.display()
-                    ),
-                ));
-            }
-            (Some(sql), false) => (sql, file.to_path_buf()),
-            (None, true) => {
-                let sql = std::fs::read_to_string(&sql_path).map_err(|e| {
-                    Error::input(format!("{}: cannot read: {e}", sql_path.display()))
-                })?;
-                (sql, sql_path)
-            }
-            (None, false) => {
-                return Err(fail(
-                    "sql",
-                    format!(
-                        "missing: set `sql = \"\"\"…\"\"\"` or write {}",
-                        sql_path.display()
-                    ),
-                ));
-            }
-        };
-        if sql.trim().is_empty() {
-            return Err(fail("sql", "is empty".into()));
-        }
+        let (sql, sql_file) = read_sql(raw.sql, file, &fail)?;
 
         let partition_by = raw.target.partition_by.trim().to_string();
         if partition_by.is_empty() {
@@ -276,60 +236,11 @@ impl Task {
         let timezone = time_zone(&timezone_name)
             .map_err(|e| fail("[window].timezone", e.message().to_string()))?;
 
-        let mut sources = Vec::new();
-        for (alias, s) in raw.sources {
-            let field = format!("[sources.{alias}]");
-            if !is_identifier(&alias) {
-                return Err(fail(
-                    &field,
-                    "the alias must be a plain SQL identifier".into(),
-                ));
-            }
-            if alias == "output" {
-                return Err(fail(
-                    &field,
-                    "`output` is reserved for the run's result in [reconcile]".into(),
-                ));
-            }
-            if s.uri.trim().is_empty() {
-                return Err(fail(&format!("{field}.uri"), "is empty".into()));
-            }
-            let format = match s.format {
-                Some(f) => f,
-                None => infer_format(&s.uri).ok_or_else(|| {
-                    fail(
-                        &format!("{field}.format"),
-                        format!(
-                            "cannot tell the format of `{}` from its name: set format = parquet | csv | json | delta",
-                            s.uri
-                        ),
-                    )
-                })?,
-            };
-            if format != Format::Csv && (s.header.is_some() || s.delimiter.is_some()) {
-                return Err(fail(
-                    &field,
-                    "`header` and `delimiter` apply to csv sources only".into(),
-                ));
-            }
-            let csv_delimiter = match s.delimiter.as_deref() {
-                None => b',',
-                Some(d) if d.len() == 1 => d.as_bytes()[0],
-                Some(d) => {
-                    return Err(fail(
-                        &format!("{field}.delimiter"),
-                        format!("must be one character, got `{d}`"),
-                    ));
-                }
-            };
-            sources.push(Source {
-                uri: resolve_location(project_dir, &s.uri),
-                alias,
-                format,
-                csv_header: s.header.unwrap_or(true),
-                csv_delimiter,
-            });
-        }
+        let sources = raw
+            .sources
+            .into_iter()
+            .map(|(alias, s)| parse_source(alias, s, project_dir, &fail))
+            .collect::<Result<Vec<_>>>()?;
         if sources.is_empty() {
             return Err(fail("[sources]", "at least one source is required".into()));
         }
@@ -345,30 +256,10 @@ impl Task {
             ));
         }
 
-        let reconcile = match raw.reconcile {
-            None => None,
-            Some(r) => {
-                for (field, sql) in [("source", &r.source), ("output", &r.output)] {
-                    if sql.trim().is_empty() {
-                        return Err(fail(&format!("[reconcile].{field}"), "is empty".into()));
-                    }
-                }
-                for (col, tol) in &r.tolerance {
-                    if !tol.is_finite() || *tol < 0.0 {
-                        return Err(fail(
-                            &format!("[reconcile].tolerance.{col}"),
-                            format!("must be a non-negative relative tolerance, got {tol}"),
-                        ));
-                    }
-                }
-                Some(Reconcile {
-                    source_sql: r.source,
-                    output_sql: r.output,
-                    tolerance: r.tolerance,
-                    on_mismatch: r.on_mismatch,
-                })
-            }
-        };
+        let reconcile = raw
+            .reconcile
+            .map(|r| parse_reconcile(r, &fail))
+            .transpose()?;
 
         let alert = match raw.alert {
             None => None,
@@ -402,6 +293,142 @@ impl Task {
     }
 }
 
+/// The task file's TOML; a syntax error names its line.
+fn parse_toml(text: &str, shown: &str) -> Result<RawTask> {
+    toml::from_str(text).map_err(|e| {
+        let msg = e.message().to_string();
+        let at = e
+            .span()
+            .map(|s| {
+                let line = text[..s.start.min(text.len())].lines().count().max(1);
+                format!(" (line {line})")
+            })
+            .unwrap_or_default();
+        Error::input(format!("{shown}{at}: {msg}"))
+    })
+}
+
+/// Builds the task file's error for a field.
+type Fail<'a> = dyn Fn(&str, String) -> Error + 'a;
+
+/// The task's SQL: inline (`sql = """…"""`) or in `<table>.sql` beside the task file, not both.
+fn read_sql(inline: Option<String>, file: &Path, fail: &Fail<'_>) -> Result<(String, PathBuf)> {
+    let sql_path = file.with_extension("sql");
+    let (sql, sql_file) = match (inline, sql_path.exists()) {
+        (Some(_), true) => {
+            return Err(fail(
+                "sql",
+                format!(
+                    "SQL is given both inline and in {}; keep one",
+                    sql_path.display()
+                ),
+            ));
+        }
+        (Some(sql), false) => (sql, file.to_path_buf()),
+        (None, true) => {
+            let sql = std::fs::read_to_string(&sql_path)
+                .map_err(|e| Error::input(format!("{}: cannot read: {e}", sql_path.display())))?;
+            (sql, sql_path)
+        }
+        (None, false) => {
+            return Err(fail(
+                "sql",
+                format!(
+                    "missing: set `sql = \"\"\"…\"\"\"` or write {}",
+                    sql_path.display()
+                ),
+            ));
+        }
+    };
+    if sql.trim().is_empty() {
+        return Err(fail("sql", "is empty".into()));
+    }
+    Ok((sql, sql_file))
+}
+
+/// One `[sources.<alias>]` section, validated.
+fn parse_source(
+    alias: String,
+    s: RawSource,
+    project_dir: &Path,
+    fail: &Fail<'_>,
+) -> Result<Source> {
+    let field = format!("[sources.{alias}]");
+    if !is_identifier(&alias) {
+        return Err(fail(
+            &field,
+            "the alias must be a plain SQL identifier".into(),
+        ));
+    }
+    if alias == "output" {
+        return Err(fail(
+            &field,
+            "`output` is reserved for the run's result in [reconcile]".into(),
+        ));
+    }
+    if s.uri.trim().is_empty() {
+        return Err(fail(&format!("{field}.uri"), "is empty".into()));
+    }
+    let format = match s.format {
+        Some(f) => f,
+        None => infer_format(&s.uri).ok_or_else(|| {
+            fail(
+                &format!("{field}.format"),
+                format!(
+                    "cannot tell the format of `{}` from its name: set format = parquet | csv | json | delta",
+                    s.uri
+                ),
+            )
+        })?,
+    };
+    if format != Format::Csv && (s.header.is_some() || s.delimiter.is_some()) {
+        return Err(fail(
+            &field,
+            "`header` and `delimiter` apply to csv sources only".into(),
+        ));
+    }
+    let csv_delimiter = match s.delimiter.as_deref() {
+        None => b',',
+        Some(d) if d.len() == 1 => d.as_bytes()[0],
+        Some(d) => {
+            return Err(fail(
+                &format!("{field}.delimiter"),
+                format!("must be one character, got `{d}`"),
+            ));
+        }
+    };
+    Ok(Source {
+        uri: resolve_location(project_dir, &s.uri),
+        alias,
+        format,
+        csv_header: s.header.unwrap_or(true),
+        csv_delimiter,
+    })
+}
+
+/// The `[reconcile]` section, validated.
+fn parse_reconcile(r: RawReconcile, fail: &Fail<'_>) -> Result<Reconcile> {
+    for (field, sql) in [("source", &r.source), ("output", &r.output)] {
+        if sql.trim().is_empty() {
+            return Err(fail(&format!("[reconcile].{field}"), "is empty".into()));
+        }
+    }
+    for (col, tol) in &r.tolerance {
+        if !tol.is_finite() || *tol < 0.0 {
+            return Err(fail(
+                &format!("[reconcile].tolerance.{col}"),
+                format!("must be a non-negative relative tolerance, got {tol}"),
+            ));
+        }
+    }
+    Ok(Reconcile {
+        source_sql: r.source,
+        output_sql: r.output,
+        tolerance: r.tolerance,
+        on_mismatch: r.on_mismatch,
+    })
+}
+
 fn infer_format(uri: &str) -> Option<Format> {
     let lower = uri.trim_end_matches('/').to_ascii_lowercase();
     let ext = lower.rsplit('.').next().unwrap_or_default();
@@ -417,126 +444,4 @@ fn infer_format(uri: &str) -> Option<Format> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::error::ErrorKind;
-
-    const GOOD: &str = r#"
-sql = "SELECT * FROM src WHERE d >= $window_start AND d < $window_end"
-[target]
-partition_by = "d"
-[window]
-grain = "day"
-timezone = "Europe/Berlin"
-[sources.src]
-uri = "data/x.parquet"
-[write]
-mode = "merge"
-key = ["id"]
-[reconcile]
-source = "SELECT count(*) AS n FROM src"
-output = "SELECT count(*) AS n FROM output"
-tolerance = { n = 0.0 }
-"#;
-
-    fn parse(text: &str) -> Result<Task> {
-        Task::parse("t", Path::new("tables/t.toml"), text, Path::new("/proj"))
-    }
-
-    #[test]
-    fn a_complete_task_parses() {
-        let t = parse(GOOD).unwrap();
-        assert_eq!(t.grain, Grain::Day);
-        assert_eq!(t.timezone_name, "Europe/Berlin");
-        assert_eq!(t.sources[0].uri, "/proj/data/x.parquet");
-        assert_eq!(t.sources[0].format, Format::Parquet);
-        assert_eq!(t.mode, Mode::Merge);
-        assert_eq!(t.on_empty, OnEmpty::Clear);
-        assert_eq!(t.reconcile.unwrap().on_mismatch, OnMismatch::Fail);
-    }
-
-    fn assert_input_err(text: &str, needle: &str) {
-        let e = parse(text).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::Input);
-        assert!(e.message().contains("tables/t.toml"), "{e}");
-        assert!(e.message().contains(needle), "expected `{needle}` in: {e}");
-    }
-
-    #[test]
-    fn bad_task_files_name_file_and_field() {
-        assert_input_err(&GOOD.replace("partition_by", "partiton_by"), "partiton_by");
-        assert_input_err(
-            &GOOD.replace("grain = \"day\"", "grain = \"fortnight\""),
-            "fortnight",
-        );
-        assert_input_err(
-            &GOOD.replace("Europe/Berlin", "Mars/Olympus"),
-            "[window].timezone",
-        );
-        assert_input_err(&GOOD.replace("key = [\"id\"]", ""), "[write].key");
-        assert_input_err(&GOOD.replace("n = 0.0", "n = -1.0"), "tolerance.n");
-        assert_input_err(&GOOD.replace("data/x.parquet", "data/x.bin"), "format");
-        assert_input_err(&format!("{GOOD}\n[extra]\nx = 1\n"), "extra");
-        assert_input_err(&GOOD.replace("sql = ", "# sql = "), "sql");
-    }
-
-    mod properties {
-        use super::*;
-        use proptest::prelude::*;
-
-        /// A valid task file with one random edit: a line dropped or duplicated, a span of
-        /// text replaced by random text, or random bytes inserted.
-        fn mutated() -> impl Strategy<Value = String> {
-            let lines: Vec<String> = GOOD.lines().map(str::to_string).collect();
-            let n = lines.len();
-            (0..4u8, 0..n, any::<String>(), 0..GOOD.len(), 0usize..20).prop_map(
-                move |(how, line, junk, at, len)| match how {
-                    0 => {
-                        let mut l = lines.clone();
-                        l.remove(line);
-                        l.join("\n")
-                    }
-                    1 => {
-                        let mut l = lines.clone();
-                        l.insert(line, lines[line].clone());
-                        l.join("\n")
-                    }
-                    2 => {
-                        let mut s = GOOD.to_string();
-                        let at = (0..=at).rev().find(|i| s.is_char_boundary(*i)).unwrap_or(0);
-                        let end = (at + len).min(s.len());
-                        let end = (end..=s.len()).find(|i| s.is_char_boundary(*i)).unwrap();
-                        s.replace_range(at..end, &junk);
-                        s
-                    }
-                    _ => {
-                        let mut l = lines.clone();
-                        l[line] = junk;
-                        l.join("\n")
-                    }
-                },
-            )
-        }
-
-        proptest! {
-            #![proptest_config(ProptestConfig::with_cases(2000))]
-
-            /// The task-file parser never panics and every rejection is an input error
-            /// (exit 2) that names the file.
-            #[test]
-            fn task_files_never_panic_and_rejections_name_the_file(text in mutated()) {
-                if let Err(e) = parse(&text) {
-                    prop_assert_eq!(e.kind(), ErrorKind::Input);
-                    prop_assert!(e.message().contains("tables/t.toml"), "{}", e.message());
-                }
-            }
-
-            #[test]
-            fn arbitrary_text_never_panics(text in any::<String>()) {
-                if let Err(e) = parse(&text) {
-                    prop_assert_eq!(e.kind(), ErrorKind::Input);
-                }
-            }
-        }
-    }
-}
+mod tests;

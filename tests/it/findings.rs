@@ -612,3 +612,35 @@ uri = "dims.csv"
         assert_eq!(rows.len(), 3, "plain={plain}: {rows:?}");
     }
 }
+
+/// Issue 15: every DataFusion error became a runtime error (exit 1), so a mistake in the
+/// task's SQL that DataFusion reports only when the window's plan is executed (here an
+/// aggregate's argument out of range) exited 1, as if storage had failed. It is the user's
+/// mistake: exit 2, and the table is not created.
+#[test]
+fn a_sql_mistake_found_when_the_window_runs_exits_2() {
+    let p = TestProject::new();
+    p.task(
+        "t",
+        r#"sql = """
+SELECT approx_percentile_cont(l_quantity, 2.0) AS q, l_shipdate AS ship_date
+FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end
+GROUP BY l_shipdate
+"""
+[target]
+partition_by = "ship_date"
+[window]
+grain = "day"
+[sources.lineitem]
+uri = "data/lineitem.parquet"
+"#,
+    );
+    let out = p.run(&["run", "t", "--window", "1995-06-01"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(text(&out).contains("Percentile value"), "{}", text(&out));
+    assert_eq!(
+        log_version(&p.table_dir("t")),
+        None,
+        "no table may be created"
+    );
+}

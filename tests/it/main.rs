@@ -8,6 +8,7 @@ mod cli;
 mod dst;
 mod findings;
 mod incident;
+mod layers;
 mod mutations;
 mod python_reader;
 mod rejections;

@@ -1,0 +1,201 @@
+//! Stage 4, the commit: an overwrite queued for a group commit on the target (`target`), or a
+//! window-pruned merge; either way the commit is read back, and a commit that landed is
+//! reported as published whatever fails afterwards.
+
+use std::sync::Arc;
+
+use datafusion::prelude::{DataFrame, ParquetReadOptions};
+use deltalake::DeltaTable;
+
+use crate::delta::partition::{self, PartitionRange};
+use crate::delta::{merge, overwrite, readback, table};
+use crate::error::{Error, Result};
+use crate::pipeline::reconcile::Check;
+use crate::pipeline::runner::Runner;
+use crate::pipeline::stage::check_unique_key;
+use crate::pipeline::stages::{CommitError, Committed, Landed, Reconciled, ToCommit, WindowPlan};
+use crate::task::plan;
+
+impl Runner {
+    /// Stage 4, overwrite: queue the staged files for a group commit (see `commit`), then
+    /// take the read-back of the committed snapshot.
+    pub(super) async fn commit_overwrite(
+        &self,
+        c: ToCommit<'_>,
+    ) -> std::result::Result<Committed, CommitError> {
+        let (plan, r, window, record) = (c.plan, c.reconciled, c.window, c.record);
+        let task = self.task();
+        let rows = r.window.staged.rows;
+        let published = self
+            .target
+            .publish(
+                &plan.planned.schema,
+                overwrite::WindowCommit {
+                    range: PartitionRange::of(task, window),
+                    predicate: plan::replace_where(task, window),
+                    adds: r.window.staged.adds.clone(),
+                    tags: overwrite::RunTags {
+                        run_id: record.run_id.clone(),
+                        window: window.label(),
+                        sql_hash: plan.planned.sql_hash.clone(),
+                    },
+                    record: serde_json::to_value(&record).expect("serialisable"),
+                },
+            )
+            .await
+            .map_err(|e| (e, None))?;
+        let landed = || {
+            Some(Landed {
+                version: published.version,
+                checks: Vec::new(),
+            })
+        };
+        crate::fault::hit("after-commit", None).map_err(|e| (e, landed()))?;
+        let committed_rows = published
+            .readback
+            .map_err(|e| (Error::unverified(e), landed()))?;
+        Ok(Committed {
+            version: published.version,
+            checks: Vec::new(),
+            expected_rows: rows,
+            committed_rows,
+        })
+    }
+
+    /// Stage 4, merge: upsert the staged rows on the key within the window's partitions,
+    /// then check the merge's counts and read the window back from the log.
+    pub(super) async fn commit_merge(
+        &self,
+        c: ToCommit<'_>,
+    ) -> std::result::Result<Committed, CommitError> {
+        let (plan, r, window, record) = (c.plan, c.reconciled, c.window, c.record);
+        let task = self.task();
+        let ctx = self.session();
+        let rows = r.window.staged.rows;
+        let range = PartitionRange::of(task, window);
+        let table = self
+            .target
+            .merge_target(&plan.planned.schema)
+            .await
+            .map_err(|e| (e, None))?;
+        // A private copy at the pre-commit version, to read the commit back from storage.
+        let mut before = table.clone();
+        let source = self.merge_source(plan, r).await.map_err(|e| (e, None))?;
+        let columns: Vec<String> = plan
+            .planned
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        let base = table.version().map(|v| v as i64).unwrap_or(-1);
+        let spec = merge::MergeSpec {
+            columns: &columns,
+            key: &task.key,
+            partition_by: &task.partition_by,
+            range,
+        };
+        let merged = match merge::merge(
+            table,
+            Arc::new(ctx.state()),
+            source,
+            spec,
+            record.app_metadata(),
+        )
+        .await
+        {
+            Ok(m) => m,
+            Err(e) => return Err(self.merge_failed(e, base, &record.run_id).await),
+        };
+        let v = merged
+            .table
+            .version()
+            .ok_or_else(|| (Error::runtime("merge produced no version"), None))?
+            as i64;
+        self.target.note_commit(v);
+        let landed = |checks: Vec<Check>| Some(Landed { version: v, checks });
+        crate::fault::hit("after-commit", None).map_err(|e| (e, landed(Vec::new())))?;
+        let upserted = Check::counts("rows_upserted", rows, merged.inserted + merged.updated);
+        if !upserted.ok {
+            return Err((
+                Error::unverified(format!(
+                    "merge inserted {} and updated {} rows for {} produced rows",
+                    merged.inserted, merged.updated, rows
+                )),
+                landed(vec![upserted]),
+            ));
+        }
+        // Read the window back from the log on storage (statistics only).
+        let committed_rows = read_window(&mut before, v, &task.partition_by, range)
+            .await
+            .map_err(|e| (e, landed(vec![upserted.clone()])))?;
+        Ok(Committed {
+            version: v,
+            checks: vec![upserted],
+            expected_rows: merged.rows_before + merged.inserted,
+            committed_rows,
+        })
+    }
+
+    /// The staged rows of a merge, read back from its temp dir; their keys must be unique
+    /// and not NULL.
+    async fn merge_source(&self, plan: &WindowPlan, r: &Reconciled) -> Result<DataFrame> {
+        let dir = r
+            .window
+            .temp
+            .as_ref()
+            .expect("merge stages into a temp dir");
+        let source = self
+            .session()
+            .read_parquet(
+                dir.path().to_string_lossy().as_ref(),
+                ParquetReadOptions::default().schema(&plan.planned.schema),
+            )
+            .await?;
+        check_unique_key(source.clone(), &self.task().key).await?;
+        Ok(source)
+    }
+
+    /// delta-rs can fail after writing a merge's commit (its post-commit snapshot update or
+    /// checkpoint): look for this run in the log, so the report tells the truth.
+    async fn merge_failed(&self, e: Error, base: i64, run_id: &str) -> CommitError {
+        let found = match table::open(self.target.url()).await {
+            Ok(t) => readback::find_run_commit(&t, base, run_id).await,
+            Err(why) => Err(why),
+        };
+        match found {
+            Ok(Some(v)) => {
+                self.target.note_commit(v);
+                (
+                    Error::unverified(e.message().to_string()),
+                    Some(Landed {
+                        version: v,
+                        checks: Vec::new(),
+                    }),
+                )
+            }
+            Ok(None) => (e, None),
+            Err(why) => (
+                Error::runtime(format!(
+                    "{}; the log could not be read back ({why}): the window may or may not have been published; re-running it is safe",
+                    e.message()
+                )),
+                None,
+            ),
+        }
+    }
+}
+
+/// Rows the log says the window holds at `version` (statistics only), `table` brought there
+/// by replaying the log from storage.
+async fn read_window(
+    table: &mut DeltaTable,
+    version: i64,
+    partition_by: &str,
+    range: PartitionRange,
+) -> Result<u64> {
+    if table.version().is_none_or(|b| (b as i64) < version) {
+        table.update_incremental(Some(version as u64)).await?;
+    }
+    partition::window_rows(&partition::window_files(table, partition_by, range)?)
+}

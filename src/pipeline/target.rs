@@ -1,0 +1,357 @@
+//! The target table as this process knows it, and its commit queue.
+//!
+//! The table's first load starts with the runner (in the background, overlapping the first
+//! window's source scan) and is awaited before first use. Every staged window of an
+//! overwrite task queues here; whichever waiter takes the table lock commits *all* queued
+//! windows (distinct windows, up to [`MAX_WINDOWS_PER_COMMIT`]) in one commit, then reads
+//! that commit back once. While one commit is being written the next group forms, so a
+//! backfill's commits — whose cost grows with the table, not with the group — are amortised
+//! over many windows. Each window is still replaced whole by exactly one commit, and a
+//! window whose commit landed is told so whatever happens afterwards.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Instant;
+
+use arrow::datatypes::SchemaRef;
+use deltalake::DeltaTable;
+
+use crate::delta::filemap::FileMap;
+use crate::delta::{overwrite, readback, table};
+use crate::error::{Error, ErrorKind, Result};
+use crate::task::Task;
+
+/// The target table and its commit queue (one per runner).
+pub struct Target {
+    url: url::Url,
+    partition_by: String,
+    name: String,
+    /// The table and its live files by window, for commits (one committer at a time).
+    state: tokio::sync::Mutex<State>,
+    /// Staged windows waiting to be committed (see [`Target::publish`]).
+    pending: std::sync::Mutex<Vec<Pending>>,
+    /// The highest table version this process committed (the shared state catches up lazily).
+    last_commit: AtomicI64,
+    /// The latest table state known, for readers that must not wait for a commit in
+    /// progress (schema checks, writer settings); updated after every commit.
+    view: std::sync::Mutex<DeltaTable>,
+    /// The first load, started by [`Target::open`]; awaited (once) by [`Target::loaded`].
+    opening: std::sync::Mutex<Option<tokio::task::JoinHandle<Result<DeltaTable>>>>,
+    loaded: tokio::sync::OnceCell<()>,
+}
+
+/// What the committer holds: the table (protocol, schema, configuration; its snapshot may lag
+/// behind this process's own commits) and the live files of the latest version (`None` when
+/// unknown: rebuilt from a fresh snapshot before the next commit).
+struct State {
+    table: DeltaTable,
+    files: Option<FileMap>,
+}
+
+/// A staged window waiting for a commit, and where to send the outcome.
+struct Pending {
+    window: overwrite::WindowCommit,
+    done: tokio::sync::oneshot::Sender<std::result::Result<Published, (ErrorKind, String)>>,
+}
+
+/// The outcome channels of a group commit; any still unsent when it is dropped (the
+/// committing future was cancelled or panicked) are told the outcome is unknown.
+struct Outcomes(Vec<Option<OutcomeSender>>);
+
+type OutcomeSender =
+    tokio::sync::oneshot::Sender<std::result::Result<Published, (ErrorKind, String)>>;
+
+impl Outcomes {
+    /// Every sender, to be used now (none is left for the drop guard).
+    fn take(&mut self) -> Vec<OutcomeSender> {
+        self.0.iter_mut().filter_map(Option::take).collect()
+    }
+}
+
+impl Drop for Outcomes {
+    fn drop(&mut self) {
+        for tx in self.take() {
+            let _ = tx.send(Err((
+                ErrorKind::Runtime,
+                "the commit of this window was interrupted: it may or may not have been published; re-running it is safe".to_string(),
+            )));
+        }
+    }
+}
+
+/// A window whose commit landed, and what reading the committed snapshot back found: the
+/// rows of every live file in the window, or why they could not be confirmed.
+pub struct Published {
+    pub version: i64,
+    pub readback: std::result::Result<u64, String>,
+}
+
+/// Most windows one commit publishes.
+pub const MAX_WINDOWS_PER_COMMIT: usize = 256;
+
+impl Target {
+    /// The target of `task` at `url`: unloaded (no I/O) until its background load ends.
+    pub fn open(url: &url::Url, task: &Task) -> Result<Target> {
+        let table = table::builder(url)?.build()?;
+        Ok(Target {
+            url: url.clone(),
+            partition_by: task.partition_by.clone(),
+            name: task.name.clone(),
+            view: std::sync::Mutex::new(table.clone()),
+            state: tokio::sync::Mutex::new(State { table, files: None }),
+            pending: std::sync::Mutex::new(Vec::new()),
+            last_commit: AtomicI64::new(-1),
+            opening: std::sync::Mutex::new(Some(open_in_background(url))),
+            loaded: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    /// Wait for the table's first load (started by [`Target::open`]); a failed load is
+    /// retried by the next caller.
+    pub async fn loaded(&self) -> Result<()> {
+        self.loaded
+            .get_or_try_init(|| async {
+                let handle = self.opening.lock().expect("not poisoned").take();
+                let table = match handle {
+                    Some(h) => h.await.map_err(|e| {
+                        Error::runtime(format!("loading the target table failed: {e}"))
+                    })??,
+                    None => table::open(&self.url).await?,
+                };
+                *self.view.lock().expect("not poisoned") = table.clone();
+                self.state.lock().await.table = table;
+                Ok::<(), Error>(())
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// The table as last seen, at least at the version of this process's last commit
+    /// (refresh with [`Target::refresh`] to see other writers' commits).
+    pub async fn table(&self) -> Result<DeltaTable> {
+        self.loaded().await?;
+        let mut t = self.view();
+        let last = self.last_commit.load(Ordering::SeqCst);
+        if t.version().is_some_and(|v| (v as i64) < last)
+            && t.update_incremental(Some(last as u64)).await.is_ok()
+        {
+            *self.view.lock().expect("not poisoned") = t.clone();
+        }
+        Ok(t)
+    }
+
+    /// The table as last loaded, possibly behind this runner's own commits: for its schema,
+    /// configuration and storage, which those commits do not change.
+    pub fn view(&self) -> DeltaTable {
+        self.view.lock().expect("not poisoned").clone()
+    }
+
+    /// Bring the table state up to the latest version.
+    pub async fn refresh(&self) -> Result<()> {
+        self.loaded().await?;
+        let mut t = self.state.lock().await;
+        if t.table.version().is_some() {
+            t.table.update_state().await?;
+        } else {
+            t.table = table::open(&self.url).await?;
+        }
+        t.files = None;
+        *self.view.lock().expect("not poisoned") = t.table.clone();
+        Ok(())
+    }
+
+    /// Where the target table lives.
+    pub fn url(&self) -> &url::Url {
+        &self.url
+    }
+
+    /// The highest table version this process committed (-1: none yet).
+    pub fn last_commit(&self) -> i64 {
+        self.last_commit.load(Ordering::SeqCst)
+    }
+
+    /// Remember a version this process committed.
+    pub fn note_commit(&self, version: i64) {
+        self.last_commit.fetch_max(version, Ordering::SeqCst);
+    }
+
+    /// Commit a staged window; returns its version and the rows read back for it (an `Err`
+    /// only if the commit did not land).
+    ///
+    /// Group commit: every staged window queues here, and whichever waiter takes the table
+    /// lock commits *all* queued windows (distinct windows, up to
+    /// [`MAX_WINDOWS_PER_COMMIT`]) in one commit, then reads that commit back once. While one
+    /// commit is being written the next group forms, so a backfill's commits — whose cost
+    /// grows with the table, not with the group — are amortised over many windows. Each
+    /// window is still replaced whole by exactly one commit.
+    pub async fn publish(
+        &self,
+        schema: &SchemaRef,
+        window: overwrite::WindowCommit,
+    ) -> Result<Published> {
+        self.loaded().await?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.pending
+            .lock()
+            .expect("not poisoned")
+            .push(Pending { window, done: tx });
+        {
+            let mut target = self.state.lock().await;
+            let batch = self.take_group();
+            if !batch.is_empty() {
+                match self.ensure_table(&mut target, schema).await {
+                    Ok(()) => self.commit_group(&mut target, batch).await,
+                    Err(e) => {
+                        for p in batch {
+                            let _ = p.done.send(Err((e.kind(), e.message().to_string())));
+                        }
+                    }
+                }
+            }
+        }
+        match rx.await {
+            Ok(r) => r.map_err(|(kind, message)| Error::new(kind, message)),
+            Err(_) => Err(Error::runtime("the commit of this window was abandoned")),
+        }
+    }
+
+    /// Queued windows for one commit: distinct windows, oldest first.
+    fn take_group(&self) -> Vec<Pending> {
+        let mut pending = self.pending.lock().expect("not poisoned");
+        let mut seen = std::collections::HashSet::new();
+        let mut group = Vec::new();
+        let mut rest = Vec::new();
+        for p in pending.drain(..) {
+            if group.len() < MAX_WINDOWS_PER_COMMIT && seen.insert(p.window.tags.window.clone()) {
+                group.push(p);
+            } else {
+                rest.push(p);
+            }
+        }
+        *pending = rest;
+        group
+    }
+
+    /// Create the table on first use (the schema check follows creation by someone else).
+    async fn ensure_table(&self, target: &mut State, schema: &SchemaRef) -> Result<()> {
+        if target.table.version().is_none() {
+            target.table =
+                table::ensure_exists(target.table.clone(), schema, &self.partition_by, &self.name)
+                    .await?;
+            table::check_schema(&target.table, schema, &self.partition_by)?;
+            target.files = None;
+            *self.view.lock().expect("not poisoned") = target.table.clone();
+        }
+        Ok(())
+    }
+
+    /// The table a merge applies to: created on first use, caught up with this runner's
+    /// commits, and the file map dropped (a merge commits behind its back).
+    pub async fn merge_target(&self, schema: &SchemaRef) -> Result<DeltaTable> {
+        let mut t = self.state.lock().await;
+        self.ensure_table(&mut t, schema).await?;
+        self.catch_up(&mut t.table).await?;
+        t.files = None;
+        Ok(t.table.clone())
+    }
+
+    /// Catch the table's snapshot up with this process's last commit (before a merge,
+    /// which reads the snapshot).
+    async fn catch_up(&self, table: &mut DeltaTable) -> Result<()> {
+        let last = self.last_commit();
+        if table.version().is_some_and(|v| (v as i64) < last) {
+            table.update_incremental(Some(last as u64)).await?;
+        }
+        Ok(())
+    }
+
+    async fn commit_group(&self, target: &mut State, group: Vec<Pending>) {
+        let (windows, senders): (Vec<_>, Vec<_>) =
+            group.into_iter().map(|p| (p.window, p.done)).unzip();
+        // Should this future be dropped or panic before every window has its outcome, the
+        // waiting windows learn that it is unknown (not "nothing published").
+        let mut senders = Outcomes(senders.into_iter().map(Some).collect());
+        let fail = |e: &Error| (e.kind(), e.message().to_string());
+        let committed = match overwrite::commit_windows(
+            &mut target.table,
+            &mut target.files,
+            &self.partition_by,
+            &windows,
+        )
+        .await
+        {
+            Ok(c) => c,
+            Err(e) => {
+                for tx in senders.take() {
+                    let _ = tx.send(Err(fail(&e)));
+                }
+                return;
+            }
+        };
+        self.note_commit(committed.version);
+        if windows.len() > 1 {
+            tracing::debug!(
+                windows = windows.len(),
+                version = committed.version,
+                "committed a group of windows"
+            );
+        }
+        // Read the committed snapshot back from storage (the log replayed by delta-rs up to
+        // this version, not the file map the commit was built from): every live file of each
+        // window must be one this run added, and their statistics give the rows committed.
+        let snapshot = readback::snapshot_at(&mut target.table, committed.version).await;
+        if let Ok(t) = &snapshot {
+            *self.view.lock().expect("not poisoned") = t.clone();
+        }
+        for (w, tx) in windows.iter().zip(senders.take()) {
+            let readback = match &snapshot {
+                Ok(t) => {
+                    readback::read_back(t, &self.partition_by, w.range, &w.adds, &w.tags.window)
+                        .map_err(|e| e.message().to_string())
+                }
+                Err(e) => Err(format!(
+                    "read-back: version {} could not be loaded: {}",
+                    committed.version,
+                    e.message()
+                )),
+            };
+            let _ = tx.send(Ok(Published {
+                version: committed.version,
+                readback,
+            }));
+        }
+    }
+}
+
+/// Start loading the target table; the runner awaits it before first use.
+fn open_in_background(url: &url::Url) -> tokio::task::JoinHandle<Result<DeltaTable>> {
+    let url = url.clone();
+    background().spawn(async move {
+        let t = Instant::now();
+        let table = table::open(&url).await;
+        tracing::debug!(
+            ms = t.elapsed().as_millis() as u64,
+            version = ?table.as_ref().ok().and_then(|t| t.version()),
+            "target table loaded"
+        );
+        table
+    })
+}
+
+/// Background work that must end before the process does: the target table's load started
+/// by [`Target::open`] may still be running when a command finishes without needing it
+/// (`backfill --missing` with nothing missing), and a runtime shut down under it made
+/// delta-kernel's executor panic on stderr. The binary waits for these before exiting
+/// ([`finish_background`]).
+pub fn background() -> &'static tokio_util::task::TaskTracker {
+    static TRACKER: std::sync::OnceLock<tokio_util::task::TaskTracker> = std::sync::OnceLock::new();
+    TRACKER.get_or_init(tokio_util::task::TaskTracker::new)
+}
+
+/// Wait (at most `limit`) for the [`background`] work to end.
+pub async fn finish_background(limit: std::time::Duration) {
+    let tracker = background();
+    tracker.close();
+    if tokio::time::timeout(limit, tracker.wait()).await.is_err() {
+        tracing::warn!("background work still running after {limit:?}; exiting anyway");
+    }
+}

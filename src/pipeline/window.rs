@@ -1,0 +1,359 @@
+//! One window through the pipeline, as a chain of typed stages:
+//!
+//! [`WindowPlan`] (planned) → [`StagedWindow`] → [`Reconciled`] → `Committed` (see
+//! `commit`) → recorded (the report and the run log).
+//!
+//! Ordering is the guarantee: data files are written first (invisible), every check runs on
+//! them, and only then is the single commit made. Any failure before the commit publishes
+//! nothing (the staged files are discarded); the commit itself is atomic; the read-back after
+//! it fails loudly if the committed snapshot disagrees with what was written, and a report
+//! whose commit landed says so whatever fails afterwards. Nothing here reads the wall clock
+//! to decide *what* to compute: the window comes from the caller.
+
+use std::time::Instant;
+
+use datafusion::prelude::SessionContext;
+use deltalake::DeltaTable;
+
+use crate::accel::prepared::WindowPlans;
+use crate::accel::scan::WindowSession;
+use crate::delta::table;
+use crate::error::{Error, Result};
+use crate::pipeline::checks::SourceSide;
+use crate::pipeline::execute::{self, Sink};
+use crate::pipeline::reconcile::{self, Check};
+use crate::pipeline::runner::Runner;
+use crate::pipeline::sources;
+use crate::pipeline::stage::{stage, temp_sink, tempdir_for_merge};
+use crate::pipeline::stages::{Committed, Reconciled, StagedWindow, ToCommit, WindowPlan};
+use crate::report::record::{Report, RunRecord, Status};
+use crate::task::plan::{self, Planned};
+use crate::task::window::Window;
+use crate::task::{Mode, OnEmpty, OnMismatch};
+
+impl Runner {
+    /// Run one window and publish it; the report is also written to the run log.
+    pub async fn run(&self, window: &Window) -> Report {
+        let started = Instant::now();
+        let run_id = uuid::Uuid::new_v4().to_string();
+        let mut report = Report::new(self.task(), window, &run_id);
+        if let Err(e) = self.run_inner(window, &run_id, &mut report).await {
+            report.fail(&e);
+        }
+        report.duration_ms = started.elapsed().as_millis() as u64;
+        let store = self.target.view().log_store().object_store(None);
+        crate::report::runlog::record(&store, &report).await;
+        report
+    }
+
+    /// The stage chain. `report` is filled in as the stages go, so a failure after the
+    /// commit still reports the commit.
+    async fn run_inner(&self, window: &Window, run_id: &str, report: &mut Report) -> Result<()> {
+        // Executing windows are limited (`backfill --parallel`); waiting to commit is not.
+        let permit = self
+            .exec
+            .acquire()
+            .await
+            .map_err(|e| Error::runtime(format!("runner closed: {e}")))?;
+        let planned = self.plan_stage(window).await?;
+        report.sql_hash = Some(planned.planned.sql_hash.clone());
+        let staged = self.stage_window(&planned, window).await?;
+        let reconciled = self.reconcile_window(staged, window, report).await?;
+        if self.skip_empty(&reconciled, &planned.table, window, report)? {
+            return Ok(());
+        }
+        self.check_inputs(&reconciled.window).await?;
+        crate::fault::hit("before-commit", None)?;
+        let mut record = RunRecord::new(self.task(), window, run_id, &planned.planned.sql_hash);
+        record.sources = self.source_versions().to_vec();
+        record.rows_written = reconciled.window.staged.rows;
+        record.reconciliation = reconciled.checks.clone();
+        let c = ToCommit {
+            plan: &planned,
+            reconciled: &reconciled,
+            window,
+            record,
+        };
+        let committed = match self.task().mode {
+            Mode::Overwrite => {
+                // Waiting for the group commit does not hold an execution slot.
+                drop(permit);
+                self.commit_overwrite(c).await
+            }
+            Mode::Merge => self.commit_merge(c).await,
+        };
+        let rows = reconciled.window.staged.rows;
+        let mut checks = reconciled.checks;
+        let committed = match committed {
+            Ok(c) => c,
+            Err((e, landed)) => {
+                if let Some(v) = landed {
+                    report.published = true;
+                    report.table_version = Some(v.version);
+                    report.rows_written = rows;
+                    checks.extend(v.checks);
+                    report.reconciliation = checks;
+                }
+                return Err(e);
+            }
+        };
+        self.record(window, committed, checks, reconciled.warn, rows, report)
+    }
+
+    /// Stage 1. The session `window` runs in (shared sources as in-memory slices of a chunk
+    /// scan), the task bound from the prepared plans when they fit that session or planned
+    /// on its own otherwise, and the target's schema checked against it.
+    async fn plan_stage(&self, window: &Window) -> Result<WindowPlan> {
+        let session = self.session_for(window).await?;
+        let (planned, plans, session) = self.plan_in(&session, window).await?;
+        self.target.loaded().await?;
+        let table = self.target.view();
+        if table.version().is_some() {
+            table::check_schema(&table, &planned.schema, &self.task().partition_by)?;
+        }
+        crate::storage::probe_conditional_put(self.target.url()).await?;
+        Ok(WindowPlan {
+            planned,
+            plans,
+            session,
+            table,
+        })
+    }
+
+    /// The task planned for `window`, and the session to execute it in.
+    async fn plan_in(
+        &self,
+        session: &WindowSession,
+        window: &Window,
+    ) -> Result<(Planned, Option<WindowPlans>, SessionContext)> {
+        if let Some(p) = &self.prepared {
+            match p.bind(session, self.task(), window).await {
+                Ok(Some((planned, plans))) => {
+                    tracing::debug!(window = %window.label(), "bound the prepared plans");
+                    return Ok((planned, Some(plans), self.session().clone()));
+                }
+                Ok(None) => {}
+                Err(e) => tracing::info!("prepared plans not used for {}: {e}", window.label()),
+            }
+        }
+        let ctx = session.context().await?;
+        // `[reconcile].source` is not planned here: it runs on the independent path.
+        let planned = if self.validated {
+            plan::plan_query_window(&ctx, self.task(), window).await?
+        } else {
+            plan::plan_window(&ctx, self.task(), window, true).await?
+        };
+        Ok((planned, None, ctx))
+    }
+
+    /// Stage 2. Stage the rows — into the table's own directory (overwrite) or a private
+    /// temp dir (merge) — while the source side of the checks runs beside it, by its own
+    /// route (see `checks`).
+    async fn stage_window(&self, plan: &WindowPlan, window: &Window) -> Result<StagedWindow> {
+        let task = self.task();
+        let temp = tempdir_for_merge(task)?;
+        let (store, config) = match &temp {
+            None => (
+                plan.table.log_store().object_store(None),
+                table::writer_config(&plan.table, plan.planned.schema.clone(), &task.partition_by)?,
+            ),
+            Some(dir) => temp_sink(dir, &plan.planned)?,
+        };
+        let sink = Sink {
+            store: store.clone(),
+            config,
+        };
+        let (staged, source_side) = tokio::join!(
+            stage(
+                &plan.session,
+                task,
+                window,
+                (&plan.planned, plan.plans.as_ref()),
+                sink
+            ),
+            async {
+                self.checker()
+                    .source_side(task, window)
+                    .await
+                    .map_err(|e| e.context("the independent source check failed"))
+            }
+        );
+        let staged = staged?;
+        let source_side = match source_side {
+            Ok(s) => s,
+            Err(e) => {
+                execute::discard(&store, &staged.adds).await;
+                return Err(e);
+            }
+        };
+        tracing::info!(
+            window = %window.label(),
+            rows = staged.rows,
+            files = staged.adds.len(),
+            "staged the window's rows (not visible to readers yet)"
+        );
+        Ok(StagedWindow {
+            staged,
+            source_side,
+            store,
+            temp,
+        })
+    }
+
+    /// Stage 3. The checks before anything is published: the files hold the rows the query
+    /// produced, and the output agrees with the independent source side. A failure discards
+    /// the staged files.
+    async fn reconcile_window(
+        &self,
+        w: StagedWindow,
+        window: &Window,
+        report: &mut Report,
+    ) -> Result<Reconciled> {
+        let task = self.task();
+        let staged = &w.staged;
+        let mut checks = vec![Check::counts(
+            "rows_staged",
+            staged.rows,
+            execute::rows_in(&staged.adds)?,
+        )];
+        let (rc, on_mismatch) = match (&task.reconcile, &w.source_side) {
+            (Some(r), SourceSide::Reconcile(source_rows)) => {
+                let out = staged.output_aggregates.as_deref().unwrap_or_default();
+                (
+                    reconcile::compare(source_rows, out, &r.tolerance)?,
+                    r.on_mismatch,
+                )
+            }
+            (_, SourceSide::Rows(n)) => (
+                vec![Check::counts("source_rows", *n, staged.rows)],
+                OnMismatch::Fail,
+            ),
+            (Some(_), _) => return Err(Error::runtime("[reconcile].source was not planned")),
+            (None, _) => (Vec::new(), OnMismatch::Fail),
+        };
+        let failed = rc.iter().any(|c| !c.ok);
+        if failed && on_mismatch == OnMismatch::Fail {
+            execute::discard(&w.store, &staged.adds).await;
+            report.reconciliation = checks.iter().chain(&rc).cloned().collect();
+            return Err(Error::mismatch(format!(
+                "reconciliation failed, nothing was published: {}",
+                reconcile::describe_failures(&rc)
+            )));
+        }
+        checks.extend(rc);
+        report.reconciliation = checks.clone();
+        if !checks[0].ok {
+            execute::discard(&w.store, &staged.adds).await;
+            return Err(Error::runtime(format!(
+                "the files written hold {} rows but the query produced {}; nothing was published",
+                checks[0].output, checks[0].source
+            )));
+        }
+        tracing::info!(window = %window.label(), checks = checks.len(), warn = failed, "reconciled");
+        Ok(Reconciled {
+            window: w,
+            checks,
+            warn: failed,
+        })
+    }
+
+    /// An empty result under `[write].on_empty`: `true` when the run ends here (skipped:
+    /// nothing committed), an error for `fail`, `false` to go on and clear the window.
+    fn skip_empty(
+        &self,
+        r: &Reconciled,
+        table: &DeltaTable,
+        window: &Window,
+        report: &mut Report,
+    ) -> Result<bool> {
+        let task = self.task();
+        if r.window.staged.rows > 0 {
+            return Ok(false);
+        }
+        match task.on_empty {
+            OnEmpty::Fail => Err(Error::runtime(format!(
+                "the query returned no rows for window {} and [write].on_empty = \"fail\"; nothing was published",
+                window.label()
+            ))),
+            // `clear` goes on: the commit removes the window's files and adds none.
+            OnEmpty::Clear if task.mode == Mode::Overwrite => Ok(false),
+            // A merge upserts the rows produced: none leaves the window as it is, whatever
+            // `on_empty` says (`clear` cannot apply to upsert semantics). Nothing is
+            // committed, and the run is recorded as skipped, not as the window's publisher.
+            OnEmpty::Skip | OnEmpty::Clear => {
+                report.status = Status::Skipped;
+                report.error = None;
+                let last = self.target.last_commit();
+                report.table_version = table.version().map(|v| (v as i64).max(last));
+                if task.mode == Mode::Merge {
+                    tracing::info!(
+                        window = %window.label(),
+                        "merge with an empty result: the window is left as it is"
+                    );
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// The inputs must still be the ones the run started with (file sources are not
+    /// versioned: a file rewritten while the window ran may have been read half old, half
+    /// new). Checked after the checks, right before the commit.
+    async fn check_inputs(&self, w: &StagedWindow) -> Result<()> {
+        let task = self.task();
+        let mut changed = sources::changed_since(
+            self.checker().session(),
+            &task.sources,
+            self.source_versions(),
+        )
+        .await?;
+        if crate::accel::mapped::truncated() && changed.is_empty() {
+            changed.push("(a memory-mapped source file was truncated)".to_string());
+        }
+        if changed.is_empty() {
+            return Ok(());
+        }
+        execute::discard(&w.store, &w.staged.adds).await;
+        Err(Error::runtime(format!(
+            "source(s) {} changed while the window ran (files, sizes or modification times differ from the start of the run); nothing was published — re-run once the sources are stable",
+            changed.join(", ")
+        )))
+    }
+
+    /// The last stage: the read-back check joins the report, which says published and ok
+    /// (or mismatch when a check only warned).
+    fn record(
+        &self,
+        window: &Window,
+        c: Committed,
+        mut checks: Vec<Check>,
+        warn: bool,
+        rows: u64,
+        report: &mut Report,
+    ) -> Result<()> {
+        let readback = Check::counts("rows_committed", c.expected_rows, c.committed_rows);
+        checks.extend(c.checks);
+        checks.push(readback.clone());
+        report.published = true;
+        report.reconciliation = checks;
+        report.table_version = Some(c.version);
+        report.rows_written = rows;
+        tracing::info!(
+            window = %window.label(),
+            version = c.version,
+            rows_committed = c.committed_rows,
+            "published in one commit; read back from the log"
+        );
+        if !readback.ok {
+            return Err(Error::unverified(format!(
+                "read-back mismatch: version {} holds {} rows for window {}, expected {}",
+                c.version,
+                c.committed_rows,
+                window.label(),
+                c.expected_rows
+            )));
+        }
+        report.status = if warn { Status::Mismatch } else { Status::Ok };
+        Ok(())
+    }
+}

@@ -1,0 +1,265 @@
+use super::*;
+
+fn utc() -> TimeZone {
+    TimeZone::UTC
+}
+fn berlin() -> TimeZone {
+    time_zone("Europe/Berlin").unwrap()
+}
+
+#[test]
+fn day_in_utc() {
+    let w = Window::parse("2026-11-28", Grain::Day, &utc()).unwrap();
+    assert_eq!(
+        w.interval(),
+        "2026-11-28T00:00:00+00:00/2026-11-29T00:00:00+00:00"
+    );
+    assert_eq!(w.label(), "2026-11-28");
+    assert_eq!(w.hours(), 24);
+}
+
+#[test]
+fn berlin_days_across_dst_are_23_and_25_hours() {
+    let spring = Window::parse("2026-03-29", Grain::Day, &berlin()).unwrap();
+    assert_eq!(spring.hours(), 23);
+    assert_eq!(spring.start_ts().to_string(), "2026-03-28T23:00:00Z");
+    assert_eq!(spring.end_ts().to_string(), "2026-03-29T22:00:00Z");
+    let autumn = Window::parse("2026-10-25", Grain::Day, &berlin()).unwrap();
+    assert_eq!(autumn.hours(), 25);
+    let plain = Window::parse("2026-11-28", Grain::Day, &berlin()).unwrap();
+    assert_eq!(plain.hours(), 24);
+}
+
+#[test]
+fn week_month_hour() {
+    let w = Window::parse("2026-W48", Grain::Week, &utc()).unwrap();
+    assert_eq!(w.start_date().to_string(), "2026-11-23");
+    assert_eq!(w.end_date().to_string(), "2026-11-30");
+    assert_eq!(w.label(), "2026-W48");
+    let m = Window::parse("2026-02", Grain::Month, &utc()).unwrap();
+    assert_eq!(m.end_date().to_string(), "2026-03-01");
+    let h = Window::parse("2026-11-28T05", Grain::Hour, &berlin()).unwrap();
+    assert_eq!(h.start_ts().to_string(), "2026-11-28T04:00:00Z");
+    assert_eq!(h.hours(), 1);
+    assert_eq!(h.label(), "2026-11-28T05");
+}
+
+#[test]
+fn aligned_interval_is_accepted_misaligned_is_not() {
+    let w = Window::parse(
+        "2026-11-28T00:00:00+00:00/2026-11-29T00:00:00+00:00",
+        Grain::Day,
+        &utc(),
+    )
+    .unwrap();
+    assert_eq!(w.label(), "2026-11-28");
+    let b = Window::parse(
+        "2026-03-28T23:00:00Z/2026-03-29T22:00:00Z",
+        Grain::Day,
+        &berlin(),
+    )
+    .unwrap();
+    assert_eq!(b.label(), "2026-03-29");
+    for bad in [
+        "2026-11-28T01:00:00Z/2026-11-29T01:00:00Z",
+        "2026-11-28T00:00:00Z/2026-11-30T00:00:00Z",
+        "2026-11-29T00:00:00Z/2026-11-28T00:00:00Z",
+        "2026-11-28/2026-11-29",
+    ] {
+        let e = Window::parse(bad, Grain::Day, &utc()).unwrap_err();
+        assert_eq!(e.kind(), crate::error::ErrorKind::Input, "{bad}");
+    }
+}
+
+#[test]
+fn malformed_and_wrong_grain_windows_are_input_errors() {
+    for bad in [
+        "",
+        "yesterday",
+        "2026-13-01",
+        "2026-11-31",
+        "2026-W54",
+        "2026-11",
+        "2026-11-28T25",
+    ] {
+        let e = Window::parse(bad, Grain::Day, &utc()).unwrap_err();
+        assert_eq!(e.kind(), crate::error::ErrorKind::Input, "{bad}");
+    }
+    let e = Window::parse("2026-11", Grain::Day, &utc()).unwrap_err();
+    assert!(e.message().contains("is a month"), "{e}");
+}
+
+#[test]
+fn hour_in_dst_gap_or_fold_needs_the_interval_form() {
+    assert!(Window::parse("2026-03-29T02", Grain::Hour, &berlin()).is_err());
+    assert!(Window::parse("2026-10-25T02", Grain::Hour, &berlin()).is_err());
+    // Both 02:00 hours of the fold are reachable through the explicit interval.
+    let first = Window::parse(
+        "2026-10-25T00:00:00Z/2026-10-25T01:00:00Z",
+        Grain::Hour,
+        &berlin(),
+    )
+    .unwrap();
+    let second = first.next().unwrap();
+    assert_ne!(first.start_ts(), second.start_ts());
+    assert_ne!(first.key(), second.key());
+    // Regression (issue 14 §3): both hours were labelled `2026-10-25T02`.
+    assert_eq!(first.label(), "2026-10-25T02+02:00");
+    assert_eq!(second.label(), "2026-10-25T02+01:00");
+    // Each label is accepted back as its own window; a wrong offset is refused.
+    assert_eq!(
+        Window::parse(&first.label(), Grain::Hour, &berlin()).unwrap(),
+        first
+    );
+    assert_eq!(
+        Window::parse(&second.label(), Grain::Hour, &berlin()).unwrap(),
+        second
+    );
+    assert!(Window::parse("2026-10-25T02+05:00", Grain::Hour, &berlin()).is_err());
+    assert!(Window::parse("2026-10-25T02+0100", Grain::Hour, &berlin()).is_err());
+    // Hours next to the fold keep the short label; an offset on them is accepted if right.
+    assert_eq!(
+        first.next().unwrap().next().unwrap().label(),
+        "2026-10-25T03"
+    );
+    assert_eq!(
+        Window::parse("2026-11-28T05+01:00", Grain::Hour, &berlin())
+            .unwrap()
+            .label(),
+        "2026-11-28T05"
+    );
+}
+
+/// Found by the property test: a week of 1822 in Asia/Kolkata (local mean time
+/// +05:53:28) printed its interval with the offset cut to +05:53, which named another
+/// instant and was refused as misaligned when passed back.
+#[test]
+fn interval_of_a_window_in_local_mean_time_round_trips() {
+    let tz = time_zone("Asia/Kolkata").unwrap();
+    let w = Window::parse("1822-W28", Grain::Week, &tz).unwrap();
+    assert!(w.interval().ends_with('Z'), "{}", w.interval());
+    assert_eq!(Window::parse(&w.interval(), Grain::Week, &tz).unwrap(), w);
+    let modern = Window::parse("2026-W28", Grain::Week, &tz).unwrap();
+    assert!(
+        modern.interval().contains("+05:30"),
+        "{}",
+        modern.interval()
+    );
+}
+
+#[test]
+fn ranges_are_inclusive() {
+    let a = Window::parse("2026-02-27", Grain::Day, &utc()).unwrap();
+    let b = Window::parse("2026-03-02", Grain::Day, &utc()).unwrap();
+    let r = Window::range(&a, &b).unwrap();
+    let labels: Vec<_> = r.iter().map(Window::label).collect();
+    assert_eq!(
+        labels,
+        ["2026-02-27", "2026-02-28", "2026-03-01", "2026-03-02"]
+    );
+    assert!(Window::range(&b, &a).is_err());
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn grains() -> impl Strategy<Value = Grain> {
+        prop_oneof![
+            Just(Grain::Hour),
+            Just(Grain::Day),
+            Just(Grain::Week),
+            Just(Grain::Month)
+        ]
+    }
+
+    fn zones() -> impl Strategy<Value = TimeZone> {
+        prop_oneof![
+            Just("UTC"),
+            Just("Europe/Berlin"),
+            Just("America/New_York"),
+            Just("Asia/Kolkata"),
+            Just("Australia/Lord_Howe"),
+        ]
+        .prop_map(|z| time_zone(z).unwrap())
+    }
+
+    /// Text shaped like window arguments, often almost valid: short forms with any
+    /// numbers, offsets, intervals of any timestamps, and arbitrary bytes.
+    fn window_text() -> impl Strategy<Value = String> {
+        let num = |w: usize| proptest::collection::vec(0u8..10, w..=w);
+        let digits = move |w: usize| {
+            num(w).prop_map(|d| d.iter().map(|c| (b'0' + c) as char).collect::<String>())
+        };
+        prop_oneof![
+            any::<String>(),
+            "[0-9T:/+Z. W-]{0,40}",
+            (digits(4), digits(2), digits(2)).prop_map(|(y, m, d)| format!("{y}-{m}-{d}")),
+            (digits(4), digits(2), digits(2), digits(2))
+                .prop_map(|(y, m, d, h)| format!("{y}-{m}-{d}T{h}")),
+            (
+                digits(4),
+                digits(2),
+                digits(2),
+                digits(2),
+                digits(2),
+                digits(2),
+                any::<bool>()
+            )
+                .prop_map(|(y, m, d, h, oh, om, neg)| {
+                    format!("{y}-{m}-{d}T{h}{}{oh}:{om}", if neg { '-' } else { '+' })
+                }),
+            (digits(4), digits(2)).prop_map(|(y, w)| format!("{y}-W{w}")),
+            (digits(4), digits(2)).prop_map(|(y, m)| format!("{y}-{m}")),
+            (any::<i64>(), any::<i64>()).prop_map(|(a, b)| {
+                let t = |s: i64| {
+                    Timestamp::from_second(s.rem_euclid(4_000_000_000) - 1_000_000_000)
+                        .unwrap()
+                        .to_string()
+                };
+                format!("{}/{}", t(a), t(b))
+            }),
+            (0i64..400, 0i64..100, any::<bool>()).prop_map(|(day, len, off)| {
+                // Near-aligned intervals around 2026.
+                let start = Timestamp::from_second(
+                    1_767_225_600 + day * 86_400 + if off { 1800 } else { 0 },
+                )
+                .unwrap();
+                let end = start
+                    .checked_add(jiff::SignedDuration::from_hours(len))
+                    .unwrap();
+                format!("{start}/{end}")
+            }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3000))]
+
+        /// The window parser never panics; every rejection is an input error (exit 2)
+        /// naming the problem; every accepted window is aligned, non-empty and
+        /// round-trips through its label and its interval.
+        #[test]
+        fn window_arguments_never_panic_and_accepted_ones_round_trip(
+            text in window_text(), grain in grains(), tz in zones()
+        ) {
+            match Window::parse(&text, grain, &tz) {
+                Err(e) => {
+                    prop_assert_eq!(e.kind(), crate::error::ErrorKind::Input);
+                    prop_assert!(!e.message().is_empty());
+                }
+                Ok(w) => {
+                    prop_assert!(w.start_ts() < w.end_ts());
+                    let again = Window::parse(&w.interval(), grain, &tz).unwrap();
+                    prop_assert_eq!(&again, &w);
+                    // The label is accepted back unless the hour is skipped/ambiguous
+                    // without an offset (labels of repeated hours carry one).
+                    if let Ok(l) = Window::parse(&w.label(), grain, &tz) {
+                        prop_assert_eq!(l, w.clone());
+                    }
+                    prop_assert_eq!(w.next().unwrap().start_ts(), w.end_ts());
+                }
+            }
+        }
+    }
+}

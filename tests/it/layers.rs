@@ -1,0 +1,275 @@
+//! The source tree's layers (README "Architecture"): every `crate::` path in `src/` is read,
+//! and each import must point to a layer the importing layer may use, and no files may
+//! import each other in a circle. Comments and unit tests are skipped; `super::` paths stay
+//! inside one folder (one layer) and are not followed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Each layer (a folder of `src/`, or a file at its top) and the layers it may import.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("error", &[]),
+    ("config", &["error"]),
+    ("storage", &["config", "error"]),
+    ("fault", &["config", "error", "storage"]),
+    ("task", &["config", "error"]),
+    ("report", &["task", "config", "error"]),
+    (
+        "delta",
+        &["task", "storage", "report", "config", "error", "fault"],
+    ),
+    ("accel", &["task", "storage", "config", "error", "fault"]),
+    (
+        "pipeline",
+        &[
+            "accel", "delta", "report", "storage", "task", "config", "error", "fault",
+        ],
+    ),
+    (
+        "commands",
+        &[
+            "pipeline", "accel", "delta", "report", "storage", "task", "config", "error", "fault",
+        ],
+    ),
+    (
+        "cli",
+        &[
+            "commands", "pipeline", "accel", "delta", "report", "storage", "task", "config",
+            "error", "fault",
+        ],
+    ),
+];
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The module path of a source file: `src/pipeline/window.rs` → `pipeline::window`.
+fn module_of(file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src()).unwrap().with_extension("");
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if parts
+        .last()
+        .is_some_and(|p| p == "mod" || p == "lib" || p == "main")
+    {
+        parts.pop();
+    }
+    parts
+}
+
+/// The `crate::a::b::…` paths a file names in code (not in comments), as segments.
+fn crate_paths(text: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let code = line.trim_start();
+        if code.starts_with("//") {
+            continue;
+        }
+        let mut rest = code;
+        while let Some(i) = rest.find("crate::") {
+            rest = &rest[i + "crate::".len()..];
+            let mut path = Vec::new();
+            let mut tail = rest;
+            loop {
+                let end = tail
+                    .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .unwrap_or(tail.len());
+                if end == 0 {
+                    break;
+                }
+                path.push(tail[..end].to_string());
+                tail = &tail[end..];
+                if let Some(next) = tail.strip_prefix("::") {
+                    tail = next;
+                } else {
+                    break;
+                }
+            }
+            // `use crate::x::{a, b}`: the braces name items of `x` or its modules.
+            if let Some(group) = tail.strip_prefix('{') {
+                for item in group.split(['}', ',']).map(str::trim) {
+                    let first = item.split("::").next().unwrap_or_default();
+                    if !first.is_empty() {
+                        let mut p = path.clone();
+                        p.push(first.to_string());
+                        out.push(p);
+                    }
+                }
+            }
+            if !path.is_empty() {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+struct Tree {
+    /// Module path → file.
+    modules: BTreeMap<Vec<String>, PathBuf>,
+    /// File → the files it imports (within the crate).
+    imports: BTreeMap<PathBuf, BTreeSet<PathBuf>>,
+}
+
+fn tree() -> Tree {
+    let mut all = Vec::new();
+    files(&src(), &mut all);
+    let modules: BTreeMap<Vec<String>, PathBuf> =
+        all.iter().map(|f| (module_of(f), f.clone())).collect();
+    let mut imports = BTreeMap::new();
+    for f in &all {
+        if f.ends_with("tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(f).unwrap();
+        // A file's unit tests (at its end) may use any layer to build their fixtures.
+        let text = match text.find("\n#[cfg(test)]\nmod tests") {
+            Some(at) => &text[..at],
+            None => &text[..],
+        };
+        let mut to = BTreeSet::new();
+        for path in crate_paths(text) {
+            // The longest prefix of the path that is a module is the file imported.
+            let target = (1..=path.len()).rev().find_map(|n| modules.get(&path[..n]));
+            if let Some(t) = target
+                && t != f
+            {
+                to.insert(t.clone());
+            }
+        }
+        imports.insert(f.clone(), to);
+    }
+    Tree { modules, imports }
+}
+
+fn layer_of(file: &Path) -> String {
+    module_of(file)
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "lib".to_string())
+}
+
+#[test]
+fn every_import_points_to_a_layer_below() {
+    let t = tree();
+    assert!(
+        t.modules.len() > 30,
+        "the source tree was not read: {:?}",
+        t.modules.keys().collect::<Vec<_>>()
+    );
+    let allowed: BTreeMap<&str, &[&str]> = LAYERS.iter().copied().collect();
+    let mut wrong = Vec::new();
+    for (from, targets) in &t.imports {
+        let a = layer_of(from);
+        let Some(may) = allowed.get(a.as_str()) else {
+            assert!(
+                matches!(a.as_str(), "lib" | "main"),
+                "{} is in no layer: add it to LAYERS and to the README",
+                from.display()
+            );
+            continue;
+        };
+        for to in targets {
+            let b = layer_of(to);
+            if b != a && !may.contains(&b.as_str()) {
+                wrong.push(format!("{} -> {}", from.display(), to.display()));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports against the layers:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn no_files_import_each_other_in_a_circle() {
+    let t = tree();
+    // Tarjan's strongly connected components over the file graph.
+    struct State<'a> {
+        graph: &'a BTreeMap<PathBuf, BTreeSet<PathBuf>>,
+        index: BTreeMap<&'a Path, usize>,
+        low: BTreeMap<&'a Path, usize>,
+        stack: Vec<&'a Path>,
+        on_stack: BTreeSet<&'a Path>,
+        next: usize,
+        circles: Vec<Vec<&'a Path>>,
+    }
+    fn visit<'a>(s: &mut State<'a>, v: &'a Path) {
+        s.index.insert(v, s.next);
+        s.low.insert(v, s.next);
+        s.next += 1;
+        s.stack.push(v);
+        s.on_stack.insert(v);
+        for w in s.graph.get(v).into_iter().flatten() {
+            let w = w.as_path();
+            if !s.index.contains_key(w) {
+                visit(s, w);
+                let lw = s.low[w];
+                let lv = s.low.get_mut(v).unwrap();
+                *lv = (*lv).min(lw);
+            } else if s.on_stack.contains(w) {
+                let iw = s.index[w];
+                let lv = s.low.get_mut(v).unwrap();
+                *lv = (*lv).min(iw);
+            }
+        }
+        if s.low[v] == s.index[v] {
+            let mut component = Vec::new();
+            while let Some(w) = s.stack.pop() {
+                s.on_stack.remove(w);
+                component.push(w);
+                if w == v {
+                    break;
+                }
+            }
+            if component.len() > 1 {
+                s.circles.push(component);
+            }
+        }
+    }
+    let mut s = State {
+        graph: &t.imports,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        next: 0,
+        circles: Vec::new(),
+    };
+    for v in t.imports.keys() {
+        if !s.index.contains_key(v.as_path()) {
+            visit(&mut s, v.as_path());
+        }
+    }
+    assert!(
+        s.circles.is_empty(),
+        "files importing each other in a circle: {:?}",
+        s.circles
+    );
+}
+
+#[test]
+fn the_reader_sees_imports_and_skips_comments() {
+    let text = "//! see crate::cli\nuse crate::task::{window::Window, Task};\nlet x = crate::delta::table::open(u);";
+    let paths = crate_paths(text);
+    assert!(paths.contains(&vec!["task".into(), "window".into()]));
+    assert!(paths.contains(&vec!["task".into(), "Task".into()]));
+    assert!(paths.contains(&vec!["delta".into(), "table".into(), "open".into()]));
+    assert!(!paths.iter().any(|p| p[0] == "cli"));
+}
