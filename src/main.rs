@@ -55,8 +55,9 @@ fn main() -> ExitCode {
     let config = match idemlake::config::Config::from_env() {
         Ok(c) => idemlake::config::init(c),
         Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(e.kind().exit_code());
+            let _ = idemlake::report::render::LOG_FORMAT.set(cli.log_format);
+            idemlake::report::render::diag("ERROR", e.message(), Some(e.exit_code()));
+            return ExitCode::from(e.exit_code());
         }
     };
     tune_allocator(config);

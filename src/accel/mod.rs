@@ -7,6 +7,7 @@
 //! May import `task`, `storage`, `config`, `error`, `fault`; never `pipeline`, `delta` or above.
 
 pub mod mapped;
+pub mod planner;
 pub mod prepared;
 pub mod reuse;
 pub mod scan;

@@ -117,7 +117,10 @@ pub async fn commit_windows(
         let base = *first_base.get_or_insert(attempt_base);
         let target = attempt_base + 1;
         let (actions, files_removed) = actions(map, windows, target);
-        let e = match commit.write(table, target, actions).await {
+        // delta-rs's own commit path also cleans up expired logs when this commit writes a
+        // checkpoint; decided before the attempt, like its snapshot.
+        let cleanup = !commit.direct && cleanup_due(table, target)?;
+        let e = match commit.write(table, target, actions, cleanup).await {
             Ok(()) => {
                 if commit.direct {
                     let adds: Vec<&Add> = windows.iter().flat_map(|w| &w.adds).collect();
@@ -202,6 +205,7 @@ impl Commit {
         table: &mut DeltaTable,
         target: i64,
         actions: Vec<Action>,
+        cleanup: bool,
     ) -> std::result::Result<(), DeltaTableError> {
         if self.direct {
             return write_next(table, target, actions, self.op.clone(), &self.app_metadata).await;
@@ -211,10 +215,7 @@ impl Commit {
             CommitProperties::default()
                 .with_metadata(self.app_metadata.clone())
                 .with_max_retries(0)
-                .with_cleanup_expired_logs(Some(
-                    cleanup_due(table, target)
-                        .map_err(|e| DeltaTableError::Generic(e.to_string()))?,
-                )),
+                .with_cleanup_expired_logs(Some(cleanup)),
         )
         .with_actions(actions)
         .build(Some(snapshot), table.log_store(), self.op.clone())

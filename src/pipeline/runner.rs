@@ -11,9 +11,9 @@ use std::time::Instant;
 use datafusion::prelude::SessionContext;
 use deltalake::DeltaTable;
 
-use crate::accel::prepared::Prepared;
-use crate::accel::scan::{Shared, WindowSession};
-use crate::accel::session::{accelerated, new_session};
+use crate::accel::planner::Planner;
+use crate::accel::scan::WindowSession;
+use crate::accel::session::new_session;
 use crate::error::Result;
 use crate::pipeline::checks::Checker;
 use crate::pipeline::execute::{Sink, Staged};
@@ -49,18 +49,13 @@ pub struct Runner {
     sources: Vec<sources::SourceVersion>,
     /// The independent check path (see `checks`): its own session over the same inputs.
     checker: Arc<Checker>,
-    /// Sources read once per chunk of windows instead of once per window (see `scan`).
-    shared: Option<Arc<Shared>>,
+    /// How windows are planned: plain, or with the accelerations (see `accel::planner`).
+    pub(super) planner: Planner,
     /// Permits to execute a window (plan, scan, stage, reconcile).
     pub(super) exec: tokio::sync::Semaphore,
     exec_limit: AtomicUsize,
-    /// The task's queries planned once, bound per window (`None` if they cannot be).
-    pub(super) prepared: Option<Prepared>,
     /// Windows announced by [`Runner::share_scans`] (1 until then).
     announced: AtomicUsize,
-    /// Whether the task's queries planned unbound when the runner was created: the checks
-    /// that do not depend on the window (reconcile columns) are then not repeated per window.
-    pub(super) validated: bool,
 }
 
 /// Permits of a runner before `set_parallel`.
@@ -77,12 +72,7 @@ impl Runner {
         // The table loads in the background (its log replay is independent of the sources);
         // until then the runner holds it unloaded (no I/O).
         let target = Target::open(&url, task)?;
-        let (validated, shared) = share(task, &ctx).await;
-        let prepared = if validated && accelerated() {
-            prepare(task, &ctx, shared.as_deref()).await
-        } else {
-            None
-        };
+        let planner = Planner::new(task, &ctx, crate::config::get().accelerate).await;
         tracing::debug!(
             sources_ms,
             total_ms = t0.elapsed().as_millis(),
@@ -94,12 +84,10 @@ impl Runner {
             ctx,
             sources,
             checker,
-            shared,
+            planner,
             exec: tokio::sync::Semaphore::new(DEFAULT_EXEC_PERMITS),
             exec_limit: AtomicUsize::new(DEFAULT_EXEC_PERMITS),
             announced: AtomicUsize::new(1),
-            prepared,
-            validated,
         })
     }
 
@@ -122,9 +110,7 @@ impl Runner {
     /// per chunk of them.
     pub fn share_scans(&self, windows: &[Window]) {
         self.announced.store(windows.len(), Ordering::SeqCst);
-        if let Some(s) = &self.shared {
-            s.plan_windows(windows);
-        }
+        self.planner.announce(windows);
     }
 
     /// Partitions of a window session over in-memory slices: the session's share of the
@@ -141,16 +127,9 @@ impl Runner {
 
     /// The session `window` runs in: shared sources as in-memory slices of a chunk scan.
     pub(super) async fn session_for(&self, window: &Window) -> Result<WindowSession> {
-        match &self.shared {
-            None => Ok(WindowSession::base(&self.ctx)),
-            Some(s) => {
-                let ws = s
-                    .session_for(&self.ctx, window, self.window_partitions())
-                    .await?;
-                tracing::debug!(window = %window.label(), shared = ?ws.shared, "window session");
-                Ok(ws)
-            }
-        }
+        self.planner
+            .session_for(&self.ctx, window, self.window_partitions())
+            .await
     }
 
     pub fn task(&self) -> &Task {
@@ -211,42 +190,4 @@ impl Runner {
     pub fn source_versions(&self) -> &[sources::SourceVersion] {
         &self.sources
     }
-}
-
-/// Whether the task's queries plan unbound, and which sources its windows can share a scan
-/// of: decided once from the unbound plans. A task whose SQL does not plan gets no sharing;
-/// its error surfaces when a window runs.
-async fn share(task: &Task, ctx: &SessionContext) -> (bool, Option<Arc<Shared>>) {
-    let shared = match plan::plan(ctx, task, None).await {
-        Ok(_) if !accelerated() => return (true, None),
-        // Only the task's query reads the shared slices: `[reconcile].source` runs on the
-        // independent check path.
-        Ok(unbound) => Shared::new(task, ctx, &[unbound.df.logical_plan()])
-            .await
-            .map(Arc::new),
-        Err(e) => {
-            tracing::info!("the task does not plan unbound, so no scans are shared: {e}");
-            return (false, None);
-        }
-    };
-    if let Some(s) = &shared {
-        tracing::debug!(sources = ?s.shared_sources(), "windows share source scans");
-    }
-    (true, shared)
-}
-
-/// The task's queries planned once, to be bound per window (`None`: each window plans
-/// itself).
-async fn prepare(task: &Task, ctx: &SessionContext, shared: Option<&Shared>) -> Option<Prepared> {
-    let template = match shared {
-        Some(s) => s.template_session(ctx).await,
-        None => Ok(ctx.clone()),
-    };
-    let prepared = match template {
-        Ok(t) => Prepared::new(&t, task).await,
-        Err(e) => Err(e),
-    };
-    prepared
-        .map_err(|e| tracing::info!("queries not prepared (each window plans itself): {e}"))
-        .ok()
 }

@@ -12,11 +12,8 @@
 
 use std::time::Instant;
 
-use datafusion::prelude::SessionContext;
 use deltalake::DeltaTable;
 
-use crate::accel::prepared::WindowPlans;
-use crate::accel::scan::WindowSession;
 use crate::delta::table;
 use crate::error::{Error, Result};
 use crate::pipeline::checks::SourceSide;
@@ -27,7 +24,6 @@ use crate::pipeline::sources;
 use crate::pipeline::stage::{stage, temp_sink, tempdir_for_merge};
 use crate::pipeline::stages::{Committed, Reconciled, StagedWindow, ToCommit, WindowPlan};
 use crate::report::record::{Report, RunRecord, Status};
-use crate::task::plan::{self, Planned};
 use crate::task::window::Window;
 use crate::task::{Mode, OnEmpty, OnMismatch};
 
@@ -55,8 +51,7 @@ impl Runner {
             .acquire()
             .await
             .map_err(|e| Error::runtime(format!("runner closed: {e}")))?;
-        let planned = self.plan_stage(window).await?;
-        report.sql_hash = Some(planned.planned.sql_hash.clone());
+        let planned = self.plan_stage(window, report).await?;
         let staged = self.stage_window(&planned, window).await?;
         let reconciled = self.reconcile_window(staged, window, report).await?;
         if self.skip_empty(&reconciled, &planned.table, window, report)? {
@@ -103,47 +98,25 @@ impl Runner {
     /// Stage 1. The session `window` runs in (shared sources as in-memory slices of a chunk
     /// scan), the task bound from the prepared plans when they fit that session or planned
     /// on its own otherwise, and the target's schema checked against it.
-    async fn plan_stage(&self, window: &Window) -> Result<WindowPlan> {
+    async fn plan_stage(&self, window: &Window, report: &mut Report) -> Result<WindowPlan> {
         let session = self.session_for(window).await?;
-        let (planned, plans, session) = self.plan_in(&session, window).await?;
+        let planned = self
+            .planner
+            .plan(self.session(), &session, self.task(), window)
+            .await?;
+        report.sql_hash = Some(planned.planned.sql_hash.clone());
         self.target.loaded().await?;
         let table = self.target.view();
         if table.version().is_some() {
-            table::check_schema(&table, &planned.schema, &self.task().partition_by)?;
+            table::check_schema(&table, &planned.planned.schema, &self.task().partition_by)?;
         }
         crate::storage::probe_conditional_put(self.target.url()).await?;
         Ok(WindowPlan {
-            planned,
-            plans,
-            session,
+            planned: planned.planned,
+            plans: planned.plans,
+            session: planned.session,
             table,
         })
-    }
-
-    /// The task planned for `window`, and the session to execute it in.
-    async fn plan_in(
-        &self,
-        session: &WindowSession,
-        window: &Window,
-    ) -> Result<(Planned, Option<WindowPlans>, SessionContext)> {
-        if let Some(p) = &self.prepared {
-            match p.bind(session, self.task(), window).await {
-                Ok(Some((planned, plans))) => {
-                    tracing::debug!(window = %window.label(), "bound the prepared plans");
-                    return Ok((planned, Some(plans), self.session().clone()));
-                }
-                Ok(None) => {}
-                Err(e) => tracing::info!("prepared plans not used for {}: {e}", window.label()),
-            }
-        }
-        let ctx = session.context().await?;
-        // `[reconcile].source` is not planned here: it runs on the independent path.
-        let planned = if self.validated {
-            plan::plan_query_window(&ctx, self.task(), window).await?
-        } else {
-            plan::plan_window(&ctx, self.task(), window, true).await?
-        };
-        Ok((planned, None, ctx))
     }
 
     /// Stage 2. Stage the rows — into the table's own directory (overwrite) or a private

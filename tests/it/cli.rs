@@ -77,6 +77,8 @@ fn explain_shows_bound_parameters_plan_and_predicate() {
         "physical plan",
         "checks:        [reconcile].source on the independent path",
         "accelerations: on",
+        "configuration: accelerate = true",
+        "scan_cache_kb = auto",
     ] {
         assert!(s.contains(needle), "missing {needle} in:\n{s}");
     }
@@ -204,5 +206,39 @@ fn log_format_json_makes_every_stderr_line_json_and_no_color_is_respected() {
             "{}",
             text(&out)
         );
+    }
+}
+
+/// Issue 15: settings were read wherever they were used, a malformed number sometimes
+/// ignored. Now the configuration is resolved once, before anything runs: a malformed
+/// setting exits 2 naming it, nothing is written, and `explain` shows what is in force.
+#[test]
+fn a_malformed_setting_exits_2_before_anything_runs() {
+    let p = TestProject::new();
+    for (var, value) in [
+        ("IDEMLAKE_SCAN_CACHE_KB", "lots"),
+        ("IDEMLAKE_S3_MAX_RETRIES", "-1"),
+    ] {
+        let out = p
+            .cmd()
+            .env(var, value)
+            .args(["run", "lineitem_by_ship_day", "--window", "1995-06-01"])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 2, "{var}: {}", text(&out));
+        assert!(text(&out).contains(var), "{}", text(&out));
+        assert!(log_version(&p.table_dir("lineitem_by_ship_day")).is_none());
+    }
+    let out = p
+        .cmd()
+        .env("IDEMLAKE_ACCELERATE", "0")
+        .env("IDEMLAKE_SCAN_CACHE_KB", "4096")
+        .args(["explain", "lineitem_by_ship_day", "--window", "1995-06-01"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let s = String::from_utf8_lossy(&out.stdout);
+    for needle in ["accelerate = false", "mmap = false", "scan_cache_kb = 4096"] {
+        assert!(s.contains(needle), "missing {needle} in:\n{s}");
     }
 }
