@@ -61,8 +61,7 @@ async fn table_side(
     }
     table.update_datafusion_session(&ctx.state())?;
     let part = column(&task.partition_by);
-    let lo = PartitionRange::of(task, from).lo_hi().0;
-    let hi = PartitionRange::of(task, to).lo_hi().1;
+    let range = PartitionRange::of(task, from).through(PartitionRange::of(task, to));
     let key: Vec<Expr> = if task.key.is_empty() {
         columns.iter().map(|c| column(c)).collect()
     } else {
@@ -82,7 +81,7 @@ async fn table_side(
     group.extend(key);
     let batches = ctx
         .read_table(table.table_provider().await?)?
-        .filter(part.clone().gt_eq(lit(lo)).and(part.lt(lit(hi))))?
+        .filter(range.filter(part))?
         .aggregate(group, vec![count(lit(1)).alias(COUNT)])?
         .aggregate(
             vec![column(BUCKET)],
@@ -152,8 +151,7 @@ async fn expected(runner: &Runner, w: &Window) -> Result<Expected> {
     let table = runner.table().await?;
     let missing = if table.version().is_some() {
         table.update_datafusion_session(&ctx.state())?;
-        let (lo, hi) = PartitionRange::of(task, w).lo_hi();
-        let part = column(&task.partition_by);
+        let range = PartitionRange::of(task, w);
         let theirs: Vec<String> = task
             .key
             .iter()
@@ -161,7 +159,7 @@ async fn expected(runner: &Runner, w: &Window) -> Result<Expected> {
             .collect();
         let published: DataFrame = ctx
             .read_table(table.table_provider().await?)?
-            .filter(part.clone().gt_eq(lit(lo)).and(part.lt(lit(hi))))?
+            .filter(range.filter(column(&task.partition_by)))?
             .select(
                 task.key
                     .iter()
@@ -290,11 +288,9 @@ async fn reconcile_window(runner: &Runner, w: &Window) -> Result<Vec<Check>> {
         .await?;
     let table = runner.table().await?;
     table.update_datafusion_session(&ctx.state())?;
-    let (lo, hi) = PartitionRange::of(task, w).lo_hi();
-    let pcol = column(&task.partition_by);
     let published = ctx
         .read_table(table.table_provider().await?)?
-        .filter(pcol.clone().gt_eq(lit(lo)).and(pcol.lt(lit(hi))))?;
+        .filter(PartitionRange::of(task, w).filter(column(&task.partition_by)))?;
     let out =
         plan::plan_output_query(ctx, task, published.into_view(), Some(&planned.params)).await?;
     reconcile::compare(&src, &out.collect().await?, &r.tolerance)

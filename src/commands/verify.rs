@@ -243,17 +243,14 @@ pub async fn verify_with(
         table.update_datafusion_session(&ctx.state())?;
         let provider = table.table_provider().await?;
         ctx.register_table("published_all", provider)?;
-        let (lo, hi) = PartitionRange::of(task, window).lo_hi();
-        let df = ctx.table("published_all").await?.filter(
-            datafusion::prelude::col(datafusion::common::Column::from_name(&task.partition_by))
-                .gt_eq(datafusion::prelude::lit(lo))
-                .and(
-                    datafusion::prelude::col(datafusion::common::Column::from_name(
-                        &task.partition_by,
-                    ))
-                    .lt(datafusion::prelude::lit(hi)),
-                ),
-        )?;
+        let df =
+            ctx.table("published_all")
+                .await?
+                .filter(
+                    PartitionRange::of(task, window).filter(datafusion::prelude::col(
+                        datafusion::common::Column::from_name(&task.partition_by),
+                    )),
+                )?;
         ctx.register_table("published", df.into_view())?;
         diffs.push(diff(&ctx, &schema, "run_a", "published").await?);
     }

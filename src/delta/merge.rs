@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::common::Column;
-use datafusion::prelude::{DataFrame, col, lit};
+use datafusion::prelude::{DataFrame, col};
 use deltalake::DeltaTable;
 use deltalake::kernel::transaction::CommitProperties;
 
@@ -47,10 +47,7 @@ pub async fn merge(
     } = spec;
     let t = |c: &str| col(Column::new(Some("target"), c));
     let s = |c: &str| col(Column::new(Some("source"), c));
-    let (lo, hi) = range.lo_hi();
-    let mut predicate = t(partition_by)
-        .gt_eq(lit(lo))
-        .and(t(partition_by).lt(lit(hi)));
+    let mut predicate = range.filter(t(partition_by));
     for k in key {
         predicate = predicate.and(t(k).eq(s(k)));
     }

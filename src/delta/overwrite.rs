@@ -20,7 +20,7 @@ use deltalake::{DeltaTable, DeltaTableError};
 use crate::delta::filemap::FileMap;
 use crate::delta::partition::PartitionRange;
 use crate::delta::readback::find_run_commit;
-use crate::delta::table::cleanup_due;
+use crate::delta::table::{checkpoint_due, cleanup_due};
 use crate::error::{Error, Result};
 
 /// What one commit did.
@@ -307,15 +307,9 @@ async fn write_next(
 /// expired log files then, if the table allows it), as delta-rs's post-commit hook would. A
 /// failure here does not undo the commit; it is logged and the next checkpoint covers it.
 async fn checkpoint_if_due(table: &mut DeltaTable, version: i64) {
-    use deltalake::table::config::TablePropertiesExt;
-    let Ok(state) = table.snapshot() else {
+    let Ok(Some(cleanup)) = checkpoint_due(table, version) else {
         return;
     };
-    let config = state.table_config();
-    if (version + 1) % config.checkpoint_interval().get() as i64 != 0 {
-        return;
-    }
-    let cleanup = config.enable_expired_log_cleanup();
     let done = async {
         table.update_incremental(Some(version as u64)).await?;
         deltalake::checkpoints::create_checkpoint(table, None).await?;

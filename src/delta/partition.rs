@@ -3,6 +3,7 @@
 //! partition value belongs to.
 
 use datafusion::common::ScalarValue;
+use datafusion::prelude::{Expr, lit};
 use delta_kernel::expressions::Scalar;
 use deltalake::DeltaTable;
 use deltalake::kernel::LogicalFileView;
@@ -41,6 +42,26 @@ impl PartitionRange {
             _ => false,
         }
     }
+    /// The range from the start of `self` to the end of `last` (windows of one task).
+    pub fn through(self, last: PartitionRange) -> PartitionRange {
+        match (self, last) {
+            (PartitionRange::Date(lo, _), PartitionRange::Date(_, hi)) => {
+                PartitionRange::Date(lo, hi)
+            }
+            (PartitionRange::Timestamp(lo, _), PartitionRange::Timestamp(_, hi)) => {
+                PartitionRange::Timestamp(lo, hi)
+            }
+            (first, _) => first,
+        }
+    }
+
+    /// The window filter on `column` (the partition column, however qualified):
+    /// `column >= lo AND column < hi`. The one way idemlake filters a table to its windows.
+    pub fn filter(&self, column: Expr) -> Expr {
+        let (lo, hi) = self.lo_hi();
+        column.clone().gt_eq(lit(lo)).and(column.lt(lit(hi)))
+    }
+
     pub fn lo_hi(&self) -> (ScalarValue, ScalarValue) {
         match *self {
             PartitionRange::Date(lo, hi) => {

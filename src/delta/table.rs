@@ -171,14 +171,22 @@ pub fn is_conflict(e: &DeltaTableError) -> bool {
     )
 }
 
-/// Whether committing `version` should also delete expired log files: only when that commit
-/// also writes a checkpoint (and the table allows cleanup). delta-rs otherwise lists the whole
-/// `_delta_log` after *every* commit to look for expired files, a cost that grows with the
-/// table's history; Spark likewise cleans up only at checkpoints.
-pub fn cleanup_due(table: &DeltaTable, version: i64) -> Result<bool> {
+/// What committing `version` owes the table's upkeep: `Some(cleanup)` when that commit is
+/// due a checkpoint (by the table's `delta.checkpointInterval`), `cleanup` saying whether
+/// expired log files are then deleted too (`delta.enableExpiredLogCleanup`); `None` when
+/// no checkpoint is due. Expired logs are cleaned up only at checkpoints: delta-rs otherwise
+/// lists the whole `_delta_log` after *every* commit to look for them, a cost that grows
+/// with the table's history; Spark likewise cleans up only at checkpoints.
+pub fn checkpoint_due(table: &DeltaTable, version: i64) -> Result<Option<bool>> {
     use deltalake::table::config::TablePropertiesExt;
     let snapshot = table.snapshot()?;
     let config = snapshot.table_config();
     let interval = config.checkpoint_interval().get() as i64;
-    Ok(config.enable_expired_log_cleanup() && (version + 1) % interval == 0)
+    Ok(((version + 1) % interval == 0).then(|| config.enable_expired_log_cleanup()))
+}
+
+/// Whether committing `version` should also delete expired log files (see
+/// [`checkpoint_due`]).
+pub fn cleanup_due(table: &DeltaTable, version: i64) -> Result<bool> {
+    Ok(checkpoint_due(table, version)? == Some(true))
 }
