@@ -192,10 +192,42 @@ impl Window {
                 ))
             })
         };
-        let (start, end) = (parse(a)?, parse(b)?);
-        if start >= end {
+        // `DATE/DATE` (day, week and month grains): midnights in the task's time zone, the
+        // end exclusive — Airflow's `{{ ds }}/{{ next_ds }}` as it is.
+        // Only a bare `YYYY-MM-DD` is a date here (jiff also reads the date of a timestamp).
+        let date = |s: &str| {
+            let s = s.trim();
+            if s.len() == 10 && !s.contains(['T', 't', ' ']) {
+                Date::from_str(s)
+            } else {
+                Err(jiff::Error::from_args(format_args!("not a bare date")))
+            }
+        };
+        let dates = (date(a), date(b));
+        let (start, end) = match dates {
+            (Ok(a), Ok(b)) if grain.uses_dates() => {
+                let midnight = |d: Date| {
+                    d.to_zoned(tz.clone())
+                        .map(|z| z.timestamp())
+                        .map_err(|e| Error::input(format!("window interval `{text}`: {e}")))
+                };
+                (midnight(a)?, midnight(b)?)
+            }
+            (Ok(_), Ok(_)) => {
+                return Err(Error::input(format!(
+                    "window interval `{text}` gives dates, but the task's grain is {grain}: pass timestamps with offsets, START/END in RFC 3339"
+                )));
+            }
+            _ => (parse(a)?, parse(b)?),
+        };
+        if start == end {
             return Err(Error::input(format!(
-                "window interval `{text}` is empty or reversed: START must be before END"
+                "window interval `{text}` is empty: START equals END. Schedulers whose interval for a run is a single instant (Airflow's CronTriggerTimetable) pass the window itself instead, e.g. `{{{{ ds }}}}`, or `{{{{ ds }}}}/{{{{ next_ds }}}}` with a timetable that has intervals"
+            )));
+        }
+        if start > end {
+            return Err(Error::input(format!(
+                "window interval `{text}` is reversed: START must be before END"
             )));
         }
         let zoned = start.to_zoned(tz.clone());

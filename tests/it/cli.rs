@@ -242,3 +242,32 @@ fn a_malformed_setting_exits_2_before_anything_runs() {
         assert!(s.contains(needle), "missing {needle} in:\n{s}");
     }
 }
+
+/// Issue 16 §6: Airflow's `{{ ds }}/{{ next_ds }}` names the day window as it is; an empty
+/// interval (CronTriggerTimetable) is refused with the way out, exit 2, nothing written.
+#[test]
+fn scheduler_date_intervals_run_the_day_and_empty_ones_say_why() {
+    let p = TestProject::new();
+    let out = p.run(&[
+        "--output",
+        "json",
+        "run",
+        "lineitem_by_ship_day",
+        "--window",
+        "1995-06-01/1995-06-02",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let report = &json_lines(&out)[0];
+    assert_eq!(report["window"]["label"], "1995-06-01", "{report}");
+    assert_eq!(report["status"], "ok", "{report}");
+    let v = log_version(&p.table_dir("lineitem_by_ship_day"));
+    let out = p.run(&[
+        "run",
+        "lineitem_by_ship_day",
+        "--window",
+        "1995-06-02/1995-06-02",
+    ]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(text(&out).contains("START equals END"), "{}", text(&out));
+    assert_eq!(log_version(&p.table_dir("lineitem_by_ship_day")), v);
+}

@@ -64,7 +64,8 @@ fn aligned_interval_is_accepted_misaligned_is_not() {
         "2026-11-28T01:00:00Z/2026-11-29T01:00:00Z",
         "2026-11-28T00:00:00Z/2026-11-30T00:00:00Z",
         "2026-11-29T00:00:00Z/2026-11-28T00:00:00Z",
-        "2026-11-28/2026-11-29",
+        // A date interval is accepted since issue 16 §6, but must still be one window.
+        "2026-11-28/2026-11-30",
     ] {
         let e = Window::parse(bad, Grain::Day, &utc()).unwrap_err();
         assert_eq!(e.kind(), crate::error::ErrorKind::Input, "{bad}");
@@ -262,4 +263,36 @@ mod properties {
             }
         }
     }
+}
+
+/// Issue 16 §6: `{{ ds }}/{{ next_ds }}` and Dagster's date keys pass unchanged.
+#[test]
+fn date_intervals_name_day_week_and_month_windows() {
+    let berlin = time_zone("Europe/Berlin").unwrap();
+    let w = Window::parse("2026-11-28/2026-11-29", Grain::Day, &berlin).unwrap();
+    assert_eq!(w.label(), "2026-11-28");
+    assert_eq!(w.start_rfc3339(), "2026-11-28T00:00:00+01:00");
+    let w = Window::parse("2026-11-23/2026-11-30", Grain::Week, &utc()).unwrap();
+    assert_eq!(w.label(), "2026-W48");
+    let w = Window::parse("2026-11-01/2026-12-01", Grain::Month, &utc()).unwrap();
+    assert_eq!(w.label(), "2026-11");
+    // Not one window of the grain, empty, reversed, or dates for an hour task.
+    for (text, grain, needle) in [
+        ("2026-11-28/2026-11-30", Grain::Day, "not aligned"),
+        ("2026-11-28/2026-11-28", Grain::Day, "START equals END"),
+        ("2026-11-29/2026-11-28", Grain::Day, "reversed"),
+        ("2026-11-28/2026-11-29", Grain::Hour, "pass timestamps"),
+    ] {
+        let e = Window::parse(text, grain, &utc()).unwrap_err();
+        assert_eq!(e.kind(), crate::error::ErrorKind::Input);
+        assert!(e.message().contains(needle), "{text}: {}", e.message());
+    }
+    // An empty timestamp interval (a CronTriggerTimetable run) names the way out.
+    let e = Window::parse(
+        "2026-11-28T00:00:00Z/2026-11-28T00:00:00Z",
+        Grain::Day,
+        &utc(),
+    )
+    .unwrap_err();
+    assert!(e.message().contains("{{ ds }}"), "{}", e.message());
 }
