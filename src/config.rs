@@ -103,6 +103,13 @@ impl Config {
         })
     }
 
+    /// The memory budget in bytes of one chunk of shared source rows, and of the source
+    /// columns the independent checks hold for a run (`IDEMLAKE_SCAN_CACHE_KB`, or an eighth
+    /// of the memory this process may use); 0 turns both off.
+    pub fn memory_budget(&self) -> u64 {
+        self.scan_cache_kb.unwrap_or_else(default_budget_kb) * 1024
+    }
+
     /// `text` with every credential replaced by `***`.
     pub fn redact(&self, text: &str) -> String {
         let mut out = text.to_string();
@@ -155,4 +162,30 @@ pub fn init(config: Config) -> &'static Config {
 /// malformed number is then left unset here: the binary reports it before this is reached).
 pub fn get() -> &'static Config {
     CONFIG.get_or_init(|| Config::read(false).expect("lenient reading cannot fail"))
+}
+
+/// Bounds of the default memory budget for one chunk of shared source rows (KiB).
+const MIN_BUDGET_KB: u64 = 64 * 1024;
+const MAX_BUDGET_KB: u64 = 1024 * 1024;
+/// The budget when the memory available cannot be read.
+const FALLBACK_BUDGET_KB: u64 = 256 * 1024;
+
+/// The default chunk budget: an eighth of the memory this process may use (the machine's, or
+/// its cgroup's limit if lower), within [`MIN_BUDGET_KB`, `MAX_BUDGET_KB`]. Fewer, larger
+/// chunks mean fewer passes over an unsorted source (each pass decodes all of it).
+fn default_budget_kb() -> u64 {
+    let total_kb = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    });
+    let cgroup_kb = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(|b| b / 1024);
+    match (total_kb, cgroup_kb) {
+        (None, None) => FALLBACK_BUDGET_KB,
+        (a, b) => (a.unwrap_or(u64::MAX).min(b.unwrap_or(u64::MAX)) / 8)
+            .clamp(MIN_BUDGET_KB, MAX_BUDGET_KB),
+    }
 }

@@ -92,10 +92,16 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
 async fn run(cli: &Cli, project: &Project, task: &str, window: &str) -> Result<u8> {
     let task = project.task(task)?;
     let window = Window::parse(window, task.grain, &task.timezone)?;
-    let report = crate::pipeline::runner::run_window(project, &task, &window).await;
-    print_report(cli.output, &report);
-    let code = report.exit_code.unwrap_or(0);
-    alert_reports(project, &task, "run", std::slice::from_ref(&report), code).await;
+    let reports = crate::pipeline::runner::run_window(project, &task, &window).await;
+    for report in &reports {
+        print_report(cli.output, report);
+    }
+    let code = reports
+        .iter()
+        .filter_map(|r| r.exit_code)
+        .max()
+        .unwrap_or(0);
+    alert_reports(project, &task, "run", &reports, code).await;
     Ok(code)
 }
 

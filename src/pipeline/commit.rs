@@ -13,37 +13,36 @@ use crate::error::{Error, Result};
 use crate::pipeline::reconcile::Check;
 use crate::pipeline::runner::Runner;
 use crate::pipeline::stage::check_unique_key;
-use crate::pipeline::stages::{CommitError, Committed, Landed, Reconciled, ToCommit, WindowPlan};
+use crate::pipeline::stages::{CommitError, Committed, Landed, Ready, Reconciled, WindowPlan};
+use crate::pipeline::target::Published;
 use crate::task::plan;
+use crate::task::window::Window;
 
 impl Runner {
-    /// Stage 4, overwrite: queue the staged files for a group commit (see `commit`), then
-    /// take the read-back of the committed snapshot.
-    pub(super) async fn commit_overwrite(
-        &self,
-        c: ToCommit<'_>,
-    ) -> std::result::Result<Committed, CommitError> {
-        let (plan, r, window, record) = (c.plan, c.reconciled, c.window, c.record);
+    /// Stage 4, overwrite: what the group commit publishes for the window (see `target`).
+    pub(super) fn window_commit(&self, ready: &Ready, window: &Window) -> overwrite::WindowCommit {
         let task = self.task();
-        let rows = r.window.staged.rows;
-        let published = self
-            .target
-            .publish(
-                &plan.planned.schema,
-                overwrite::WindowCommit {
-                    range: PartitionRange::of(task, window),
-                    predicate: plan::replace_where(task, window),
-                    adds: r.window.staged.adds.clone(),
-                    tags: overwrite::RunTags {
-                        run_id: record.run_id.clone(),
-                        window: window.label(),
-                        sql_hash: plan.planned.sql_hash.clone(),
-                    },
-                    record: serde_json::to_value(&record).expect("serialisable"),
-                },
-            )
-            .await
-            .map_err(|e| (e, None))?;
+        overwrite::WindowCommit {
+            range: PartitionRange::of(task, window),
+            predicate: plan::replace_where(task, window),
+            adds: ready.reconciled.window.staged.adds.clone(),
+            tags: overwrite::RunTags {
+                run_id: ready.record.run_id.clone(),
+                window: window.label(),
+                sql_hash: ready.plan.planned.sql_hash.clone(),
+            },
+            record: serde_json::to_value(&ready.record).expect("serialisable"),
+        }
+    }
+
+    /// Stage 4, overwrite, once the group commit is done: the commit landed (or not), and
+    /// what reading the committed snapshot back found.
+    pub(super) fn overwrite_landed(
+        &self,
+        published: Result<Published>,
+        ready: &Ready,
+    ) -> std::result::Result<Committed, CommitError> {
+        let published = published.map_err(|e| (e, None))?;
         let landed = || {
             Some(Landed {
                 version: published.version,
@@ -57,7 +56,7 @@ impl Runner {
         Ok(Committed {
             version: published.version,
             checks: Vec::new(),
-            expected_rows: rows,
+            expected_rows: ready.reconciled.window.staged.rows,
             committed_rows,
         })
     }
@@ -66,9 +65,10 @@ impl Runner {
     /// then check the merge's counts and read the window back from the log.
     pub(super) async fn commit_merge(
         &self,
-        c: ToCommit<'_>,
+        ready: &Ready,
+        window: &Window,
     ) -> std::result::Result<Committed, CommitError> {
-        let (plan, r, window, record) = (c.plan, c.reconciled, c.window, c.record);
+        let (plan, r, record) = (&ready.plan, &ready.reconciled, &ready.record);
         let task = self.task();
         let ctx = self.session();
         let rows = r.window.staged.rows;

@@ -5,6 +5,7 @@
 pub mod checks;
 pub mod commit;
 pub mod execute;
+pub mod lookback;
 pub mod reconcile;
 pub mod runner;
 pub mod sources;

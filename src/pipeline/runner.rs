@@ -26,17 +26,23 @@ use crate::task::plan::{self, Planned};
 use crate::task::project::Project;
 use crate::task::window::Window;
 
-/// Run one window and publish it; always returns a report (errors included).
-pub async fn run_window(project: &Project, task: &Task, window: &Window) -> Report {
+/// Run one window — with its lookback windows, if the task has any (see `lookback`) — and
+/// publish it; always returns the reports (errors included), oldest window first.
+pub async fn run_window(project: &Project, task: &Task, window: &Window) -> Vec<Report> {
     let started = Instant::now();
+    let failed = |w: &Window, e: &crate::error::Error| {
+        let mut report = Report::new(task, w, &uuid::Uuid::new_v4().to_string());
+        report.fail(e);
+        report.duration_ms = started.elapsed().as_millis() as u64;
+        report
+    };
+    let windows = match window.with_lookback(task.lookback) {
+        Ok(w) => w,
+        Err(e) => return vec![failed(window, &e)],
+    };
     match Runner::new(project, task).await {
-        Ok(runner) => runner.run(window).await,
-        Err(e) => {
-            let mut report = Report::new(task, window, &uuid::Uuid::new_v4().to_string());
-            report.fail(&e);
-            report.duration_ms = started.elapsed().as_millis() as u64;
-            report
-        }
+        Ok(runner) => runner.run_together(&windows).await,
+        Err(e) => windows.iter().map(|w| failed(w, &e)).collect(),
     }
 }
 
@@ -111,6 +117,18 @@ impl Runner {
     pub fn share_scans(&self, windows: &[Window]) {
         self.announced.store(windows.len(), Ordering::SeqCst);
         self.planner.announce(windows);
+    }
+
+    /// Before a run of `windows` (in order): sources are read once per chunk of them, and for
+    /// more than one window the independent checks hold the source columns they read in
+    /// memory (see `checks`).
+    pub async fn prepare_run(&self, windows: &[Window]) {
+        self.share_scans(windows);
+        if windows.len() > 1 {
+            self.checker
+                .hold_in_memory(&self.task, crate::pipeline::checks::Queries::Checks)
+                .await;
+        }
     }
 
     /// Partitions of a window session over in-memory slices: the session's share of the

@@ -14,7 +14,6 @@ use crate::pipeline::execute::Staged;
 use crate::report::record::Check;
 use crate::report::record::RunRecord;
 use crate::task::plan::Planned;
-use crate::task::window::Window;
 
 /// Stage 1: the window planned, in the session it executes in, against the table as known.
 pub struct WindowPlan {
@@ -44,11 +43,11 @@ pub struct Reconciled {
     pub warn: bool,
 }
 
-/// What stage 4 commits: the planned window, its reconciled files and its run record.
-pub struct ToCommit<'a> {
-    pub plan: &'a WindowPlan,
-    pub reconciled: &'a Reconciled,
-    pub window: &'a Window,
+/// A window through stages 1–3, ready to commit: its plan, its reconciled files and the run
+/// record its commit carries.
+pub struct Ready {
+    pub plan: WindowPlan,
+    pub reconciled: Reconciled,
     pub record: RunRecord,
 }
 

@@ -50,15 +50,17 @@ struct State {
 /// A staged window waiting for a commit, and where to send the outcome.
 struct Pending {
     window: overwrite::WindowCommit,
-    done: tokio::sync::oneshot::Sender<std::result::Result<Published, (ErrorKind, String)>>,
+    done: OutcomeSender,
 }
 
 /// The outcome channels of a group commit; any still unsent when it is dropped (the
 /// committing future was cancelled or panicked) are told the outcome is unknown.
 struct Outcomes(Vec<Option<OutcomeSender>>);
 
-type OutcomeSender =
-    tokio::sync::oneshot::Sender<std::result::Result<Published, (ErrorKind, String)>>;
+/// A window's commit outcome as sent: published, or the error's kind and message.
+type Outcome = std::result::Result<Published, (ErrorKind, String)>;
+
+type OutcomeSender = tokio::sync::oneshot::Sender<Outcome>;
 
 impl Outcomes {
     /// Every sender, to be used now (none is left for the drop guard).
@@ -195,22 +197,57 @@ impl Target {
             .expect("not poisoned")
             .push(Pending { window, done: tx });
         {
-            let mut target = self.state.lock().await;
+            let mut state = self.state.lock().await;
             let batch = self.take_group();
-            if !batch.is_empty() {
-                match self.ensure_table(&mut target, schema).await {
-                    Ok(()) => self.commit_group(&mut target, batch).await,
-                    Err(e) => {
-                        for p in batch {
-                            let _ = p.done.send(Err((e.kind(), e.message().to_string())));
-                        }
-                    }
+            self.commit_now(&mut state, schema, batch).await;
+        }
+        outcome(rx).await
+    }
+
+    /// Commit exactly `windows` (distinct windows of the task) in one commit, bypassing the
+    /// queue: a window published together with its lookback windows. The outcomes are in
+    /// the order of `windows`.
+    pub async fn publish_together(
+        &self,
+        schema: &SchemaRef,
+        windows: Vec<overwrite::WindowCommit>,
+    ) -> Vec<Result<Published>> {
+        if let Err(e) = self.loaded().await {
+            return windows
+                .iter()
+                .map(|_| Err(Error::new(e.kind(), e.message())))
+                .collect();
+        }
+        let (group, receivers): (Vec<_>, Vec<_>) = windows
+            .into_iter()
+            .map(|window| {
+                let (done, rx) = tokio::sync::oneshot::channel();
+                (Pending { window, done }, rx)
+            })
+            .unzip();
+        {
+            let mut state = self.state.lock().await;
+            self.commit_now(&mut state, schema, group).await;
+        }
+        let mut out = Vec::with_capacity(receivers.len());
+        for rx in receivers {
+            out.push(outcome(rx).await);
+        }
+        out
+    }
+
+    /// Commit `group` (the table created first if needed); every window learns its outcome.
+    async fn commit_now(&self, state: &mut State, schema: &SchemaRef, group: Vec<Pending>) {
+        if group.is_empty() {
+            return;
+        }
+        match self.ensure_table(state, schema).await {
+            Ok(()) => self.commit_group(state, group).await,
+            Err(e) => {
+                for p in group {
+                    let _ = p.done.send(Err((e.kind(), e.message().to_string())));
                 }
             }
-        }
-        match rx.await {
-            Ok(r) => r.map_err(|(kind, message)| Error::new(kind, message)),
-            Err(_) => Err(Error::runtime("the commit of this window was abandoned")),
         }
     }
 
@@ -353,5 +390,13 @@ pub async fn finish_background(limit: std::time::Duration) {
     tracker.close();
     if tokio::time::timeout(limit, tracker.wait()).await.is_err() {
         tracing::warn!("background work still running after {limit:?}; exiting anyway");
+    }
+}
+
+/// What a window waiting for a commit is told.
+async fn outcome(rx: tokio::sync::oneshot::Receiver<Outcome>) -> Result<Published> {
+    match rx.await {
+        Ok(r) => r.map_err(|(kind, message)| Error::new(kind, message)),
+        Err(_) => Err(Error::runtime("the commit of this window was abandoned")),
     }
 }

@@ -22,7 +22,9 @@ use crate::pipeline::reconcile::{self, Check};
 use crate::pipeline::runner::Runner;
 use crate::pipeline::sources;
 use crate::pipeline::stage::{stage, temp_sink, tempdir_for_merge};
-use crate::pipeline::stages::{Committed, Reconciled, StagedWindow, ToCommit, WindowPlan};
+use crate::pipeline::stages::{
+    CommitError, Committed, Ready, Reconciled, StagedWindow, WindowPlan,
+};
 use crate::report::record::{Report, RunRecord, Status};
 use crate::task::window::Window;
 use crate::task::{Mode, OnEmpty, OnMismatch};
@@ -46,41 +48,74 @@ impl Runner {
     /// commit still reports the commit.
     async fn run_inner(&self, window: &Window, run_id: &str, report: &mut Report) -> Result<()> {
         // Executing windows are limited (`backfill --parallel`); waiting to commit is not.
-        let permit = self
-            .exec
-            .acquire()
-            .await
-            .map_err(|e| Error::runtime(format!("runner closed: {e}")))?;
-        let planned = self.plan_stage(window, report).await?;
-        let staged = self.stage_window(&planned, window).await?;
-        let reconciled = self.reconcile_window(staged, window, report).await?;
-        if self.skip_empty(&reconciled, &planned.table, window, report)? {
+        let permit = self.permit().await?;
+        let Some(ready) = self.prepare(window, run_id, report).await? else {
             return Ok(());
-        }
-        self.check_inputs(&reconciled.window).await?;
-        crate::fault::hit("before-commit", None)?;
-        let mut record = RunRecord::new(self.task(), window, run_id, &planned.planned.sql_hash);
-        record.sources = self.source_versions().to_vec();
-        record.rows_written = reconciled.window.staged.rows;
-        record.reconciliation = reconciled.checks.clone();
-        let c = ToCommit {
-            plan: &planned,
-            reconciled: &reconciled,
-            window,
-            record,
         };
         let committed = match self.task().mode {
             Mode::Overwrite => {
                 // Waiting for the group commit does not hold an execution slot.
                 drop(permit);
-                self.commit_overwrite(c).await
+                let commit = self.window_commit(&ready, window);
+                let published = self
+                    .target
+                    .publish(&ready.plan.planned.schema, commit)
+                    .await;
+                self.overwrite_landed(published, &ready)
             }
-            Mode::Merge => self.commit_merge(c).await,
+            Mode::Merge => self.commit_merge(&ready, window).await,
         };
-        let rows = reconciled.window.staged.rows;
-        let mut checks = reconciled.checks;
-        let committed = match committed {
-            Ok(c) => c,
+        self.finish(window, ready, committed, report)
+    }
+
+    /// An execution permit (see [`Runner::set_parallel`]).
+    pub(super) async fn permit(&self) -> Result<tokio::sync::SemaphorePermit<'_>> {
+        self.exec
+            .acquire()
+            .await
+            .map_err(|e| Error::runtime(format!("runner closed: {e}")))
+    }
+
+    /// Stages 1–3 and the checks right before a commit: the window ready to commit, or `None`
+    /// when its run ends without one (an empty result skipped).
+    pub(super) async fn prepare(
+        &self,
+        window: &Window,
+        run_id: &str,
+        report: &mut Report,
+    ) -> Result<Option<Ready>> {
+        let plan = self.plan_stage(window, report).await?;
+        let staged = self.stage_window(&plan, window).await?;
+        let reconciled = self.reconcile_window(staged, window, report).await?;
+        if self.skip_empty(&reconciled, &plan.table, window, report)? {
+            return Ok(None);
+        }
+        self.check_inputs(&reconciled.window).await?;
+        crate::fault::hit("before-commit", None)?;
+        let mut record = RunRecord::new(self.task(), window, run_id, &plan.planned.sql_hash);
+        record.sources = self.source_versions().to_vec();
+        record.rows_written = reconciled.window.staged.rows;
+        record.reconciliation = reconciled.checks.clone();
+        Ok(Some(Ready {
+            plan,
+            reconciled,
+            record,
+        }))
+    }
+
+    /// After stage 4: the report says what landed — the version, rows and checks, also when
+    /// something failed after the commit — and the read-back check joins it.
+    pub(super) fn finish(
+        &self,
+        window: &Window,
+        ready: Ready,
+        committed: std::result::Result<Committed, CommitError>,
+        report: &mut Report,
+    ) -> Result<()> {
+        let rows = ready.reconciled.window.staged.rows;
+        let mut checks = ready.reconciled.checks;
+        match committed {
+            Ok(c) => self.record(window, c, checks, ready.reconciled.warn, rows, report),
             Err((e, landed)) => {
                 if let Some(v) = landed {
                     report.published = true;
@@ -89,10 +124,9 @@ impl Runner {
                     checks.extend(v.checks);
                     report.reconciliation = checks;
                 }
-                return Err(e);
+                Err(e)
             }
-        };
-        self.record(window, committed, checks, reconciled.warn, rows, report)
+        }
     }
 
     /// Stage 1. The session `window` runs in (shared sources as in-memory slices of a chunk

@@ -200,6 +200,29 @@ pub async fn plan_query_window(
     plan_with(ctx, task, Some(window), false, false).await
 }
 
+/// `[reconcile].source` alone for `window` (`None` without `[reconcile]`): for the
+/// independent checks, whose session may hold only the columns that query reads.
+pub async fn plan_reconcile_source(
+    ctx: &SessionContext,
+    task: &Task,
+    window: &Window,
+) -> Result<Option<DataFrame>> {
+    let Some(r) = &task.reconcile else {
+        return Ok(None);
+    };
+    let params = window_params(task.grain, window);
+    let src = plan_sql(
+        ctx,
+        task,
+        &r.source_sql,
+        "[reconcile].source",
+        Some(&params),
+        true,
+    )
+    .await?;
+    Ok(Some(src))
+}
+
 async fn plan_with(
     ctx: &SessionContext,
     task: &Task,

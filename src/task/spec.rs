@@ -43,6 +43,7 @@ struct RawTarget {
 struct RawWindow {
     grain: Grain,
     timezone: Option<String>,
+    lookback: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -163,6 +164,9 @@ pub struct Task {
     /// Explicit target URI, if the task sets one; otherwise `<lake>/<table>`.
     pub target_uri: Option<String>,
     pub grain: Grain,
+    /// Windows before the one asked for that `run` re-publishes with it, for late rows
+    /// (`[window] lookback`, default 0).
+    pub lookback: u32,
     pub timezone: TimeZone,
     pub timezone_name: String,
     pub sources: Vec<Source>,
@@ -232,6 +236,15 @@ impl Task {
                 "must name the window column".into(),
             ));
         }
+        let lookback = match raw.window.lookback.unwrap_or(0) {
+            n @ 0..=MAX_LOOKBACK => n as u32,
+            n => {
+                return Err(fail(
+                    "[window].lookback",
+                    format!("must be between 0 and {MAX_LOOKBACK} windows, got {n}"),
+                ));
+            }
+        };
         let timezone_name = raw.window.timezone.unwrap_or_else(|| "UTC".to_string());
         let timezone = time_zone(&timezone_name)
             .map_err(|e| fail("[window].timezone", e.message().to_string()))?;
@@ -275,6 +288,7 @@ impl Task {
             partition_by,
             target_uri: raw.target.uri.map(|u| resolve_location(project_dir, &u)),
             grain: raw.window.grain,
+            lookback,
             timezone,
             timezone_name,
             sources,
@@ -307,6 +321,9 @@ fn parse_toml(text: &str, shown: &str) -> Result<RawTask> {
         Error::input(format!("{shown}{at}: {msg}"))
     })
 }
+
+/// Most windows a `run` re-publishes behind the one asked for: with it, they fit one commit.
+pub const MAX_LOOKBACK: i64 = 100;
 
 /// Builds the task file's error for a field.
 type Fail<'a> = dyn Fn(&str, String) -> Error + 'a;

@@ -315,6 +315,25 @@ impl Window {
         })
     }
 
+    /// The window right before this one.
+    pub fn previous(&self) -> Result<Window> {
+        let before = self
+            .start_ts()
+            .checked_sub(jiff::SignedDuration::from_nanos(1))
+            .map_err(|e| Error::input(format!("no window before {}: {e}", self.label())))?;
+        Self::containing(self.grain, &before.to_zoned(self.start.time_zone().clone()))
+    }
+
+    /// This window and the `n` before it, oldest first.
+    pub fn with_lookback(&self, n: u32) -> Result<Vec<Window>> {
+        let mut out = vec![self.clone()];
+        for _ in 0..n {
+            let before = out[0].previous()?;
+            out.insert(0, before);
+        }
+        Ok(out)
+    }
+
     /// The window right after this one.
     pub fn next(&self) -> Result<Window> {
         Self::from_start(self.grain, self.end.clone())

@@ -9,6 +9,7 @@ mod dst;
 mod findings;
 mod incident;
 mod layers;
+mod lookback;
 mod mutations;
 mod python_reader;
 mod rejections;

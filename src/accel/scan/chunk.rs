@@ -14,31 +14,6 @@ use super::rows::Rows;
 use crate::task::plan::window_params;
 use crate::task::window::Window;
 
-/// Bounds of the default memory budget for one chunk of shared source rows (KiB).
-pub(super) const MIN_BUDGET_KB: u64 = 64 * 1024;
-pub(super) const MAX_BUDGET_KB: u64 = 1024 * 1024;
-/// The budget when the memory available cannot be read.
-pub(super) const FALLBACK_BUDGET_KB: u64 = 256 * 1024;
-
-/// The default chunk budget: an eighth of the memory this process may use (the machine's, or
-/// its cgroup's limit if lower), within [`MIN_BUDGET_KB`, `MAX_BUDGET_KB`]. Fewer, larger
-/// chunks mean fewer passes over an unsorted source (each pass decodes all of it).
-pub(super) fn default_budget_kb() -> u64 {
-    let total_kb = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
-        m.lines()
-            .find_map(|l| l.strip_prefix("MemTotal:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-    });
-    let cgroup_kb = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(|b| b / 1024);
-    match (total_kb, cgroup_kb) {
-        (None, None) => FALLBACK_BUDGET_KB,
-        (a, b) => (a.unwrap_or(u64::MAX).min(b.unwrap_or(u64::MAX)) / 8)
-            .clamp(MIN_BUDGET_KB, MAX_BUDGET_KB),
-    }
-}
 /// Windows in the first chunk, before bytes per window are known (a tenth of an announced
 /// run, within 1–8× this).
 pub(super) const FIRST_CHUNK: usize = 32;

@@ -53,7 +53,7 @@ use crate::task::Task;
 use crate::task::plan::window_params;
 use crate::task::window::Window;
 use bounds::{Bound, analyze, mentioned_columns, sliceable};
-use chunk::{Chunk, FIRST_CHUNK, MIN_BATCH, Tally, WindowList, default_budget_kb};
+use chunk::{Chunk, FIRST_CHUNK, MIN_BATCH, Tally, WindowList};
 use rows::{slice, split};
 
 /// The shared scans of one runner: which sources are shared and the chunks in memory.
@@ -84,10 +84,7 @@ impl Shared {
     pub async fn new(task: &Task, ctx: &SessionContext, plans: &[&LogicalPlan]) -> Option<Shared> {
         let aliases: Vec<&str> = task.sources.iter().map(|s| s.alias.as_str()).collect();
         let bounds = analyze(&aliases, plans);
-        let budget = crate::config::get()
-            .scan_cache_kb
-            .unwrap_or_else(default_budget_kb)
-            * 1024;
+        let budget = crate::config::get().memory_budget();
         if budget == 0 || bounds.is_empty() {
             return None;
         }

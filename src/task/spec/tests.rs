@@ -119,3 +119,17 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn lookback_defaults_to_zero_and_is_bounded() {
+    assert_eq!(parse(GOOD).unwrap().lookback, 0);
+    let with = |n: &str| {
+        GOOD.replace(
+            "grain = \"day\"",
+            &format!("grain = \"day\"\nlookback = {n}"),
+        )
+    };
+    assert_eq!(parse(&with("3")).unwrap().lookback, 3);
+    assert_input_err(&with("-1"), "[window].lookback: must be between 0 and 100");
+    assert_input_err(&with("101"), "[window].lookback: must be between 0 and 100");
+}

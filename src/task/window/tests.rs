@@ -296,3 +296,33 @@ fn date_intervals_name_day_week_and_month_windows() {
     .unwrap_err();
     assert!(e.message().contains("{{ ds }}"), "{}", e.message());
 }
+
+/// Issue 16 §1: a window's lookback windows are the ones right before it, across DST and
+/// month lengths.
+#[test]
+fn lookback_windows_are_the_ones_right_before() {
+    let labels = |w: &Window, n| -> Vec<String> {
+        w.with_lookback(n)
+            .unwrap()
+            .iter()
+            .map(Window::label)
+            .collect()
+    };
+    let day = Window::parse("2026-03-01", Grain::Day, &utc()).unwrap();
+    assert_eq!(labels(&day, 2), ["2026-02-27", "2026-02-28", "2026-03-01"]);
+    assert_eq!(labels(&day, 0), ["2026-03-01"]);
+    let month = Window::parse("2026-01", Grain::Month, &utc()).unwrap();
+    assert_eq!(labels(&month, 1), ["2025-12", "2026-01"]);
+    let week = Window::parse("2026-W01", Grain::Week, &utc()).unwrap();
+    assert_eq!(labels(&week, 1), ["2025-W52", "2026-W01"]);
+    // The hour after a Berlin fall-back fold: both 02:00 hours come before it.
+    let hour = Window::parse("2026-10-25T03", Grain::Hour, &berlin()).unwrap();
+    assert_eq!(
+        labels(&hour, 2),
+        [
+            "2026-10-25T02+02:00",
+            "2026-10-25T02+01:00",
+            "2026-10-25T03"
+        ]
+    );
+}
