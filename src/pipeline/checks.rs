@@ -211,6 +211,12 @@ impl Checker {
             partitions[n % parts].push(batch);
             n += 1;
         }
+        // One batch per partition: a window's check then filters a few large arrays instead of
+        // paying DataFusion's per-batch overhead (allocations, task wake-ups) on hundreds.
+        let partitions = partitions
+            .iter()
+            .map(|p| Ok(vec![arrow::compute::concat_batches(&schema, p)?]))
+            .collect::<Result<Vec<_>>>()?;
         let table = datafusion::datasource::MemTable::try_new(schema, partitions)?;
         self.ctx.deregister_table(alias)?;
         self.ctx.register_table(alias, Arc::new(table))?;
