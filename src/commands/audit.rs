@@ -227,12 +227,6 @@ pub async fn audit(
 ) -> Result<Vec<WindowAudit>> {
     let task = runner.task();
     let windows = Window::range(from, to)?;
-    if windows.len() > 1 {
-        let queries = crate::pipeline::checks::Queries::Audit {
-            reconcile: with_reconcile,
-        };
-        runner.checker().hold_in_memory(task, queries).await;
-    }
     let columns: Vec<String> = plan::plan(runner.checker().session(), task, None)
         .await?
         .schema

@@ -73,7 +73,7 @@ pub async fn run(
     let started = std::time::Instant::now();
     let mut rows = 0u64;
     let mut reports = Vec::with_capacity(total);
-    runner.prepare_run(&windows).await;
+    runner.share_scans(&windows);
     runner.set_parallel(opts.parallel.max(1));
     // More windows in flight than execute at once: the extra ones are staged and waiting for
     // a group commit (see `Runner::publish`), which is what amortises commits.

@@ -30,7 +30,7 @@ impl Runner {
         }
         let started = Instant::now();
         // Shared sources are read once for all of them.
-        self.prepare_run(windows).await;
+        self.share_scans(windows);
         let prepared = futures::future::join_all(windows.iter().map(|w| self.prepare_one(w))).await;
         let mut reports = match prepared.iter().find_map(|(r, ready)| {
             ready

@@ -119,18 +119,6 @@ impl Runner {
         self.planner.announce(windows);
     }
 
-    /// Before a run of `windows` (in order): sources are read once per chunk of them, and for
-    /// more than one window the independent checks hold the source columns they read in
-    /// memory (see `checks`).
-    pub async fn prepare_run(&self, windows: &[Window]) {
-        self.share_scans(windows);
-        if windows.len() > 1 {
-            self.checker
-                .hold_in_memory(&self.task, crate::pipeline::checks::Queries::Checks)
-                .await;
-        }
-    }
-
     /// Partitions of a window session over in-memory slices: the session's share of the
     /// cores when several windows execute at once (splitting a slice further only adds
     /// planning and merging work per window), all of them for a single window.
