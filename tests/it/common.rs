@@ -242,3 +242,21 @@ pub fn json_lines(out: &Output) -> Vec<serde_json::Value> {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
+
+/// A day task over the TPC-H `lineitem` source, partitioned by `ship_date`: `sql`, then
+/// `extra` TOML appended.
+pub fn lineitem_task(sql: &str, extra: &str) -> String {
+    format!(
+        r#"sql = """
+{sql}
+"""
+[target]
+partition_by = "ship_date"
+[window]
+grain = "day"
+[sources.lineitem]
+uri = "data/lineitem.parquet"
+{extra}
+"#
+    )
+}

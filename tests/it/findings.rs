@@ -622,18 +622,12 @@ fn a_sql_mistake_found_when_the_window_runs_exits_2() {
     let p = TestProject::new();
     p.task(
         "t",
-        r#"sql = """
-SELECT approx_percentile_cont(l_quantity, 2.0) AS q, l_shipdate AS ship_date
-FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end
-GROUP BY l_shipdate
-"""
-[target]
-partition_by = "ship_date"
-[window]
-grain = "day"
-[sources.lineitem]
-uri = "data/lineitem.parquet"
-"#,
+        &lineitem_task(
+            "SELECT approx_percentile_cont(l_quantity, 2.0) AS q, l_shipdate AS ship_date \
+             FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end \
+             GROUP BY l_shipdate",
+            "",
+        ),
     );
     let out = p.run(&["run", "t", "--window", "1995-06-01"]);
     assert_eq!(code(&out), 2, "{}", text(&out));

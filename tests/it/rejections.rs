@@ -6,19 +6,7 @@ const DAY: &str = "1995-06-01";
 
 /// A lineitem task with `sql` and extra TOML appended.
 fn task(sql: &str, extra: &str) -> String {
-    format!(
-        r#"sql = """
-{sql}
-"""
-[target]
-partition_by = "ship_date"
-[window]
-grain = "day"
-[sources.lineitem]
-uri = "data/lineitem.parquet"
-{extra}
-"#
-    )
+    lineitem_task(sql, extra)
 }
 
 const GOOD_SQL: &str = "SELECT l_orderkey, l_linenumber, l_quantity, l_shipdate AS ship_date FROM lineitem\nWHERE l_shipdate >= $window_start AND l_shipdate < $window_end";
