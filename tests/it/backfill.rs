@@ -87,17 +87,13 @@ async fn a_failed_window_does_not_stop_the_others() {
     // A task whose SQL fails at run time for one day only (division by zero on 1995-06-03).
     p.task(
         "t",
-        r#"sql = """
-SELECT l_orderkey, l_linenumber, 1 / (CASE WHEN l_shipdate = DATE '1995-06-03' THEN 0 ELSE 1 END) AS x, l_shipdate AS ship_date
-FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end
-"""
-[target]
-partition_by = "ship_date"
-[window]
-grain = "day"
-[sources.lineitem]
-uri = "data/lineitem.parquet"
-"#,
+        &lineitem_task(
+            "SELECT l_orderkey, l_linenumber, \
+             1 / (CASE WHEN l_shipdate = DATE '1995-06-03' THEN 0 ELSE 1 END) AS x, \
+             l_shipdate AS ship_date \
+             FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end",
+            "",
+        ),
     );
     let out = p.run(&[
         "backfill",

@@ -15,18 +15,13 @@ const DAYS: [&str; 6] = [
 ];
 
 /// A pass-through task without `[reconcile]`: only the default row check guards it.
-const PLAIN_TASK: &str = r#"sql = """
-SELECT l_orderkey, l_linenumber, l_quantity, l_shipdate AS ship_date
-FROM lineitem
-WHERE l_shipdate >= $window_start AND l_shipdate < $window_end
-"""
-[target]
-partition_by = "ship_date"
-[window]
-grain = "day"
-[sources.lineitem]
-uri = "data/lineitem.parquet"
-"#;
+fn plain_task() -> String {
+    lineitem_task(
+        "SELECT l_orderkey, l_linenumber, l_quantity, l_shipdate AS ship_date FROM lineitem \
+         WHERE l_shipdate >= $window_start AND l_shipdate < $window_end",
+        "",
+    )
+}
 
 fn with_fault(p: &TestProject, fault: &str, args: &[&str]) -> std::process::Output {
     p.cmd()
@@ -58,7 +53,7 @@ async fn published_days_are_right(p: &TestProject, task: &str) {
 #[tokio::test]
 async fn a_slice_missing_a_row_is_caught_before_publish() {
     let p = TestProject::new();
-    p.task("plain", PLAIN_TASK);
+    p.task("plain", &plain_task());
     for task in ["lineitem_by_ship_day", "plain"] {
         let out = with_fault(
             &p,
@@ -79,7 +74,7 @@ async fn a_slice_missing_a_row_is_caught_before_publish() {
 #[tokio::test]
 async fn a_row_moved_to_the_neighbouring_slice_is_caught_before_publish() {
     let p = TestProject::new();
-    p.task("plain", PLAIN_TASK);
+    p.task("plain", &plain_task());
     for task in ["lineitem_by_ship_day", "plain"] {
         let out = with_fault(
             &p,
@@ -107,7 +102,7 @@ async fn a_row_moved_to_the_neighbouring_slice_is_caught_before_publish() {
 #[tokio::test]
 async fn a_derived_plan_keeping_the_template_literals_is_caught_before_publish() {
     let p = TestProject::new();
-    p.task("plain", PLAIN_TASK);
+    p.task("plain", &plain_task());
     for task in ["lineitem_by_ship_day", "plain"] {
         let out = with_fault(
             &p,

@@ -260,3 +260,20 @@ async fn empty_results_follow_on_empty() {
     assert!(text(&out).contains("on_empty"));
     assert_eq!(log_version(&p.table_dir("t")), Some(v));
 }
+
+/// Issue 15 review: the report of a run failing at the schema check (after planning) lost its
+/// `sql_hash` when planning and the table checks became one stage; the run log and status
+/// need it to say which SQL failed.
+#[test]
+fn a_run_failing_at_the_schema_check_reports_its_sql_hash() {
+    let (p, _) = published();
+    let sql = "SELECT l_orderkey, l_shipdate AS ship_date FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end";
+    p.task("t", &task(sql, ""));
+    let out = p.run(&["--output", "json", "run", "t", "--window", DAY]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    let report = &json_lines(&out)[0];
+    assert!(
+        report["sql_hash"].as_str().is_some_and(|h| !h.is_empty()),
+        "{report}"
+    );
+}

@@ -53,19 +53,12 @@ fn verify_fails_on_a_task_using_random_through_the_escape_hatch() {
     let p = TestProject::new();
     p.task(
         "noisy",
-        r#"sql = """
-SELECT l_orderkey, l_linenumber, l_extendedprice * random() AS jitter, l_shipdate AS ship_date
-FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end
-"""
-[target]
-partition_by = "ship_date"
-[window]
-grain = "day"
-[sources.lineitem]
-uri = "data/lineitem.parquet"
-[lint]
-allow = ["random"]
-"#,
+        &lineitem_task(
+            "SELECT l_orderkey, l_linenumber, l_extendedprice * random() AS jitter, \
+             l_shipdate AS ship_date \
+             FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end",
+            "[lint]\nallow = [\"random\"]",
+        ),
     );
     // The lint lets it through (and explain says so) …
     let out = p.run(&["explain", "noisy", "--window", "1995-06-01"]);

@@ -287,6 +287,14 @@ fn date_intervals_name_day_week_and_month_windows() {
         assert_eq!(e.kind(), crate::error::ErrorKind::Input);
         assert!(e.message().contains(needle), "{text}: {}", e.message());
     }
+    // A timestamp interval is never read as dates (jiff reads the date of a timestamp).
+    let h = Window::parse(
+        "2026-11-28T01:00:00+11:00/2026-11-28T02:00:00+11:00",
+        Grain::Hour,
+        &utc(),
+    )
+    .unwrap();
+    assert_eq!(h.label(), "2026-11-27T14");
     // An empty timestamp interval (a CronTriggerTimetable run) names the way out.
     let e = Window::parse(
         "2026-11-28T00:00:00Z/2026-11-28T00:00:00Z",
