@@ -22,6 +22,10 @@ pub struct Config {
     /// Memory budget of one chunk of shared source rows in KiB (`IDEMLAKE_SCAN_CACHE_KB`;
     /// `None`: an eighth of the memory available; 0 turns shared scans off).
     pub scan_cache_kb: Option<u64>,
+    /// Windows whose checks one grouped query computes (`IDEMLAKE_CHECK_BATCH`, default
+    /// [`DEFAULT_CHECK_BATCH`]; 0 or 1: window by window, the plain twin; off whenever
+    /// `accelerate` is).
+    pub check_batch: u64,
     /// Storage request retries (`IDEMLAKE_S3_MAX_RETRIES`; `None`: object_store's default).
     pub s3_max_retries: Option<u64>,
     /// Time budget of a storage request's retries in seconds
@@ -40,6 +44,9 @@ pub struct Config {
     /// mimalloc's purge delay is set by the user (`MIMALLOC_PURGE_DELAY`): idemlake keeps out.
     pub allocator_tuned_by_user: bool,
 }
+
+/// Windows per grouped check query unless `IDEMLAKE_CHECK_BATCH` says otherwise.
+pub const DEFAULT_CHECK_BATCH: u64 = 512;
 
 /// Environment variables holding credentials: their values are redacted from output.
 const SECRET_VARS: [&str; 3] = [
@@ -87,6 +94,8 @@ impl Config {
             accelerate,
             mmap: accelerate && !switched_off("IDEMLAKE_MMAP"),
             scan_cache_kb: whole_number("IDEMLAKE_SCAN_CACHE_KB", strict)?,
+            check_batch: whole_number("IDEMLAKE_CHECK_BATCH", strict)?
+                .unwrap_or(DEFAULT_CHECK_BATCH),
             s3_max_retries: whole_number("IDEMLAKE_S3_MAX_RETRIES", strict)?,
             s3_retry_timeout_secs: whole_number("IDEMLAKE_S3_RETRY_TIMEOUT_SECS", strict)?,
             test_fault: var("IDEMLAKE_TEST_FAULT").filter(|v| !v.is_empty()),
@@ -131,6 +140,7 @@ impl fmt::Display for Config {
             "scan_cache_kb = {}",
             opt(self.scan_cache_kb, "auto (1/8 of memory)")
         )?;
+        writeln!(f, "check_batch = {}", self.check_batch)?;
         writeln!(
             f,
             "s3_max_retries = {}",

@@ -113,10 +113,11 @@ impl Runner {
     }
 
     /// Announce the windows a backfill is about to run (in order), so sources are read once
-    /// per chunk of them.
+    /// per chunk of them, and the checks' sources once per batch of them.
     pub fn share_scans(&self, windows: &[Window]) {
         self.announced.store(windows.len(), Ordering::SeqCst);
         self.planner.announce(windows);
+        self.checker.announce(windows);
     }
 
     /// Partitions of a window session over in-memory slices: the session's share of the

@@ -223,6 +223,24 @@ pub async fn plan_reconcile_source(
     Ok(Some(src))
 }
 
+/// `[reconcile].source` with its parameters unbound but typed (`None` without `[reconcile]`):
+/// for the checks that evaluate it for many windows at once.
+pub async fn plan_reconcile_source_unbound(
+    ctx: &SessionContext,
+    task: &Task,
+) -> Result<Option<DataFrame>> {
+    let Some(r) = &task.reconcile else {
+        return Ok(None);
+    };
+    let src = plan_sql(ctx, task, &r.source_sql, "[reconcile].source", None, true).await?;
+    Ok(Some(src))
+}
+
+/// The task's query alone with its parameters unbound but typed.
+pub async fn plan_query_unbound(ctx: &SessionContext, task: &Task) -> Result<DataFrame> {
+    Ok(plan_with(ctx, task, None, false, false).await?.df)
+}
+
 async fn plan_with(
     ctx: &SessionContext,
     task: &Task,

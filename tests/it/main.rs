@@ -4,6 +4,7 @@ mod common;
 mod alerts;
 mod audit;
 mod backfill;
+mod checks;
 mod cli;
 mod dst;
 mod findings;

@@ -1,0 +1,523 @@
+//! Grouped checks: the source side of many windows' checks from one query.
+//!
+//! A backfill of N windows checked window by window reads the source N times. When the check
+//! query has the everyday shape — one aggregate (or, for a row-preserving task, the rows) over
+//! one filter holding the window bounds as `X >= $window_start AND X < $window_end` (either
+//! bound parameter, `_ts` or not, either side of the comparison) — the same numbers come from
+//! one query per batch of windows: the bounds are bound to the batch's first start and last
+//! end, and the aggregate is grouped by the window each row's `X` falls in. Anything else
+//! (bounds in another form, `HAVING`, joins or sorts above the filter, parameters elsewhere)
+//! is [`NotGroupable`] and is checked window by window.
+//!
+//! This is the checker's own acceleration, with its own plain twin (`IDEMLAKE_CHECK_BATCH=1`,
+//! or `IDEMLAKE_ACCELERATE=0`): it is written against DataFusion's logical plan of the check
+//! query and shares nothing with the task query's accelerations (`accel`).
+//!
+//! Why the numbers are the same: the rewrite runs on the analysed plan, where each bound
+//! comparison is `X op P` with both sides of one type `T`; a row belongs to window `i` exactly
+//! when `lo_i <= X < hi_i` in `T`'s order (`lo_i`, `hi_i` the bound parameters of window `i`
+//! cast to `T` as the comparison casts them). The windows' intervals must be disjoint and
+//! ascending in `T` (checked), so each row falls in at most one; rows between the batch's
+//! windows (a `--missing` gap) fall in none and are dropped. A window no row falls in gets the
+//! query's result over no rows (the filter replaced by `false`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array};
+use arrow::datatypes::DataType;
+use arrow::row::{RowConverter, Rows, SortField};
+use datafusion::common::ScalarValue;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::execution::SessionState;
+use datafusion::functions_aggregate::expr_fn::count;
+use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::{
+    BinaryExpr, ColumnarValue, Expr, ExprSchemable, Filter, LogicalPlan, LogicalPlanBuilder,
+    Operator, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility, col, lit,
+};
+use datafusion::prelude::DataFrame;
+
+use crate::task::plan::window_params;
+use crate::task::window::{Grain, Window};
+
+/// The column the grouped query carries each row's window index in.
+const WINDOW_COL: &str = "__idemlake_window";
+
+/// Why a check query is checked window by window.
+#[derive(Debug)]
+pub struct NotGroupable(pub String);
+
+impl<E: std::fmt::Display> From<E> for NotGroupable {
+    fn from(e: E) -> Self {
+        NotGroupable(e.to_string())
+    }
+}
+
+/// What the grouped query gives per window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Measure {
+    /// The check query's own one-row result (`[reconcile].source`).
+    Query,
+    /// The number of rows the query gives (a row-preserving task's own query).
+    Rows,
+}
+
+/// One per-window result of a grouped query.
+#[derive(Debug, Clone)]
+pub enum PerWindow {
+    Query(RecordBatch),
+    Rows(u64),
+}
+
+/// One bound comparison of the window filter: `X op P` with `P` a window parameter, possibly
+/// cast to the comparison's type.
+struct Bound {
+    /// The parameter's name (`window_start`, `window_end_ts`, …).
+    param: String,
+}
+
+/// A check query analysed for grouping.
+pub struct Grouped {
+    state: SessionState,
+    /// The analysed, unbound plan.
+    plan: LogicalPlan,
+    measure: Measure,
+    lower: Bound,
+    upper: Bound,
+    /// The bounded expression `X`, in the filter's input schema.
+    x: Expr,
+    /// The type both sides of each bound comparison have.
+    ty: DataType,
+}
+
+fn has_placeholder(e: &Expr) -> bool {
+    let mut found = false;
+    let _ = e.apply(|e| {
+        if matches!(e, Expr::Placeholder(_)) {
+            found = true;
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
+}
+
+fn node_has_placeholder(p: &LogicalPlan) -> bool {
+    p.expressions().iter().any(has_placeholder)
+}
+
+/// `P` when it is a window parameter, bare or cast: its name and the type it is compared as.
+fn parameter(e: &Expr) -> Option<(String, DataType)> {
+    match e {
+        Expr::Placeholder(p) => {
+            let ty = p.field.as_ref()?.data_type().clone();
+            Some((p.id.trim_start_matches('$').to_string(), ty))
+        }
+        Expr::Cast(c) => match c.expr.as_ref() {
+            Expr::Placeholder(p) => Some((
+                p.id.trim_start_matches('$').to_string(),
+                c.field.data_type().clone(),
+            )),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A conjunct `X >= lower` / `lower <= X` (true) or `X < upper` / `upper > X` (false).
+fn bound(e: &Expr) -> Option<(bool, Expr, String, DataType)> {
+    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = e else {
+        return None;
+    };
+    let (x, p, lower) = match op {
+        Operator::GtEq => (left, right, true),
+        Operator::Lt => (left, right, false),
+        Operator::LtEq => (right, left, true),
+        Operator::Gt => (right, left, false),
+        _ => return None,
+    };
+    let (name, ty) = parameter(p)?;
+    let ok = if lower {
+        matches!(name.as_str(), "window_start" | "window_start_ts")
+    } else {
+        matches!(name.as_str(), "window_end" | "window_end_ts")
+    };
+    (ok && !has_placeholder(x)).then(|| (lower, x.as_ref().clone(), name, ty))
+}
+
+impl Grouped {
+    /// Analyse `df` (the check query planned with its parameters unbound).
+    pub fn new(df: DataFrame, measure: Measure) -> std::result::Result<Grouped, NotGroupable> {
+        let (state, plan) = df.into_parts();
+        let mut plan =
+            state
+                .analyzer()
+                .execute_and_check(plan, state.config_options(), |_, _| {})?;
+        if measure == Measure::Rows {
+            plan = without_projected_parameters(plan)?;
+        }
+        let mut holders = Vec::new();
+        plan.apply_with_subqueries(|p| {
+            if node_has_placeholder(p) {
+                holders.push(p.clone());
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })?;
+        let [LogicalPlan::Filter(f)] = holders.as_slice() else {
+            return Err(NotGroupable(
+                "the window parameters are not all in one filter".into(),
+            ));
+        };
+        let (mut lower, mut upper) = (None, None);
+        for c in split_conjunction(&f.predicate) {
+            if !has_placeholder(c) {
+                continue;
+            }
+            match bound(c) {
+                Some((true, x, p, ty)) if lower.is_none() => lower = Some((x, p, ty)),
+                Some((false, x, p, ty)) if upper.is_none() => upper = Some((x, p, ty)),
+                _ => {
+                    return Err(NotGroupable(format!(
+                        "the window filter has a condition other than X >= start AND X < end: {c}"
+                    )));
+                }
+            }
+        }
+        let (Some((x, lp, lty)), Some((ux, up, uty))) = (lower, upper) else {
+            return Err(NotGroupable(
+                "the window filter does not bound one expression from both sides".into(),
+            ));
+        };
+        let xty = x.get_type(f.input.schema())?;
+        if x != ux || lty != uty || xty != lty {
+            return Err(NotGroupable(format!(
+                "the window bounds compare different expressions or types ({x}: {xty}, {lty}; {ux}: {uty})"
+            )));
+        }
+        if !RowConverter::supports_fields(&[SortField::new(lty.clone())]) {
+            return Err(NotGroupable(format!("{lty} cannot be ordered")));
+        }
+        Ok(Grouped {
+            state,
+            plan,
+            measure,
+            lower: Bound { param: lp },
+            upper: Bound { param: up },
+            x,
+            ty: lty,
+        })
+    }
+
+    /// Each window's bounds in the comparison's type; an error unless disjoint and ascending.
+    fn bounds(
+        &self,
+        grain: Grain,
+        windows: &[Window],
+    ) -> std::result::Result<(Vec<ScalarValue>, Vec<ScalarValue>), NotGroupable> {
+        let value = |params: &[(String, ScalarValue)], name: &str| {
+            let v = params
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+                .ok_or_else(|| NotGroupable(format!("no parameter {name}")))?;
+            v.cast_to(&self.ty).map_err(NotGroupable::from)
+        };
+        let (mut lo, mut hi) = (Vec::new(), Vec::new());
+        for w in windows {
+            let params = window_params(grain, w);
+            lo.push(value(&params, &self.lower.param)?);
+            hi.push(value(&params, &self.upper.param)?);
+        }
+        let less = |a: &ScalarValue, b: &ScalarValue, or_equal: bool| {
+            matches!(a.partial_cmp(b), Some(std::cmp::Ordering::Less)) || (or_equal && a == b)
+        };
+        for i in 0..lo.len() {
+            let disjoint = i + 1 == lo.len() || less(&hi[i], &lo[i + 1], true);
+            if !less(&lo[i], &hi[i], false) || !disjoint {
+                return Err(NotGroupable(format!(
+                    "the windows are not disjoint and ascending as {}",
+                    self.ty
+                )));
+            }
+        }
+        Ok((lo, hi))
+    }
+
+    /// The per-window results for `windows` (ascending, disjoint), from one query.
+    pub async fn evaluate(
+        &self,
+        grain: Grain,
+        windows: &[Window],
+    ) -> std::result::Result<Vec<PerWindow>, NotGroupable> {
+        let (lo, hi) = self.bounds(grain, windows)?;
+        let window_of = ScalarUDF::new_from_impl(WindowOf::new(self.ty.clone(), &lo, &hi)?);
+        let key = window_of.call(vec![self.x.clone()]);
+        let mut aggregated = false;
+        let mut grouped = carry(&self.plan, &key, &mut aggregated)?;
+        match (self.measure, aggregated) {
+            (Measure::Rows, false) => {
+                grouped = LogicalPlanBuilder::from(grouped)
+                    .aggregate(vec![col(WINDOW_COL)], vec![count(lit(1)).alias("rows")])?
+                    .build()?;
+            }
+            (Measure::Query, true) => {}
+            _ => {
+                return Err(NotGroupable(
+                    "the query is not one aggregate over the window filter".into(),
+                ));
+            }
+        }
+        // The batch's range: the first window's lower bound, the last window's upper bound.
+        let first = window_params(grain, &windows[0]);
+        let last = window_params(grain, windows.last().expect("a batch has windows"));
+        let mut values: HashMap<String, ScalarValue> = HashMap::new();
+        for (name, v) in first {
+            if name.starts_with("window_start") {
+                values.insert(name, v);
+            }
+        }
+        for (name, v) in last {
+            if name.starts_with("window_end") {
+                values.insert(name, v);
+            }
+        }
+        let bound = grouped.with_param_values(values)?;
+        let batches = DataFrame::new(self.state.clone(), bound).collect().await?;
+        let mut out: Vec<Option<PerWindow>> = vec![None; windows.len()];
+        for b in &batches {
+            let w = b.schema().index_of(WINDOW_COL)?;
+            let idx = b
+                .column(w)
+                .as_any()
+                .downcast_ref::<UInt32Array>()
+                .ok_or_else(|| NotGroupable("the window column is not UInt32".into()))?;
+            let rest: Vec<usize> = (0..b.num_columns()).filter(|i| *i != w).collect();
+            let values = b.project(&rest)?;
+            for r in 0..b.num_rows() {
+                if idx.is_null(r) {
+                    continue;
+                }
+                let i = idx.value(r) as usize;
+                out[i] = Some(match self.measure {
+                    Measure::Query => PerWindow::Query(values.slice(r, 1)),
+                    Measure::Rows => PerWindow::Rows(rows_at(&values, r)?),
+                });
+            }
+        }
+        let mut empty = None;
+        let mut results = Vec::with_capacity(out.len());
+        for o in out {
+            results.push(match o {
+                Some(r) => r,
+                None if self.measure == Measure::Rows => PerWindow::Rows(0),
+                None => {
+                    if empty.is_none() {
+                        empty = Some(self.over_no_rows().await?);
+                    }
+                    PerWindow::Query(empty.clone().expect("just set"))
+                }
+            });
+        }
+        Ok(results)
+    }
+
+    /// The query's result over no rows: its window filter replaced by `false`.
+    async fn over_no_rows(&self) -> std::result::Result<RecordBatch, NotGroupable> {
+        let plan = self
+            .plan
+            .clone()
+            .transform_up(|p| match p {
+                LogicalPlan::Filter(f) if has_placeholder(&f.predicate) => {
+                    let f = Filter::try_new(lit(false), f.input)?;
+                    Ok(Transformed::yes(LogicalPlan::Filter(f)))
+                }
+                other => Ok(Transformed::no(other)),
+            })?
+            .data;
+        let batches = DataFrame::new(self.state.clone(), plan).collect().await?;
+        let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        if rows != 1 {
+            return Err(NotGroupable(format!(
+                "the query gives {rows} rows over no rows"
+            )));
+        }
+        let b = batches.into_iter().find(|b| b.num_rows() == 1);
+        Ok(b.expect("one row"))
+    }
+}
+
+/// `plan` with every window parameter a projection computes replaced by a NULL of its type:
+/// projections do not change how many rows there are, so counting them needs only the filters'
+/// parameters.
+fn without_projected_parameters(
+    plan: LogicalPlan,
+) -> std::result::Result<LogicalPlan, NotGroupable> {
+    let plan = plan.transform_up(|p| {
+        if !matches!(p, LogicalPlan::Projection(_)) || !node_has_placeholder(&p) {
+            return Ok(Transformed::no(p));
+        }
+        p.map_expressions(|e| {
+            e.transform_up(|e| match e {
+                Expr::Placeholder(ph) => {
+                    let ty = ph
+                        .field
+                        .as_ref()
+                        .map(|f| f.data_type().clone())
+                        .unwrap_or(DataType::Null);
+                    Ok(Transformed::yes(lit(ScalarValue::try_from(&ty)?)))
+                }
+                other => Ok(Transformed::no(other)),
+            })
+        })
+    })?;
+    Ok(plan.data)
+}
+
+fn rows_at(values: &RecordBatch, r: usize) -> std::result::Result<u64, NotGroupable> {
+    match ScalarValue::try_from_array(values.column(0), r)? {
+        ScalarValue::Int64(Some(n)) => Ok(n as u64),
+        other => Err(NotGroupable(format!("a row count of {other}"))),
+    }
+}
+
+/// `plan` with the window index carried from the window filter up to the result: a
+/// projection of `key` above the filter, passed through every projection, alias and
+/// parameter-free filter above it, and grouped by at the (single, ungrouped) aggregate.
+fn carry(
+    plan: &LogicalPlan,
+    key: &Expr,
+    aggregated: &mut bool,
+) -> std::result::Result<LogicalPlan, NotGroupable> {
+    let built = match plan {
+        LogicalPlan::Filter(f) if has_placeholder(&f.predicate) => {
+            let mut exprs: Vec<Expr> = f
+                .input
+                .schema()
+                .columns()
+                .into_iter()
+                .map(Expr::Column)
+                .collect();
+            exprs.push(key.clone().alias(WINDOW_COL));
+            LogicalPlanBuilder::from(plan.clone()).project(exprs)?
+        }
+        LogicalPlan::Filter(f) if !*aggregated => {
+            LogicalPlanBuilder::from(carry(&f.input, key, aggregated)?)
+                .filter(f.predicate.clone())?
+        }
+        LogicalPlan::Projection(p) => {
+            let input = carry(&p.input, key, aggregated)?;
+            let mut exprs = p.expr.clone();
+            exprs.push(col(WINDOW_COL));
+            LogicalPlanBuilder::from(input).project(exprs)?
+        }
+        LogicalPlan::SubqueryAlias(s) => {
+            LogicalPlanBuilder::from(carry(&s.input, key, aggregated)?).alias(s.alias.clone())?
+        }
+        LogicalPlan::Aggregate(a) if a.group_expr.is_empty() && !*aggregated => {
+            let input = carry(&a.input, key, aggregated)?;
+            *aggregated = true;
+            LogicalPlanBuilder::from(input).aggregate(vec![col(WINDOW_COL)], a.aggr_expr.clone())?
+        }
+        other => {
+            return Err(NotGroupable(format!(
+                "a {} between the window filter and the result",
+                other.display()
+            )));
+        }
+    };
+    Ok(built.build()?)
+}
+
+/// Distinguishes one [`WindowOf`] from another (they hold arrays, which do not hash).
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+/// `window_of(X)`: the index of the window `X` falls in (`lo_i <= X < hi_i` in the order of
+/// `X`'s type), or NULL.
+#[derive(Debug)]
+struct WindowOf {
+    id: u64,
+    signature: Signature,
+    converter: Arc<RowConverter>,
+    lo: Arc<Rows>,
+    hi: Arc<Rows>,
+}
+
+impl PartialEq for WindowOf {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+impl Eq for WindowOf {}
+impl std::hash::Hash for WindowOf {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.id.hash(state);
+    }
+}
+
+impl WindowOf {
+    fn new(
+        ty: DataType,
+        lo: &[ScalarValue],
+        hi: &[ScalarValue],
+    ) -> std::result::Result<WindowOf, NotGroupable> {
+        let converter = RowConverter::new(vec![SortField::new(ty)])?;
+        let rows = |v: &[ScalarValue]| -> std::result::Result<Rows, NotGroupable> {
+            let a: ArrayRef = ScalarValue::iter_to_array(v.iter().cloned())?;
+            Ok(converter.convert_columns(&[a])?)
+        };
+        let (lo, hi) = (rows(lo)?, rows(hi)?);
+        Ok(WindowOf {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            signature: Signature::any(1, Volatility::Immutable),
+            converter: Arc::new(converter),
+            lo: Arc::new(lo),
+            hi: Arc::new(hi),
+        })
+    }
+
+    fn index(&self, x: &ArrayRef) -> datafusion::error::Result<UInt32Array> {
+        let rows = self.converter.convert_columns(std::slice::from_ref(x))?;
+        let n = self.lo.num_rows();
+        Ok((0..x.len())
+            .map(|r| {
+                if x.is_null(r) {
+                    return None;
+                }
+                let v = rows.row(r);
+                // The last window whose lower bound is <= v.
+                let (mut a, mut b) = (0, n);
+                while a < b {
+                    let m = (a + b) / 2;
+                    if self.lo.row(m) <= v {
+                        a = m + 1;
+                    } else {
+                        b = m;
+                    }
+                }
+                let i = a.checked_sub(1)?;
+                (v < self.hi.row(i)).then_some(i as u32)
+            })
+            .collect())
+    }
+}
+
+impl ScalarUDFImpl for WindowOf {
+    fn name(&self) -> &str {
+        "idemlake_window_of"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> datafusion::error::Result<DataType> {
+        Ok(DataType::UInt32)
+    }
+    fn invoke_with_args(
+        &self,
+        args: ScalarFunctionArgs,
+    ) -> datafusion::error::Result<ColumnarValue> {
+        let x = args.args[0].clone().into_array(args.number_rows)?;
+        Ok(ColumnarValue::Array(Arc::new(self.index(&x)?)))
+    }
+}

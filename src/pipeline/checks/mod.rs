@@ -1,0 +1,291 @@
+//! Independent checks: the source side of every window's reconciliation, computed by a route
+//! that none of the accelerations touch.
+//!
+//! The task query runs through shared chunk scans sliced per window, prepared plans, physical
+//! plans derived by literal substitution and memory-mapped sources. A check that read the
+//! source the same way would share their bugs: a slice missing a row would be missing on both
+//! sides and reconciliation would agree. So the [`Checker`] has its own DataFusion session:
+//! the sources registered as plain listing tables read through object_store's ordinary local
+//! or S3 store (Delta sources pinned at the versions the runner pinned), no scan cache, no
+//! prepared or derived plan — every window's check query is planned from the task's SQL text
+//! with that window's parameters bound. Parquet pruning and filter pushdown stay on: they are
+//! DataFusion's, not idemlake's.
+//!
+//! What is checked per window:
+//! - with `[reconcile]`: its `source` query, here, against its `output` query over the rows
+//!   written;
+//! - without `[reconcile]`, for a row-preserving task (projections and filters of one source,
+//!   see [`row_preserving`]): the number of rows the task's own query gives here (`source_rows`)
+//!   against the rows written;
+//! - other tasks without `[reconcile]` get only the checks every run makes (`rows_staged`, the
+//!   read-back).
+//!
+//! A backfill announces its windows ([`Checker::announce`]); their checks are then computed a
+//! batch of windows at a time by one grouped query each (see `grouped`) where the check query
+//! has the everyday shape, so the source is read once per batch rather than once per window.
+//! `IDEMLAKE_CHECK_BATCH=1` (or `IDEMLAKE_ACCELERATE=0`) checks window by window.
+//!
+//! Invariant: nothing here depends on `scan`, `prepared`, `reuse`, `mapped` or `filemap`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use arrow::array::RecordBatch;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::SessionContext;
+use tokio::sync::OnceCell;
+
+use crate::error::Result;
+use crate::pipeline::sources::{self, SourceVersion};
+use crate::task::Task;
+use crate::task::window::Window;
+
+pub mod grouped;
+
+use grouped::{Grouped, Measure, PerWindow};
+
+/// What the source says a window's output must reconcile to.
+#[derive(Debug, Clone)]
+pub enum SourceSide {
+    /// The `[reconcile].source` query's rows.
+    Reconcile(Vec<RecordBatch>),
+    /// Rows the task's query gives for the window (row-preserving tasks without `[reconcile]`).
+    Rows(u64),
+    /// Nothing derivable: the task has no `[reconcile]` and is not row-preserving.
+    Unchecked,
+}
+
+/// How the source side of a task's checks is computed for a batch of windows.
+enum Template {
+    /// One grouped query per batch (see `grouped`).
+    Grouped(Box<Grouped>),
+    /// Nothing to compute: the task has no `[reconcile]` and is not row-preserving.
+    Unchecked,
+    /// Window by window.
+    PerWindow,
+}
+
+/// Source sides by window key, taken out as their windows ask for them.
+type Sides = Mutex<HashMap<(i64, i64), SourceSide>>;
+
+/// Windows announced together, whose source sides come from one grouped query.
+struct Batch {
+    windows: Vec<Window>,
+    /// `None` when the batch could not be grouped (its windows are then checked one by one).
+    sides: OnceCell<Option<Sides>>,
+}
+
+/// The independent check path of one runner.
+pub struct Checker {
+    ctx: SessionContext,
+    /// Windows per grouped query; 1: window by window (the plain twin).
+    batch_size: usize,
+    template: OnceCell<Template>,
+    batches: Mutex<HashMap<(i64, i64), Arc<Batch>>>,
+}
+
+impl Checker {
+    /// A session of its own with the task's sources registered plainly (Delta sources at
+    /// `pins`, the versions the runner read).
+    pub async fn new(task: &Task, pins: &[SourceVersion]) -> Result<Checker> {
+        let ctx = plain_session()?;
+        sources::register_pinned(&ctx, &task.sources, pins).await?;
+        let config = crate::config::get();
+        let batch_size = if config.accelerate {
+            config.check_batch.max(1) as usize
+        } else {
+            1
+        };
+        Ok(Checker {
+            ctx,
+            batch_size,
+            template: OnceCell::new(),
+            batches: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The session checks run in.
+    pub fn session(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// Announce the windows about to run (ascending): their checks are computed a batch of
+    /// windows at a time, by one grouped query each, where the check query allows it.
+    pub fn announce(&self, windows: &[Window]) {
+        if self.batch_size < 2 || windows.len() < 2 {
+            return;
+        }
+        let mut map = self.batches.lock().expect("not poisoned");
+        for chunk in windows.chunks(self.batch_size) {
+            let batch = Arc::new(Batch {
+                windows: chunk.to_vec(),
+                sides: OnceCell::new(),
+            });
+            for w in chunk {
+                map.insert(w.key(), batch.clone());
+            }
+        }
+    }
+
+    /// The source side of `window`'s reconciliation, planned from the task's SQL here: from
+    /// its batch's grouped query if it was announced in one, else by itself.
+    pub async fn source_side(&self, task: &Task, window: &Window) -> Result<SourceSide> {
+        let batch = self
+            .batches
+            .lock()
+            .expect("not poisoned")
+            .get(&window.key())
+            .cloned();
+        if let Some(batch) = batch {
+            let sides = batch
+                .sides
+                .get_or_init(|| self.grouped_sides(task, &batch.windows))
+                .await;
+            if let Some(sides) = sides {
+                let side = sides.lock().expect("not poisoned").remove(&window.key());
+                if let Some(side) = side {
+                    return Ok(side);
+                }
+            }
+        }
+        self.window_side(task, window).await
+    }
+
+    /// The source side of one window by itself (the plain twin of [`Checker::grouped_sides`]).
+    pub async fn window_side(&self, task: &Task, window: &Window) -> Result<SourceSide> {
+        if let Some(src) = crate::task::plan::plan_reconcile_source(&self.ctx, task, window).await?
+        {
+            return Ok(SourceSide::Reconcile(src.collect().await?));
+        }
+        let planned = crate::task::plan::plan_query_window(&self.ctx, task, window).await?;
+        if row_preserving(planned.df.logical_plan()) {
+            return Ok(SourceSide::Rows(planned.df.count().await? as u64));
+        }
+        Ok(SourceSide::Unchecked)
+    }
+
+    /// How the task's checks can be computed for many windows (decided once).
+    async fn template(&self, task: &Task) -> &Template {
+        self.template
+            .get_or_init(|| async {
+                let analysed =
+                    match crate::task::plan::plan_reconcile_source_unbound(&self.ctx, task).await {
+                        Ok(Some(df)) => Grouped::new(df, Measure::Query),
+                        Ok(None) => {
+                            match crate::task::plan::plan_query_unbound(&self.ctx, task).await {
+                                Ok(df) if row_preserving(df.logical_plan()) => {
+                                    Grouped::new(df, Measure::Rows)
+                                }
+                                Ok(_) => return Template::Unchecked,
+                                Err(e) => Err(grouped::NotGroupable(e.to_string())),
+                            }
+                        }
+                        Err(e) => Err(grouped::NotGroupable(e.to_string())),
+                    };
+                match analysed {
+                    Ok(g) => Template::Grouped(Box::new(g)),
+                    Err(e) => {
+                        tracing::info!("the checks run window by window: {}", e.0);
+                        Template::PerWindow
+                    }
+                }
+            })
+            .await
+    }
+
+    /// The source sides of `windows` from one grouped query; `None` (with the reason logged)
+    /// when it cannot be grouped.
+    async fn grouped_sides(&self, task: &Task, windows: &[Window]) -> Option<Sides> {
+        let g = match self.template(task).await {
+            Template::Grouped(g) => g,
+            Template::Unchecked => {
+                let all = windows.iter().map(|w| (w.key(), SourceSide::Unchecked));
+                return Some(Mutex::new(all.collect()));
+            }
+            Template::PerWindow => return None,
+        };
+        match g.evaluate(task.grain, windows).await {
+            Ok(per) => {
+                tracing::debug!(
+                    windows = windows.len(),
+                    "the checks' source side of these windows came from one grouped query"
+                );
+                let sides = windows.iter().zip(per).map(|(w, p)| {
+                    let side = match p {
+                        PerWindow::Query(b) => SourceSide::Reconcile(vec![b]),
+                        PerWindow::Rows(n) => SourceSide::Rows(n),
+                    };
+                    (w.key(), side)
+                });
+                Some(Mutex::new(sides.collect()))
+            }
+            Err(e) => {
+                tracing::info!(
+                    windows = windows.len(),
+                    "these windows' checks run one by one: {}",
+                    e.0
+                );
+                None
+            }
+        }
+    }
+}
+
+/// A DataFusion session with idemlake's SQL settings and Delta support, reading local files
+/// through object_store's plain local store (no memory maps).
+pub fn plain_session() -> Result<SessionContext> {
+    crate::accel::session::session(false)
+}
+
+/// Whether every output row of `plan` is one input row of a single table, projected and
+/// filtered: then the rows a window must hold can be counted from the source. Anything else
+/// (aggregates, joins, unions, limits, distinct, window functions, subqueries, unnest) is not.
+pub fn row_preserving(plan: &LogicalPlan) -> bool {
+    let mut scans = 0;
+    let mut ok = true;
+    let _ = plan.apply_with_subqueries(|p| {
+        match p {
+            LogicalPlan::TableScan(_) => scans += 1,
+            LogicalPlan::Projection(_) | LogicalPlan::Filter(_) | LogicalPlan::SubqueryAlias(_) => {
+            }
+            _ => ok = false,
+        }
+        Ok(if ok {
+            TreeNodeRecursion::Continue
+        } else {
+            TreeNodeRecursion::Stop
+        })
+    });
+    ok && scans == 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn shape(sql: &str) -> bool {
+        let ctx = SessionContext::new();
+        ctx.sql("CREATE TABLE t (a INT, b INT, d DATE) AS VALUES (1, 2, DATE '2026-01-01')")
+            .await
+            .unwrap();
+        ctx.sql("CREATE TABLE u (a INT) AS VALUES (1)")
+            .await
+            .unwrap();
+        let df = ctx.sql(sql).await.unwrap();
+        row_preserving(df.logical_plan())
+    }
+
+    #[tokio::test]
+    async fn only_projections_and_filters_of_one_table_are_row_preserving() {
+        assert!(shape("SELECT a, b + 1 AS c, d FROM t WHERE d >= DATE '2026-01-01'").await);
+        assert!(shape("SELECT x.a FROM t AS x WHERE x.b > 0").await);
+        assert!(!shape("SELECT d, count(*) FROM t GROUP BY d").await);
+        assert!(!shape("SELECT t.a FROM t JOIN u ON t.a = u.a").await);
+        assert!(!shape("SELECT DISTINCT a FROM t").await);
+        assert!(!shape("SELECT a FROM t ORDER BY a LIMIT 1").await);
+        assert!(!shape("SELECT a FROM t UNION ALL SELECT a FROM u").await);
+        assert!(!shape("SELECT a FROM t WHERE a IN (SELECT a FROM u)").await);
+        assert!(!shape("SELECT a, row_number() OVER (ORDER BY a) FROM t").await);
+    }
+}
