@@ -83,6 +83,21 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
             )
             .await
         }
+        Command::Vacuum {
+            task,
+            retain_hours,
+            dry_run,
+            full,
+            force,
+        } => {
+            let opts = crate::commands::vacuum::VacuumOptions {
+                retain_hours: *retain_hours,
+                dry_run: *dry_run,
+                full: *full,
+                force: *force,
+            };
+            vacuum(cli, &project, task, opts).await
+        }
         Command::GenTpch { scale, out, force } => gen_tpch(cli, &project, scale, out, force).await,
         Command::Completions { .. } => unreachable!("handled before the project is resolved"),
     }
@@ -327,6 +342,39 @@ async fn status(
             print_status(cli.output, &task.name, version, &windows);
         }
     }
+    Ok(0)
+}
+
+/// `vacuum`: one JSON object, or a line per file and a summary.
+async fn vacuum(
+    cli: &Cli,
+    project: &Project,
+    task: &str,
+    opts: crate::commands::vacuum::VacuumOptions,
+) -> Result<u8> {
+    let task = project.task(task)?;
+    let report = crate::commands::vacuum::vacuum(project, &task, opts).await?;
+    if cli.output == OutputFormat::Json {
+        let line = serde_json::to_string(&report).map_err(|e| Error::runtime(e.to_string()))?;
+        println!("{}", redact(&line));
+        return Ok(0);
+    }
+    let verb = if report.dry_run {
+        "would delete"
+    } else {
+        "deleted"
+    };
+    for f in &report.files {
+        println!("{verb} {f}");
+    }
+    println!(
+        "vacuum {} ({} mode, retention {} h; the table's minimum is {} h): {verb} {} file(s)",
+        report.task,
+        if report.full { "full" } else { "lite" },
+        report.retention_hours,
+        report.table_retention_hours,
+        report.files.len()
+    );
     Ok(0)
 }
 

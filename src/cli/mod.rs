@@ -176,6 +176,25 @@ pub enum Command {
         #[arg(long)]
         picture: bool,
     },
+    /// Delete data files the table no longer references (delta-rs vacuum); never the run log
+    #[command(
+        after_help = "Examples:\n  idemlake vacuum lineitem_by_ship_day --dry-run          # list what would be deleted\n  idemlake vacuum lineitem_by_ship_day                    # files removed more than 7 days ago\n  idemlake vacuum lineitem_by_ship_day --full             # also files no commit mentions (runs killed before their commit)"
+    )]
+    Vacuum {
+        task: String,
+        /// Keep files removed less than this many hours ago [default: the table's delta.deletedFileRetentionDuration, 168]
+        #[arg(long)]
+        retain_hours: Option<u64>,
+        /// List the files that would be deleted; delete nothing
+        #[arg(long)]
+        dry_run: bool,
+        /// Also delete files that no version of the log mentions (older than the retention)
+        #[arg(long)]
+        full: bool,
+        /// Allow --retain-hours below the table's retention
+        #[arg(long)]
+        force: bool,
+    },
     /// Print a shell completion script
     #[command(
         after_help = "Examples:\n  idemlake completions bash > ~/.local/share/bash-completion/completions/idemlake\n  idemlake completions zsh > \"${fpath[1]}/_idemlake\"\n  idemlake completions fish > ~/.config/fish/completions/idemlake.fish"

@@ -6,4 +6,5 @@ pub mod backfill;
 pub mod explain;
 pub mod status;
 pub mod tpch;
+pub mod vacuum;
 pub mod verify;

@@ -19,4 +19,5 @@ mod s3;
 mod shared_scan;
 mod status;
 mod torture;
+mod upkeep;
 mod verify;
