@@ -83,6 +83,22 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
             )
             .await
         }
+        Command::Optimize {
+            task,
+            from,
+            to,
+            min_files,
+        } => {
+            optimize(
+                cli,
+                &project,
+                task,
+                from.as_deref(),
+                to.as_deref(),
+                *min_files,
+            )
+            .await
+        }
         Command::Vacuum {
             task,
             retain_hours,
@@ -343,6 +359,60 @@ async fn status(
         }
     }
     Ok(0)
+}
+
+/// `optimize`: a line (or JSON object) per window; the worst window's exit code.
+async fn optimize(
+    cli: &Cli,
+    project: &Project,
+    task: &str,
+    from: Option<&str>,
+    to: Option<&str>,
+    min_files: u32,
+) -> Result<u8> {
+    let task = project.task(task)?;
+    let range = crate::commands::status::parse_range(&task, from, to)?;
+    let windows =
+        crate::commands::optimize::optimize(project, &task, range, min_files as usize).await?;
+    let mut code = 0;
+    let (mut compacted, mut before, mut after) = (0, 0, 0);
+    for w in &windows {
+        code = code.max(w.exit_code());
+        if cli.output == OutputFormat::Json {
+            let line = serde_json::to_string(w).map_err(|e| Error::runtime(e.to_string()))?;
+            println!("{}", redact(&line));
+            continue;
+        }
+        if w.status == "skipped" {
+            continue;
+        }
+        if w.status == "compacted" {
+            compacted += 1;
+            before += w.files_before;
+            after += w.files_after;
+        }
+        println!(
+            "{:<10} {} {}  files {} -> {}  rows={}{}",
+            w.status,
+            w.task,
+            w.window.label,
+            w.files_before,
+            w.files_after,
+            w.rows,
+            w.error
+                .as_deref()
+                .map(|e| format!("  {}", redact(e)))
+                .unwrap_or_default()
+        );
+    }
+    if cli.output != OutputFormat::Json {
+        println!(
+            "optimize {}: {compacted} window(s) compacted, {before} file(s) -> {after}; {} window(s) left as they were",
+            task.name,
+            windows.len() - compacted
+        );
+    }
+    Ok(code)
 }
 
 /// `vacuum`: one JSON object, or a line per file and a summary.

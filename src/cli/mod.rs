@@ -176,6 +176,22 @@ pub enum Command {
         #[arg(long)]
         picture: bool,
     },
+    /// Compact each window's files (one commit per window, rows unchanged, proven by a read-back)
+    #[command(
+        after_help = "Examples:\n  idemlake optimize merged_orders                          # every window with 2 or more files\n  idemlake optimize merged_orders --from 1995-06-01 --to 1995-06-30 --min-files 8"
+    )]
+    Optimize {
+        task: String,
+        /// First window of the range (inclusive); every window of the table if omitted
+        #[arg(long, requires = "to")]
+        from: Option<String>,
+        /// Last window of the range (inclusive)
+        #[arg(long, requires = "from")]
+        to: Option<String>,
+        /// Compact only windows holding at least this many files
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(2..))]
+        min_files: u32,
+    },
     /// Delete data files the table no longer references (delta-rs vacuum); never the run log
     #[command(
         after_help = "Examples:\n  idemlake vacuum lineitem_by_ship_day --dry-run          # list what would be deleted\n  idemlake vacuum lineitem_by_ship_day                    # files removed more than 7 days ago\n  idemlake vacuum lineitem_by_ship_day --full             # also files no commit mentions (runs killed before their commit)"

@@ -76,6 +76,7 @@ impl PartitionRange {
 }
 
 /// A file of the current snapshot whose partition lies in the window.
+#[derive(Debug, Clone)]
 pub struct WindowFile {
     pub path: String,
     pub rows: Option<u64>,

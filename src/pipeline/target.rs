@@ -16,6 +16,7 @@ use arrow::datatypes::SchemaRef;
 use deltalake::DeltaTable;
 
 use crate::delta::filemap::FileMap;
+use crate::delta::partition::{WindowFile, window_files};
 use crate::delta::{overwrite, readback, table};
 use crate::error::{Error, ErrorKind, Result};
 use crate::task::Task;
@@ -45,6 +46,8 @@ pub struct Target {
 struct State {
     table: DeltaTable,
     files: Option<FileMap>,
+    /// The read-back's own replay of the log (`None` until first needed, or after it failed).
+    replay: Option<readback::LogReplay>,
 }
 
 /// A staged window waiting for a commit, and where to send the outcome.
@@ -99,7 +102,11 @@ impl Target {
             partition_by: task.partition_by.clone(),
             name: task.name.clone(),
             view: std::sync::Mutex::new(table.clone()),
-            state: tokio::sync::Mutex::new(State { table, files: None }),
+            state: tokio::sync::Mutex::new(State {
+                table,
+                files: None,
+                replay: None,
+            }),
             pending: std::sync::Mutex::new(Vec::new()),
             last_commit: AtomicI64::new(-1),
             opening: std::sync::Mutex::new(Some(open_in_background(url))),
@@ -332,19 +339,20 @@ impl Target {
                 "committed a group of windows"
             );
         }
-        // Read the committed snapshot back from storage (the log replayed by delta-rs up to
-        // this version, not the file map the commit was built from): every live file of each
+        // Read the committed version back from storage (the log as stored, replayed up to
+        // this version; not the file map the commit was built from): every live file of each
         // window must be one this run added, and their statistics give the rows committed.
-        let snapshot = readback::snapshot_at(&mut target.table, committed.version).await;
-        if let Ok(t) = &snapshot {
-            *self.view.lock().expect("not poisoned") = t.clone();
-        }
-        for (w, tx) in windows.iter().zip(senders.take()) {
-            let readback = match &snapshot {
-                Ok(t) => {
-                    readback::read_back(t, &self.partition_by, w.range, &w.adds, &w.tags.window)
-                        .map_err(|e| e.message().to_string())
-                }
+        let ranges: Vec<_> = windows.iter().map(|w| w.range).collect();
+        let live = self.live_at(target, committed.version, &ranges).await;
+        for ((w, tx), i) in windows.iter().zip(senders.take()).zip(0..) {
+            let readback = match &live {
+                Ok(files) => readback::check_window(
+                    files[i].clone(),
+                    committed.version,
+                    &w.adds,
+                    &w.tags.window,
+                )
+                .map_err(|e| e.message().to_string()),
                 Err(e) => Err(format!(
                     "read-back: version {} could not be loaded: {}",
                     committed.version,
@@ -356,6 +364,53 @@ impl Target {
                 readback,
             }));
         }
+    }
+}
+
+impl Target {
+    /// The live files of each of `ranges` at `version`, read back from storage: by the
+    /// read-back's own log replay, or (plain twin, or when the replay fails) by delta-rs's.
+    async fn live_at(
+        &self,
+        state: &mut State,
+        version: i64,
+        ranges: &[crate::delta::partition::PartitionRange],
+    ) -> Result<Vec<Vec<WindowFile>>> {
+        if crate::config::get().accelerate {
+            match self.replay_to(state, version).await {
+                Ok(r) => return Ok(ranges.iter().map(|rg| r.window_files(*rg)).collect()),
+                Err(e) => {
+                    tracing::debug!(
+                        "read-back by log replay failed ({}); loading version {version}",
+                        e.message()
+                    );
+                    state.replay = None;
+                }
+            }
+        }
+        let t = readback::snapshot_at(&mut state.table, version).await?;
+        *self.view.lock().expect("not poisoned") = t.clone();
+        ranges
+            .iter()
+            .map(|rg| window_files(&t, &self.partition_by, *rg))
+            .collect()
+    }
+
+    /// The read-back's replay advanced to `version` (built from the table's snapshot first).
+    async fn replay_to<'a>(
+        &self,
+        state: &'a mut State,
+        version: i64,
+    ) -> Result<&'a readback::LogReplay> {
+        if state.replay.as_ref().is_none_or(|r| r.version > version) {
+            state.replay = Some(readback::LogReplay::from_table(
+                &state.table,
+                &self.partition_by,
+            )?);
+        }
+        let replay = state.replay.as_mut().expect("just set");
+        replay.advance(&state.table, version).await?;
+        Ok(replay)
     }
 }
 

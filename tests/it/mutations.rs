@@ -131,34 +131,42 @@ async fn a_derived_plan_keeping_the_template_literals_is_caught_before_publish()
     }
 }
 
+/// Both read-backs — its own replay of the log (accelerated) and delta-rs's (plain twin) —
+/// catch a remove missing from the commit.
 #[tokio::test]
 async fn a_remove_missing_from_the_file_map_is_caught_by_the_read_back() {
-    let p = TestProject::new();
-    let task = "lineitem_by_ship_day";
-    p.run_ok(task, "1995-06-03");
-    let before = log_version(&p.table_dir(task)).unwrap();
-    let out = with_fault(
-        &p,
-        "skip-remove",
-        &["--output", "json", "run", task, "--window", "1995-06-03"],
-    );
-    assert_eq!(code(&out), 5, "{}", text(&out));
-    let r = &json_lines(&out)[0];
-    // The commit landed: the report says so.
-    assert_eq!(r["published"], true, "{r}");
-    assert_eq!(r["status"], "unverified", "{r}");
-    let version = log_version(&p.table_dir(task)).unwrap();
-    assert_eq!(version, before + 1);
-    assert_eq!(r["table_version"], version as i64, "{r}");
-    let error = r["error"].as_str().unwrap();
-    assert!(error.contains("published"), "{error}");
-    assert!(error.contains("did not add"), "{error}");
-    // The damage is visible to audit and repaired by a plain re-run.
-    let audit = p.run(&["audit", task, "--from", "1995-06-03", "--to", "1995-06-03"]);
-    assert_eq!(code(&audit), 4, "{}", text(&audit));
-    p.run_ok(task, "1995-06-03");
-    let rows = table_rows(&p.table_dir(task), "ship_date = DATE '1995-06-03'").await;
-    assert_eq!(rows, expected_lineitem_day("1995-06-03").await);
+    for plain in [false, true] {
+        let p = TestProject::new();
+        let task = "lineitem_by_ship_day";
+        p.run_ok(task, "1995-06-03");
+        let before = log_version(&p.table_dir(task)).unwrap();
+        let mut c = p.cmd();
+        c.env("IDEMLAKE_TEST_FAULT", "skip-remove");
+        if plain {
+            c.env("IDEMLAKE_ACCELERATE", "0");
+        }
+        let out = c
+            .args(["--output", "json", "run", task, "--window", "1995-06-03"])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 5, "plain={plain}: {}", text(&out));
+        let r = &json_lines(&out)[0];
+        // The commit landed: the report says so.
+        assert_eq!(r["published"], true, "{r}");
+        assert_eq!(r["status"], "unverified", "{r}");
+        let version = log_version(&p.table_dir(task)).unwrap();
+        assert_eq!(version, before + 1);
+        assert_eq!(r["table_version"], version as i64, "{r}");
+        let error = r["error"].as_str().unwrap();
+        assert!(error.contains("published"), "{error}");
+        assert!(error.contains("did not add"), "{error}");
+        // The damage is visible to audit and repaired by a plain re-run.
+        let audit = p.run(&["audit", task, "--from", "1995-06-03", "--to", "1995-06-03"]);
+        assert_eq!(code(&audit), 4, "{}", text(&audit));
+        p.run_ok(task, "1995-06-03");
+        let rows = table_rows(&p.table_dir(task), "ship_date = DATE '1995-06-03'").await;
+        assert_eq!(rows, expected_lineitem_day("1995-06-03").await);
+    }
 }
 
 #[tokio::test]

@@ -132,6 +132,110 @@ async fn vacuum_keeps_what_readers_may_need_and_never_the_run_log() {
     }
 }
 
+/// A merge task over `items.csv`, one partition per day.
+const MERGE_TASK: &str = r#"sql = """
+SELECT order_id, amount, CAST(day AS DATE) AS day
+FROM items
+WHERE CAST(day AS DATE) >= $window_start AND CAST(day AS DATE) < $window_end
+"""
+[target]
+partition_by = "day"
+[window]
+grain = "day"
+[sources.items]
+uri = "items.csv"
+[write]
+mode = "merge"
+key = ["order_id"]
+"#;
+
+/// Rows `ids` of 2026-11-01 and one of 2026-11-02 (which stays the same).
+fn items(ids: std::ops::Range<i64>) -> String {
+    let mut csv = String::from("order_id,amount,day\n");
+    for i in ids {
+        csv.push_str(&format!("{i},{},2026-11-01\n", i * 10));
+    }
+    csv.push_str("999,1,2026-11-02\n");
+    csv
+}
+
+/// Incremental merges leave a window in several files; `optimize` compacts them in one commit
+/// per window without changing a row (read back by delta-rs), leaves one-file windows alone,
+/// and a second run has nothing to do.
+#[tokio::test]
+async fn optimize_compacts_a_window_without_changing_its_rows() {
+    let p = TestProject::new();
+    p.task("items", MERGE_TASK);
+    let table = p.table_dir("items");
+    for (i, ids) in [1..6, 6..11, 11..16].into_iter().enumerate() {
+        std::fs::write(p.path().join("items.csv"), items(ids)).unwrap();
+        p.run_ok("items", "2026-11-01");
+        if i == 0 {
+            p.run_ok("items", "2026-11-02");
+        }
+    }
+    let day1 = "day = DATE '2026-11-01'";
+    let rows_before = table_rows(&table, day1).await;
+    let other_before = table_rows(&table, "day = DATE '2026-11-02'").await;
+    assert_eq!(rows_before.len(), 15);
+    let files_before = data_files(&table).len();
+    let live_before = table_files_live(&table).await;
+    let in_day1 = |files: &[PathBuf]| {
+        files
+            .iter()
+            .filter(|f| f.starts_with("day=2026-11-01"))
+            .count()
+    };
+    assert!(in_day1(&live_before) >= 3, "{live_before:?}");
+    let version_before = log_version(&table).unwrap();
+
+    let out = p.run(&["--output", "json", "optimize", "items"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let lines = json_lines(&out);
+    let day = |label: &str| {
+        lines
+            .iter()
+            .find(|l| l["window"]["label"] == label)
+            .unwrap()
+            .clone()
+    };
+    let d1 = day("2026-11-01");
+    assert_eq!(d1["status"], "compacted", "{d1}");
+    assert_eq!(d1["files_before"], in_day1(&live_before));
+    assert_eq!(d1["files_after"], 1);
+    assert_eq!(d1["rows"], 15);
+    assert_eq!(d1["table_version"], version_before + 1);
+    assert_eq!(day("2026-11-02")["status"], "skipped");
+    // One commit, marked as a rearrangement (no data change).
+    assert_eq!(log_version(&table).unwrap(), version_before + 1);
+    let actions = commit_actions(&table, version_before + 1);
+    for a in &actions {
+        for kind in ["add", "remove"] {
+            if let Some(x) = a.get(kind) {
+                assert_eq!(x["dataChange"], false, "{a}");
+            }
+        }
+    }
+    let live_after = table_files_live(&table).await;
+    assert_eq!(in_day1(&live_after), 1, "{live_after:?}");
+    assert_eq!(table_rows(&table, day1).await, rows_before);
+    assert_eq!(
+        table_rows(&table, "day = DATE '2026-11-02'").await,
+        other_before
+    );
+    // The old files stay on disk for readers of older versions (vacuum deletes them).
+    assert_eq!(data_files(&table).len(), files_before + 1);
+    // Nothing left to do.
+    let out = p.run(&["--output", "json", "optimize", "items"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(json_lines(&out).iter().all(|l| l["status"] == "skipped"));
+    assert_eq!(log_version(&table).unwrap(), version_before + 1);
+    // And the merge still upserts into the compacted window.
+    std::fs::write(p.path().join("items.csv"), items(14..18)).unwrap();
+    p.run_ok("items", "2026-11-01");
+    assert_eq!(table_rows(&table, day1).await.len(), 17);
+}
+
 /// The live data files of the table's latest version, relative to its root.
 async fn table_files_live(table: &Path) -> Vec<PathBuf> {
     let (t, _) = table_session(table).await.unwrap();
