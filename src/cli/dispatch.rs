@@ -99,6 +99,19 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
             )
             .await
         }
+        Command::Restore {
+            task,
+            window,
+            to_version,
+            before_run,
+        } => {
+            let to = match (to_version, before_run) {
+                (Some(v), _) => crate::commands::restore::RestoreTo::Version(*v),
+                (None, Some(r)) => crate::commands::restore::RestoreTo::BeforeRun(r.clone()),
+                (None, None) => unreachable!("clap requires one"),
+            };
+            restore(cli, &project, task, window, &to).await
+        }
         Command::Vacuum {
             task,
             retain_hours,
@@ -359,6 +372,21 @@ async fn status(
         }
     }
     Ok(0)
+}
+
+/// `restore`: the window's report, like a run's.
+async fn restore(
+    cli: &Cli,
+    project: &Project,
+    task: &str,
+    window: &str,
+    to: &crate::commands::restore::RestoreTo,
+) -> Result<u8> {
+    let task = project.task(task)?;
+    let window = Window::parse(window, task.grain, &task.timezone)?;
+    let report = crate::commands::restore::restore(project, &task, &window, to).await?;
+    print_report(cli.output, &report);
+    Ok(report.exit_code.unwrap_or(0))
 }
 
 /// `optimize`: a line (or JSON object) per window; the worst window's exit code.

@@ -176,6 +176,26 @@ pub enum Command {
         #[arg(long)]
         picture: bool,
     },
+    /// Put one window back as it was at an earlier table version (one commit; other windows untouched)
+    #[command(
+        after_help = "Examples:\n  idemlake restore lineitem_by_ship_day --window 1995-06-17 --to-version 42\n  idemlake restore lineitem_by_ship_day --window 1995-06-17 --before-run 6ba51395-e6c3-401a-8c2b-e43c96052c8d"
+    )]
+    Restore {
+        task: String,
+        /// The window to restore
+        #[arg(long)]
+        window: String,
+        /// The table version whose content of the window to bring back
+        #[arg(
+            long,
+            required_unless_present = "before_run",
+            conflicts_with = "before_run"
+        )]
+        to_version: Option<i64>,
+        /// Bring back the window as it was right before this run's commit
+        #[arg(long)]
+        before_run: Option<String>,
+    },
     /// Compact each window's files (one commit per window, rows unchanged, proven by a read-back)
     #[command(
         after_help = "Examples:\n  idemlake optimize merged_orders                          # every window with 2 or more files\n  idemlake optimize merged_orders --from 1995-06-01 --to 1995-06-30 --min-files 8"

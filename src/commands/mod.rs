@@ -5,6 +5,7 @@ pub mod audit;
 pub mod backfill;
 pub mod explain;
 pub mod optimize;
+pub mod restore;
 pub mod status;
 pub mod tpch;
 pub mod vacuum;

@@ -9,7 +9,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::delta::overwrite::{TAG_PUBLISHED_AT, TAG_RUN_ID, TAG_SQL_HASH, TAG_VERSION};
+use crate::delta::overwrite::{
+    TAG_PUBLISHED_AT, TAG_RESTORED_FROM, TAG_RUN_ID, TAG_SQL_HASH, TAG_VERSION,
+};
 use crate::delta::partition::{PartitionValue, partition_value};
 use crate::delta::table;
 use crate::error::{Error, Result};
@@ -28,6 +30,8 @@ struct Acc {
     /// (version, run id, sql hash, published at) of tagged files.
     runs: BTreeMap<i64, (String, String, String)>,
     untagged: usize,
+    /// The version `restore` brought the window back to, if its files say so.
+    restored_from: Option<i64>,
 }
 
 /// The published windows of a task (all of them, or `range`).
@@ -98,6 +102,9 @@ fn published_files(table: &DeltaTable, task: &Task) -> Result<BTreeMap<String, A
         #[allow(deprecated)]
         let tags = view.add_action().tags.unwrap_or_default();
         let tag = |k: &str| tags.get(k).cloned().flatten();
+        if let Some(v) = tag(TAG_RESTORED_FROM).and_then(|v| v.parse::<i64>().ok()) {
+            acc.restored_from = Some(v);
+        }
         match (
             tag(TAG_VERSION).and_then(|v| v.parse::<i64>().ok()),
             tag(TAG_RUN_ID),
@@ -129,9 +136,12 @@ async fn window_status(
     let last_ok = log.iter().rposition(|a| a.status != "failed");
     // The last attempt that published (a skipped run, e.g. a merge with an empty result,
     // changed nothing and is never the window's publisher).
-    let last_publish = log
-        .iter()
-        .rposition(|a| matches!(a.status.as_str(), "ok" | "mismatch" | "unverified"));
+    let last_publish = log.iter().rposition(|a| {
+        matches!(
+            a.status.as_str(),
+            "ok" | "mismatch" | "unverified" | "restored"
+        )
+    });
     let failed: Vec<_> = log[last_ok.map(|i| i + 1).unwrap_or(0)..].to_vec();
     let last_error = match failed.last() {
         Some(a) => crate::report::runlog::read(store, a)
@@ -140,6 +150,7 @@ async fn window_status(
             .and_then(|r| r.error),
         None => None,
     };
+    let restored_from = acc.restored_from;
     let mut st = WindowStatus {
         rows: acc.rows,
         files: acc.files,
@@ -184,6 +195,10 @@ async fn window_status(
             "empty"
         };
         from_run_log(&mut st, state, &log[i], store).await;
+    }
+    if restored_from.is_some() && st.state.starts_with("published") {
+        st.run_status = Some("restored".into());
+        st.restored_from = restored_from;
     }
     st
 }

@@ -46,6 +46,8 @@ pub const TAG_WINDOW: &str = "idemlake.window";
 pub const TAG_SQL_HASH: &str = "idemlake.sql_hash";
 pub const TAG_VERSION: &str = "idemlake.version";
 pub const TAG_PUBLISHED_AT: &str = "idemlake.published_at";
+/// On files `restore` re-added: the table version they were restored from.
+pub const TAG_RESTORED_FROM: &str = "idemlake.restored_from";
 
 /// How many times a commit is rebuilt on top of commits that other writers made first.
 pub const REBASE_ATTEMPTS: usize = 200;

@@ -91,6 +91,8 @@ pub enum Status {
     Mismatch,
     /// Published (the commit landed), but a check after the commit failed.
     Unverified,
+    /// `restore` put the window back as it was at an earlier version.
+    Restored,
 }
 
 /// The per-window report line.

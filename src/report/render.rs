@@ -127,6 +127,7 @@ pub fn print_report(format: OutputFormat, r: &Report) {
                 Status::Skipped => "skipped",
                 Status::Mismatch => "MISMATCH",
                 Status::Unverified => "UNVERIFIED",
+                Status::Restored => "restored",
             };
             let version = r
                 .table_version

@@ -29,6 +29,7 @@ fn status_name(s: Status) -> &'static str {
         Status::Skipped => "skipped",
         Status::Mismatch => "mismatch",
         Status::Unverified => "unverified",
+        Status::Restored => "restored",
     }
 }
 

@@ -25,6 +25,9 @@ pub struct WindowStatus {
     pub run_status: Option<String>,
     /// Published by a run whose SQL hash differs from the task's current one.
     pub stale: bool,
+    /// `restore` brought the window back to its state at this table version.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restored_from: Option<i64>,
 }
 
 impl WindowStatus {
@@ -44,6 +47,7 @@ impl WindowStatus {
             last_error: None,
             run_status: None,
             stale: false,
+            restored_from: None,
         }
     }
 }

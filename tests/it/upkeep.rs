@@ -254,3 +254,160 @@ async fn table_files_live(table: &Path) -> Vec<PathBuf> {
     files.sort();
     files
 }
+
+/// An overwrite task over `items.csv`, one partition per day.
+const DAY_TASK: &str = r#"sql = """
+SELECT order_id, amount, CAST(day AS DATE) AS day
+FROM items
+WHERE CAST(day AS DATE) >= $window_start AND CAST(day AS DATE) < $window_end
+"""
+[target]
+partition_by = "day"
+[window]
+grain = "day"
+[sources.items]
+uri = "items.csv"
+"#;
+
+/// Five orders on each of two days, amounts multiplied by `m`.
+fn two_days(m: i64) -> String {
+    let mut csv = String::from("order_id,amount,day\n");
+    for day in ["2026-11-01", "2026-11-02"] {
+        for i in 1..=5 {
+            csv.push_str(&format!("{i},{},{day}\n", i * m));
+        }
+    }
+    csv
+}
+
+fn run_json(p: &TestProject, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["--output", "json"];
+    all.extend_from_slice(args);
+    let out = p.run(&all);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    json_lines(&out).remove(0)
+}
+
+/// `restore` brings one window back to an earlier version in one commit, other windows
+/// untouched; `status` says so; `--before-run` finds the version itself; files deleted by a
+/// vacuum make it refuse, naming them, with nothing changed.
+#[tokio::test]
+async fn restore_brings_one_window_back_and_leaves_the_others() {
+    let p = TestProject::new();
+    p.task("items", DAY_TASK);
+    let table = p.table_dir("items");
+    let (d1, d2) = ("day = DATE '2026-11-01'", "day = DATE '2026-11-02'");
+    std::fs::write(p.path().join("items.csv"), two_days(10)).unwrap();
+    let first = run_json(&p, &["run", "items", "--window", "2026-11-01"]);
+    run_json(&p, &["run", "items", "--window", "2026-11-02"]);
+    let v1 = first["table_version"].as_i64().unwrap();
+    let day1_then = table_rows(&table, d1).await;
+    // The source changes; both days are re-run.
+    std::fs::write(p.path().join("items.csv"), two_days(7)).unwrap();
+    run_json(&p, &["run", "items", "--window", "2026-11-01"]);
+    run_json(&p, &["run", "items", "--window", "2026-11-02"]);
+    let day2_now = table_rows(&table, d2).await;
+    assert_ne!(table_rows(&table, d1).await, day1_then);
+    let before = log_version(&table).unwrap();
+
+    let v = v1.to_string();
+    let r = run_json(
+        &p,
+        &[
+            "restore",
+            "items",
+            "--window",
+            "2026-11-01",
+            "--to-version",
+            &v,
+        ],
+    );
+    assert_eq!(r["status"], "restored", "{r}");
+    assert_eq!(r["published"], true);
+    assert_eq!(r["table_version"], before as i64 + 1);
+    assert_eq!(log_version(&table).unwrap(), before + 1);
+    assert_eq!(table_rows(&table, d1).await, day1_then);
+    assert_eq!(table_rows(&table, d2).await, day2_now);
+    let s = run_json(
+        &p,
+        &[
+            "status",
+            "items",
+            "--from",
+            "2026-11-01",
+            "--to",
+            "2026-11-01",
+        ],
+    );
+    assert_eq!(s["state"], "published", "{s}");
+    assert_eq!(s["run_status"], "restored", "{s}");
+    assert_eq!(s["restored_from"], v1, "{s}");
+    assert_eq!(s["run_id"], first["run_id"], "{s}");
+    // Restoring to what the window already holds changes nothing.
+    run_json(
+        &p,
+        &[
+            "restore",
+            "items",
+            "--window",
+            "2026-11-01",
+            "--to-version",
+            &v,
+        ],
+    );
+    assert_eq!(log_version(&table).unwrap(), before + 1);
+
+    // --before-run: undo one run.
+    std::fs::write(p.path().join("items.csv"), two_days(3)).unwrap();
+    let bad = run_json(&p, &["run", "items", "--window", "2026-11-01"]);
+    assert_ne!(table_rows(&table, d1).await, day1_then);
+    let run = bad["run_id"].as_str().unwrap();
+    let r = run_json(
+        &p,
+        &[
+            "restore",
+            "items",
+            "--window",
+            "2026-11-01",
+            "--before-run",
+            run,
+        ],
+    );
+    assert_eq!(r["status"], "restored", "{r}");
+    assert_eq!(table_rows(&table, d1).await, day1_then);
+
+    // A version outside the table, or a run that never committed: exit 2, nothing written.
+    let now = log_version(&table).unwrap();
+    for args in [
+        ["--to-version", "999"],
+        ["--before-run", "00000000-0000-0000-0000-000000000000"],
+    ] {
+        let out = p.run(&[&["restore", "items", "--window", "2026-11-01"], &args[..]].concat());
+        assert_eq!(code(&out), 2, "{}", text(&out));
+        assert_eq!(log_version(&table).unwrap(), now);
+    }
+    // The second run's files were removed by the restore; once vacuumed, restoring to the
+    // version that held them is refused, naming them.
+    let out = p.run(&["vacuum", "items", "--retain-hours", "0", "--force"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    // (The vacuum commits its start and end.)
+    let now = log_version(&table).unwrap();
+    let held = (before).to_string();
+    let out = p.run(&[
+        "restore",
+        "items",
+        "--window",
+        "2026-11-01",
+        "--to-version",
+        &held,
+    ]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(
+        text(&out).contains("no longer in storage"),
+        "{}",
+        text(&out)
+    );
+    assert!(text(&out).contains(".parquet"), "{}", text(&out));
+    assert_eq!(log_version(&table).unwrap(), now);
+    assert_eq!(table_rows(&table, d1).await, day1_then);
+}

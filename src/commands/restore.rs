@@ -1,0 +1,243 @@
+//! `restore`: put one window back as it was at an earlier table version — time travel scoped
+//! to a window (Delta's own RESTORE only rolls back whole tables).
+//!
+//! One commit removes the window's current files and re-adds the files it held at version
+//! `V` (files live in both are left alone); other windows are untouched. The files must still
+//! be in storage: if a vacuum deleted any of them the restore is refused, naming them, and
+//! nothing changes. The re-added files keep the tags of the run that first published them,
+//! plus `idemlake.restored_from = V`, so `status` shows the window as restored. The commit is
+//! a replaceWhere `WRITE` built on the latest snapshot: a run publishing the same window
+//! meanwhile makes it a conflict (nothing changes; run the restore again). Read-back: the
+//! window at the new version holds exactly version `V`'s files and their rows.
+
+use std::collections::{HashMap, HashSet};
+
+use deltalake::DeltaTable;
+use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
+use deltalake::kernel::{Action, Add, Remove};
+use deltalake::protocol::{DeltaOperation, SaveMode};
+use object_store::ObjectStoreExt;
+
+use crate::delta::overwrite::TAG_RESTORED_FROM;
+use crate::delta::partition::{PartitionRange, partition_value, window_files, window_rows};
+use crate::delta::readback::find_run_commit;
+use crate::delta::table;
+use crate::error::{Error, Result};
+use crate::report::record::{Check, Report, RunRecord, Status};
+use crate::task::Task;
+use crate::task::plan;
+use crate::task::project::Project;
+use crate::task::window::Window;
+
+/// Which version to restore the window to.
+#[derive(Debug, Clone)]
+pub enum RestoreTo {
+    /// Exactly this table version.
+    Version(i64),
+    /// The version right before the commit of this run.
+    BeforeRun(String),
+}
+
+/// The window's live files in `table`: their `add` actions.
+fn window_adds(table: &DeltaTable, task: &Task, range: PartitionRange) -> Result<Vec<Add>> {
+    let mut out = Vec::new();
+    for view in table.snapshot()?.snapshot().log_data().iter() {
+        if partition_value(&view, &task.partition_by).is_some_and(|v| range.contains(&v)) {
+            #[allow(deprecated)]
+            out.push(view.add_action());
+        }
+    }
+    Ok(out)
+}
+
+/// The version to restore to, checked against the table.
+async fn resolve(latest: &DeltaTable, to: &RestoreTo) -> Result<i64> {
+    let newest = latest.version().unwrap_or(0) as i64;
+    match to {
+        RestoreTo::Version(v) if (0..=newest).contains(v) => Ok(*v),
+        RestoreTo::Version(v) => Err(Error::input(format!(
+            "--to-version {v}: the table's versions are 0 to {newest}"
+        ))),
+        RestoreTo::BeforeRun(run) => match find_run_commit(latest, -1, run).await? {
+            Some(0) => Err(Error::input(format!(
+                "run {run} made version 0: there is no version before it"
+            ))),
+            Some(v) => Ok(v - 1),
+            None => Err(Error::input(format!(
+                "no commit in the table's log names run {run} (a failed run commits nothing; \
+                 `idemlake status` shows the run that published each window)"
+            ))),
+        },
+    }
+}
+
+/// Restore `window` of `task` to its state at the version `to` names.
+pub async fn restore(
+    project: &Project,
+    task: &Task,
+    window: &Window,
+    to: &RestoreTo,
+) -> Result<Report> {
+    let started = std::time::Instant::now();
+    let url = project.table_url(task)?;
+    let latest = table::open(&url).await?;
+    if latest.version().is_none() {
+        return Err(Error::input(format!(
+            "task {} has no table yet at {url}: nothing to restore",
+            task.name
+        )));
+    }
+    let v = resolve(&latest, to).await?;
+    let range = PartitionRange::of(task, window);
+    let then = table::open_at(&url, v as u64)
+        .await
+        .map_err(|e| e.context(format!("version {v} cannot be loaded")))?;
+    let wanted = window_adds(&then, task, range)?;
+    let current = window_adds(&latest, task, range)?;
+    let store = latest.log_store().object_store(None);
+    let mut gone = Vec::new();
+    for a in &wanted {
+        let path = object_store::path::Path::parse(&a.path)
+            .map_err(|e| Error::runtime(format!("{}: {e}", a.path)))?;
+        if store.head(&path).await.is_err() {
+            gone.push(a.path.clone());
+        }
+    }
+    if !gone.is_empty() {
+        return Err(Error::runtime(format!(
+            "cannot restore window {} to version {v}: {} of its {} file(s) are no longer in storage (vacuumed?): {}; nothing was changed",
+            window.label(),
+            gone.len(),
+            wanted.len(),
+            gone.join(", ")
+        )));
+    }
+    let run_id = uuid::Uuid::new_v4().to_string();
+    let mut report = Report::new(task, window, &run_id);
+    let want_paths: HashSet<&str> = wanted.iter().map(|a| a.path.as_str()).collect();
+    let have_paths: HashSet<&str> = current.iter().map(|a| a.path.as_str()).collect();
+    let removes: Vec<Remove> = current
+        .iter()
+        .filter(|a| !want_paths.contains(a.path.as_str()))
+        .map(remove_of)
+        .collect();
+    let adds: Vec<Add> = wanted
+        .iter()
+        .filter(|a| !have_paths.contains(a.path.as_str()))
+        .cloned()
+        .map(|mut a| {
+            let mut tags = a.tags.take().unwrap_or_default();
+            tags.insert(TAG_RESTORED_FROM.to_string(), Some(v.to_string()));
+            a.tags = Some(tags);
+            a.data_change = true;
+            a
+        })
+        .collect();
+    let rows_then = window_rows(&window_files(&then, &task.partition_by, range)?)?;
+    report.sql_hash = wanted.iter().find_map(|a| {
+        a.tags
+            .as_ref()?
+            .get(crate::delta::overwrite::TAG_SQL_HASH)?
+            .clone()
+    });
+    if removes.is_empty() && adds.is_empty() {
+        report.status = Status::Ok;
+        report.rows_written = rows_then;
+        report.table_version = latest.version().map(|x| x as i64);
+        report.error = None;
+        report.duration_ms = started.elapsed().as_millis() as u64;
+        return Ok(report);
+    }
+    let mut record = RunRecord::new(
+        task,
+        window,
+        &run_id,
+        report.sql_hash.as_deref().unwrap_or_default(),
+    );
+    record.rows_written = rows_then;
+    let mut info = serde_json::to_value(&record).expect("serialisable");
+    info["restored_from"] = serde_json::json!(v);
+    let mut actions: Vec<Action> = removes.into_iter().map(Action::Remove).collect();
+    actions.extend(adds.iter().cloned().map(Action::Add));
+    let op = DeltaOperation::Write {
+        mode: SaveMode::Overwrite,
+        partition_by: Some(vec![task.partition_by.clone()]),
+        predicate: Some(plan::replace_where(task, window)),
+    };
+    let snapshot = latest.snapshot()?.snapshot().clone();
+    let done = CommitBuilder::from(CommitProperties::default().with_metadata(HashMap::from([(
+        crate::report::record::COMMIT_INFO_KEY.to_string(),
+        info,
+    )])))
+    .with_actions(actions)
+    .build(Some(&snapshot), latest.log_store(), op)
+    .await
+    .map_err(|e| {
+        if table::is_conflict(&e) {
+            Error::runtime(format!(
+                "another writer changed window {} while it was restored; nothing was changed, run the restore again: {e}",
+                window.label()
+            ))
+        } else {
+            Error::runtime(format!("the restore's commit failed, nothing was changed: {e}"))
+        }
+    })?;
+    let version = done.version as i64;
+    report.published = true;
+    report.table_version = Some(version);
+    report.rows_written = rows_then;
+    // Read back: the window at the new version holds exactly version V's files.
+    let after = table::open_at(&url, version as u64).await;
+    let check = match after {
+        Ok(after) => {
+            let live = window_files(&after, &task.partition_by, range)?;
+            let live_paths: HashSet<&str> = live.iter().map(|f| f.path.as_str()).collect();
+            if live_paths != want_paths {
+                Err(format!(
+                    "read-back: version {version} holds {} file(s) in the window, version {v} held {}",
+                    live_paths.len(),
+                    want_paths.len()
+                ))
+            } else {
+                window_rows(&live).map_err(|e| e.message().to_string())
+            }
+        }
+        Err(e) => Err(format!(
+            "read-back: version {version} could not be loaded: {e}"
+        )),
+    };
+    match check {
+        Ok(rows) => {
+            report
+                .reconciliation
+                .push(Check::counts("rows_committed", rows_then, rows));
+            report.status = Status::Restored;
+            report.error = None;
+            if rows != rows_then {
+                report.fail(&Error::unverified(format!(
+                    "read-back: {rows} rows at version {version}, {rows_then} at version {v}"
+                )));
+            }
+        }
+        Err(e) => report.fail(&Error::unverified(e)),
+    }
+    report.duration_ms = started.elapsed().as_millis() as u64;
+    crate::report::runlog::record(&store, &report).await;
+    Ok(report)
+}
+
+/// The `remove` action for a live file.
+fn remove_of(a: &Add) -> Remove {
+    Remove {
+        path: a.path.clone(),
+        deletion_timestamp: Some(jiff::Timestamp::now().as_millisecond()),
+        data_change: true,
+        extended_file_metadata: Some(true),
+        partition_values: Some(a.partition_values.clone()),
+        size: Some(a.size),
+        tags: a.tags.clone(),
+        deletion_vector: a.deletion_vector.clone(),
+        base_row_id: a.base_row_id,
+        default_row_commit_version: a.default_row_commit_version,
+    }
+}
