@@ -46,7 +46,7 @@ pub struct Config {
 }
 
 /// Windows per grouped check query unless `IDEMLAKE_CHECK_BATCH` says otherwise.
-pub const DEFAULT_CHECK_BATCH: u64 = 512;
+pub const DEFAULT_CHECK_BATCH: u64 = 100_000;
 
 /// Environment variables holding credentials: their values are redacted from output.
 const SECRET_VARS: [&str; 3] = [

@@ -2,7 +2,7 @@
 //! commit was built from), the window's live files checked against the files the run added,
 //! and a run's own commit found in the log after an ambiguous failure.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use delta_kernel::expressions::Scalar;
 use deltalake::DeltaTable;
@@ -81,40 +81,58 @@ pub async fn snapshot_at(table: &mut DeltaTable, version: i64) -> Result<DeltaTa
 pub struct LogReplay {
     pub version: i64,
     partition_by: String,
-    files: HashMap<String, LiveFile>,
-}
-
-/// A live file: its partition value and row count.
-struct LiveFile {
-    partition: Partition,
-    rows: Option<u64>,
-}
-
-/// A partition value typed by delta-rs (snapshot) or as the log spells it (replayed adds).
-enum Partition {
-    Typed(Option<Scalar>),
-    Raw(Option<String>),
+    /// What the partition values are (dates or instants), to order them.
+    kind: PartitionRange,
+    /// Live files by path: their partition key (`None`: not a window value) and rows.
+    files: HashMap<String, (Option<i64>, Option<u64>)>,
+    /// Paths by partition key, for a window's files without scanning the table.
+    by_key: BTreeMap<i64, HashSet<String>>,
 }
 
 impl LogReplay {
-    /// The live files of `table`'s loaded snapshot.
-    pub fn from_table(table: &DeltaTable, partition_by: &str) -> Result<LogReplay> {
+    /// The live files of `table`'s loaded snapshot; `kind` says how partition values order.
+    pub fn from_table(
+        table: &DeltaTable,
+        partition_by: &str,
+        kind: PartitionRange,
+    ) -> Result<LogReplay> {
         let state = table.snapshot()?;
-        let mut files = HashMap::new();
-        for view in state.snapshot().log_data().iter() {
-            files.insert(
-                view.path().to_string(),
-                LiveFile {
-                    partition: Partition::Typed(partition_value(&view, partition_by)),
-                    rows: view.num_records().map(|n| n as u64),
-                },
-            );
-        }
-        Ok(LogReplay {
+        let mut replay = LogReplay {
             version: state.version() as i64,
             partition_by: partition_by.to_string(),
-            files,
-        })
+            kind,
+            files: HashMap::new(),
+            by_key: BTreeMap::new(),
+        };
+        for view in state.snapshot().log_data().iter() {
+            let key = partition_value(&view, partition_by).and_then(|v| match v {
+                Scalar::Date(d) => Some(i64::from(d)),
+                Scalar::Timestamp(t) | Scalar::TimestampNtz(t) => Some(t),
+                _ => None,
+            });
+            let rows = view.num_records().map(|n| n as u64);
+            replay.insert(view.path().to_string(), key, rows);
+        }
+        Ok(replay)
+    }
+
+    fn insert(&mut self, path: String, key: Option<i64>, rows: Option<u64>) {
+        self.remove(&path);
+        if let Some(k) = key {
+            self.by_key.entry(k).or_default().insert(path.clone());
+        }
+        self.files.insert(path, (key, rows));
+    }
+
+    fn remove(&mut self, path: &str) {
+        if let Some((Some(k), _)) = self.files.remove(path)
+            && let Some(set) = self.by_key.get_mut(&k)
+        {
+            set.remove(path);
+            if set.is_empty() {
+                self.by_key.remove(&k);
+            }
+        }
     }
 
     /// Apply every commit after `self.version` up to `version`, read from `table`'s storage.
@@ -146,21 +164,16 @@ impl LogReplay {
                 .as_deref()
                 .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
                 .and_then(|s| s.get("numRecords").and_then(serde_json::Value::as_u64));
-            let raw = add
+            let key = add
                 .partition_values
                 .get(&self.partition_by)
                 .cloned()
-                .flatten();
-            self.files.insert(
-                add.path,
-                LiveFile {
-                    partition: Partition::Raw(raw),
-                    rows,
-                },
-            );
+                .flatten()
+                .and_then(|raw| partition_key(self.kind, &raw));
+            self.insert(add.path, key, rows);
         } else if let Some(remove) = action.get("remove") {
             let remove: Remove = serde_json::from_value(remove.clone()).map_err(bad)?;
-            self.files.remove(&remove.path);
+            self.remove(&remove.path);
         }
         Ok(())
     }
@@ -168,18 +181,12 @@ impl LogReplay {
     /// The live files whose partition value lies in `range`.
     pub fn window_files(&self, range: PartitionRange) -> Vec<WindowFile> {
         let (lo, hi) = bounds(range);
-        self.files
-            .iter()
-            .filter(|(_, f)| match &f.partition {
-                Partition::Typed(v) => v.as_ref().is_some_and(|v| range.contains(v)),
-                Partition::Raw(raw) => raw
-                    .as_deref()
-                    .and_then(|r| partition_key(range, r))
-                    .is_some_and(|k| lo <= k && k < hi),
-            })
-            .map(|(path, f)| WindowFile {
+        self.by_key
+            .range(lo..hi)
+            .flat_map(|(_, paths)| paths.iter())
+            .map(|path| WindowFile {
                 path: path.clone(),
-                rows: f.rows,
+                rows: self.files.get(path).and_then(|(_, rows)| *rows),
             })
             .collect()
     }

@@ -22,6 +22,7 @@ impl Runner {
     /// together; one report per window, in the same order, each also in the run log.
     pub async fn run_together(&self, windows: &[Window]) -> Vec<Report> {
         if windows.len() <= 1 || self.task().mode == Mode::Merge {
+            self.start_checks(windows);
             let mut reports = Vec::with_capacity(windows.len());
             for w in windows {
                 reports.push(self.run(w).await);

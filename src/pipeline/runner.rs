@@ -117,7 +117,7 @@ impl Runner {
     pub fn share_scans(&self, windows: &[Window]) {
         self.announced.store(windows.len(), Ordering::SeqCst);
         self.planner.announce(windows);
-        self.checker.announce(windows);
+        Checker::announce(&self.checker, &self.task, windows);
     }
 
     /// Partitions of a window session over in-memory slices: the session's share of the
@@ -181,6 +181,11 @@ impl Runner {
         )
         .await?;
         Ok((dir, staged, planned))
+    }
+
+    /// Start the independent checks of `windows` now (see [`Checker::announce`]).
+    pub fn start_checks(&self, windows: &[Window]) {
+        Checker::announce(&self.checker, &self.task, windows);
     }
 
     /// The independent check path (its own session over the same inputs).

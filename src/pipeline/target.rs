@@ -377,7 +377,7 @@ impl Target {
         ranges: &[crate::delta::partition::PartitionRange],
     ) -> Result<Vec<Vec<WindowFile>>> {
         if crate::config::get().accelerate {
-            match self.replay_to(state, version).await {
+            match self.replay_to(state, version, ranges[0]).await {
                 Ok(r) => return Ok(ranges.iter().map(|rg| r.window_files(*rg)).collect()),
                 Err(e) => {
                     tracing::debug!(
@@ -401,11 +401,13 @@ impl Target {
         &self,
         state: &'a mut State,
         version: i64,
+        kind: crate::delta::partition::PartitionRange,
     ) -> Result<&'a readback::LogReplay> {
         if state.replay.as_ref().is_none_or(|r| r.version > version) {
             state.replay = Some(readback::LogReplay::from_table(
                 &state.table,
                 &self.partition_by,
+                kind,
             )?);
         }
         let replay = state.replay.as_mut().expect("just set");

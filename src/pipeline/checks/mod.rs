@@ -111,20 +111,35 @@ impl Checker {
     }
 
     /// Announce the windows about to run (ascending): their checks are computed a batch of
-    /// windows at a time, by one grouped query each, where the check query allows it.
-    pub fn announce(&self, windows: &[Window]) {
-        if self.batch_size < 2 || windows.len() < 2 {
+    /// windows at a time, by one grouped query each where the check query allows it, and the
+    /// first batch starts now, beside the windows' own scans (a single window's check too).
+    /// Not with the plain twin (`batch_size` 1), which checks each window when it is staged.
+    pub fn announce(self: &Arc<Self>, task: &Task, windows: &[Window]) {
+        if self.batch_size < 2 || windows.is_empty() {
             return;
         }
-        let mut map = self.batches.lock().expect("not poisoned");
-        for chunk in windows.chunks(self.batch_size) {
-            let batch = Arc::new(Batch {
-                windows: chunk.to_vec(),
-                sides: OnceCell::new(),
-            });
-            for w in chunk {
-                map.insert(w.key(), batch.clone());
+        let mut first = None;
+        {
+            let mut map = self.batches.lock().expect("not poisoned");
+            for chunk in windows.chunks(self.batch_size) {
+                let batch = Arc::new(Batch {
+                    windows: chunk.to_vec(),
+                    sides: OnceCell::new(),
+                });
+                for w in chunk {
+                    map.insert(w.key(), batch.clone());
+                }
+                first.get_or_insert(batch);
             }
+        }
+        if let Some(batch) = first {
+            let (checker, task) = (self.clone(), task.clone());
+            tokio::spawn(async move {
+                batch
+                    .sides
+                    .get_or_init(|| checker.grouped_sides(&task, &batch.windows))
+                    .await;
+            });
         }
     }
 
@@ -202,6 +217,14 @@ impl Checker {
             Template::Unchecked => {
                 let all = windows.iter().map(|w| (w.key(), SourceSide::Unchecked));
                 return Some(Mutex::new(all.collect()));
+            }
+            Template::PerWindow if windows.len() == 1 => {
+                // A single window: its own check, started early.
+                let w = &windows[0];
+                return match self.window_side(task, w).await {
+                    Ok(side) => Some(Mutex::new(HashMap::from([(w.key(), side)]))),
+                    Err(_) => None,
+                };
             }
             Template::PerWindow => return None,
         };
