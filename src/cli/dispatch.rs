@@ -520,7 +520,7 @@ async fn validate(cli: &Cli, project: &Project, tasks: &[String]) -> Result<u8> 
     let mut worst = 0u8;
     for name in names {
         let result = match project.task(&name) {
-            Ok(task) => crate::commands::explain::validate(&task).await,
+            Ok(task) => crate::commands::explain::validate(project, &task).await,
             Err(e) => Err(e),
         };
         let (status, error) = match &result {

@@ -12,11 +12,19 @@ use crate::task::plan::{self, Planned};
 use crate::task::project::Project;
 use crate::task::window::Window;
 
-/// Parse, lint and plan a task without a window and without reading rows.
-pub async fn validate(task: &Task) -> Result<()> {
+/// Parse, lint and plan a task without a window and without reading rows; if its table
+/// exists, check the output's columns against it (`[target] on_schema_change`).
+pub async fn validate(project: &Project, task: &Task) -> Result<()> {
     let ctx = new_session()?;
     sources::register(&ctx, &task.sources).await?;
-    plan::plan(&ctx, task, None).await?;
+    let planned = plan::plan(&ctx, task, None).await?;
+    let table = crate::delta::table::open(&project.table_url(task)?).await?;
+    crate::delta::table::schema_plan(
+        &table,
+        &planned.schema,
+        &task.partition_by,
+        task.on_schema_change,
+    )?;
     Ok(())
 }
 

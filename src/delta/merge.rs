@@ -28,6 +28,8 @@ pub struct MergeSpec<'a> {
     pub key: &'a [String],
     pub partition_by: &'a str,
     pub range: PartitionRange,
+    /// Let the merge add the source's new columns to the table (`on_schema_change`).
+    pub add_columns: bool,
 }
 
 /// Upsert `source` into the window on `spec.key`; on a conflict with a concurrent run of
@@ -44,6 +46,7 @@ pub async fn merge(
         key,
         partition_by,
         range,
+        add_columns,
     } = spec;
     let t = |c: &str| col(Column::new(Some("target"), c));
     let s = |c: &str| col(Column::new(Some("source"), c));
@@ -60,6 +63,7 @@ pub async fn merge(
             .merge(source.clone(), predicate.clone())
             .with_source_alias("source")
             .with_target_alias("target")
+            .with_merge_schema(add_columns)
             .with_session_state(session.clone())
             .with_commit_properties(
                 CommitProperties::default()

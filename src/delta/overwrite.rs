@@ -60,6 +60,9 @@ pub struct WindowCommit {
     pub tags: RunTags,
     /// The window's run record (`record::RunRecord` as JSON).
     pub record: serde_json::Value,
+    /// The table's new metadata when this window adds columns (see `table::schema_plan`):
+    /// committed with the window's files.
+    pub metadata: Option<deltalake::kernel::Metadata>,
 }
 
 /// The commitInfo entry for `windows`: one window's run record as is, or for several windows
@@ -231,10 +234,17 @@ impl Commit {
 /// the staged `add`s tagged with the run and `target`. Returns them and the removes' count.
 fn actions(map: &FileMap, windows: &[WindowCommit], target: i64) -> (Vec<Action>, usize) {
     let mut actions: Vec<Action> = Vec::new();
+    // A schema change travels in the same commit as the data written with it.
+    if let Some(m) = windows.iter().find_map(|w| w.metadata.clone()) {
+        actions.push(Action::Metadata(m));
+    }
     for w in windows {
         actions.extend(map.removes(w.range).into_iter().map(Action::Remove));
     }
-    let files_removed = actions.len();
+    let files_removed = actions
+        .iter()
+        .filter(|a| matches!(a, Action::Remove(_)))
+        .count();
     let published_at = jiff::Timestamp::now().to_string();
     for w in windows {
         actions.extend(w.adds.iter().cloned().map(|mut a| {

@@ -3,17 +3,18 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::Schema;
+use arrow::datatypes::{Schema, SchemaRef};
 use delta_kernel::engine::arrow_conversion::TryIntoKernel;
 use deltalake::datafile::writer::WriterConfig;
-use deltalake::kernel::StructType;
 use deltalake::kernel::transaction::TransactionError;
+use deltalake::kernel::{DataType, Metadata, MetadataExt, StructType};
 use deltalake::operations::write::WriterStatsConfig;
 use deltalake::protocol::SaveMode;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use url::Url;
 
 use crate::error::{Error, Result};
+use crate::task::OnSchemaChange;
 
 /// Commit attempts delta-rs makes when other writers commit first (disjoint windows rebase).
 pub const COMMIT_RETRIES: usize = 25;
@@ -92,8 +93,67 @@ pub async fn ensure_exists(
     }
 }
 
-/// Check the output schema against the table's; returns the column order to write in.
-pub fn check_schema(table: &DeltaTable, schema: &Schema, partition_by: &str) -> Result<()> {
+/// How a run's output goes into the table's columns (see [`schema_plan`]).
+#[derive(Debug, Clone)]
+pub struct SchemaPlan {
+    /// The columns the data files are written with: the table's, in its order, then the ones
+    /// this run adds; each typed as the query produces it unless it is cast up to the table's
+    /// wider type (`evolve`).
+    pub target: SchemaRef,
+    /// The table's metadata with its new schema, when this run adds columns (committed with
+    /// the window's data, in the same commit).
+    pub metadata: Option<Metadata>,
+    /// The columns this run adds.
+    pub added: Vec<String>,
+}
+
+/// One column's difference between the table and the query.
+enum Change {
+    Added(String, DataType),
+    Removed(String, DataType),
+    Retyped(String, DataType, DataType),
+    Widened(String),
+}
+
+/// Whether values of `from` (the query's type) fit `to` (the table's) without loss.
+fn widens(from: &DataType, to: &DataType) -> bool {
+    use deltalake::kernel::PrimitiveType as P;
+    let (DataType::Primitive(a), DataType::Primitive(b)) = (from, to) else {
+        return false;
+    };
+    match (a, b) {
+        (P::Byte, P::Short | P::Integer | P::Long)
+        | (P::Short, P::Integer | P::Long)
+        | (P::Integer, P::Long)
+        | (P::Float, P::Double) => true,
+        (P::Decimal(x), P::Decimal(y)) => {
+            let (p1, s1) = (i32::from(x.precision()), i32::from(x.scale()));
+            let (p2, s2) = (i32::from(y.precision()), i32::from(y.scale()));
+            s2 >= s1 && p2 - s2 >= p1 - s1
+        }
+        _ => false,
+    }
+}
+
+/// Check the query's output `schema` against the table and decide, under `policy`, what the
+/// run writes: the same columns (the common case), new columns added to the table
+/// (`add_columns`, `evolve`), narrower values cast up (`evolve`). Anything else is refused
+/// with the difference column by column (exit 2, nothing written). A table not created yet
+/// takes the query's columns.
+pub fn schema_plan(
+    table: &DeltaTable,
+    schema: &SchemaRef,
+    partition_by: &str,
+    policy: OnSchemaChange,
+) -> Result<SchemaPlan> {
+    let same = SchemaPlan {
+        target: schema.clone(),
+        metadata: None,
+        added: Vec::new(),
+    };
+    if table.version().is_none() {
+        return Ok(same);
+    }
     let state = table.snapshot()?;
     let table_schema = state.schema();
     let parts = state.metadata().partition_columns();
@@ -104,30 +164,137 @@ pub fn check_schema(table: &DeltaTable, schema: &Schema, partition_by: &str) -> 
         )));
     }
     let ours: StructType = schema
+        .as_ref()
         .try_into_kernel()
         .map_err(|e| Error::input(format!("the output schema cannot be stored in Delta: {e}")))?;
-    let theirs: Vec<(String, String)> = table_schema
+    let theirs: Vec<(String, DataType)> = table_schema
         .fields()
-        .map(|f| (f.name().clone(), f.data_type().to_string()))
+        .map(|f| (f.name().clone(), f.data_type().clone()))
         .collect();
-    let mine: Vec<(String, String)> = ours
+    let mine: Vec<(String, DataType)> = ours
         .fields()
-        .map(|f| (f.name().clone(), f.data_type().to_string()))
+        .map(|f| (f.name().clone(), f.data_type().clone()))
         .collect();
-    if theirs != mine {
-        let show = |v: &[(String, String)]| {
+    if theirs == mine {
+        return Ok(same);
+    }
+    let find = |v: &[(String, DataType)], n: &str| v.iter().find(|(m, _)| m == n).cloned();
+    let mut changes = Vec::new();
+    for (name, t) in &theirs {
+        match find(&mine, name) {
+            None => changes.push(Change::Removed(name.clone(), t.clone())),
+            Some((_, q)) if &q == t => {}
+            Some((_, q)) if policy == OnSchemaChange::Evolve && widens(&q, t) => {
+                changes.push(Change::Widened(name.clone()));
+            }
+            Some((_, q)) => changes.push(Change::Retyped(name.clone(), t.clone(), q)),
+        }
+    }
+    for (name, q) in &mine {
+        if find(&theirs, name).is_none() {
+            changes.push(Change::Added(name.clone(), q.clone()));
+        }
+    }
+    let refused = |c: &Change| match c {
+        Change::Removed(..) | Change::Retyped(..) => true,
+        Change::Added(..) => policy == OnSchemaChange::Fail,
+        Change::Widened(..) => false,
+    };
+    let reordered = changes.is_empty();
+    if changes.iter().any(refused) || (reordered && policy == OnSchemaChange::Fail) {
+        return Err(Error::input(describe(policy, &changes, &theirs, &mine)));
+    }
+    // The files' columns: the table's in its order (cast up where evolved), then the new ones.
+    let field = |name: &str| schema.field_with_name(name).cloned();
+    let table_arrow = state.snapshot().arrow_schema();
+    let mut fields = Vec::new();
+    for (name, _) in &theirs {
+        let widened = changes
+            .iter()
+            .any(|c| matches!(c, Change::Widened(n) if n == name));
+        fields.push(if widened {
+            table_arrow.field_with_name(name)?.clone()
+        } else {
+            field(name)?
+        });
+    }
+    let added: Vec<String> = changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::Added(n, _) => Some(n.clone()),
+            _ => None,
+        })
+        .collect();
+    for name in &added {
+        fields.push(field(name)?);
+    }
+    let target: SchemaRef = Arc::new(Schema::new(fields));
+    let metadata = if added.is_empty() {
+        None
+    } else {
+        let new: StructType = target.as_ref().try_into_kernel().map_err(|e| {
+            Error::input(format!("the output schema cannot be stored in Delta: {e}"))
+        })?;
+        Some(
+            state
+                .metadata()
+                .clone()
+                .with_schema(&new)
+                .map_err(|e| Error::runtime(format!("the new table schema: {e}")))?,
+        )
+    };
+    Ok(SchemaPlan {
+        target,
+        metadata,
+        added,
+    })
+}
+
+/// The refusal: every difference, one line each, and what would allow it.
+fn describe(
+    policy: OnSchemaChange,
+    changes: &[Change],
+    theirs: &[(String, DataType)],
+    mine: &[(String, DataType)],
+) -> String {
+    let mut s = format!(
+        "the query's columns differ from the target table's ([target] on_schema_change = \"{}\"); nothing was written:",
+        policy.as_str()
+    );
+    for c in changes {
+        s.push_str(&match c {
+            Change::Added(n, t) => format!("\n  + {n} {t}: new in the query"),
+            Change::Removed(n, t) => format!("\n  - {n} {t}: in the table, not in the query"),
+            Change::Retyped(n, t, q) => format!("\n  ~ {n}: table {t}, query {q}"),
+            Change::Widened(n) => format!("\n  = {n}: cast up to the table's type"),
+        });
+    }
+    if changes.is_empty() {
+        let names = |v: &[(String, DataType)]| {
             v.iter()
-                .map(|(n, t)| format!("{n} {t}"))
+                .map(|(n, _)| n.as_str())
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        return Err(Error::input(format!(
-            "the query's columns do not match the target table's (name, type and order must match; schema evolution is not automatic)\n  table: {}\n  query: {}",
-            show(&theirs),
-            show(&mine)
-        )));
+        s.push_str(&format!(
+            "\n  column order: table {}; query {}",
+            names(theirs),
+            names(mine)
+        ));
     }
-    Ok(())
+    let hint = match policy {
+        OnSchemaChange::Fail => {
+            "on_schema_change = \"add_columns\" adds new columns (older windows read NULL) and writes columns in the table's order; \"evolve\" also casts narrower types up to the table's"
+        }
+        OnSchemaChange::AddColumns => {
+            "columns can be added, never removed or retyped; \"evolve\" casts narrower types up to the table's (INT into BIGINT, FLOAT into DOUBLE, a decimal into a wider one)"
+        }
+        OnSchemaChange::Evolve => {
+            "columns can be added and narrower types cast up to the table's; removing a column, or a type wider than the table's (which would need Delta's typeWidening feature), cannot"
+        }
+    };
+    s.push_str(&format!("\n  {hint}"));
+    s
 }
 
 /// Writer settings for the table: its stats configuration (Delta's defaults — 32 indexed

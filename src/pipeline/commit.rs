@@ -32,6 +32,7 @@ impl Runner {
                 sql_hash: ready.plan.planned.sql_hash.clone(),
             },
             record: serde_json::to_value(&ready.record).expect("serialisable"),
+            metadata: ready.plan.columns.metadata.clone(),
         }
     }
 
@@ -94,6 +95,7 @@ impl Runner {
             key: &task.key,
             partition_by: &task.partition_by,
             range,
+            add_columns: !plan.columns.added.is_empty(),
         };
         let merged = match merge::merge(
             table,

@@ -42,6 +42,25 @@ pub struct Staged {
 pub struct Sink {
     pub store: Arc<dyn ObjectStore>,
     pub config: WriterConfig,
+    /// The table's columns, when the query's differ (order, a type cast up, see
+    /// `delta::table::schema_plan`): every batch is written in these.
+    pub adapt: Option<SchemaRef>,
+}
+
+/// `batch` in `schema`'s columns: taken by name, cast where the type differs.
+pub fn adapt(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    let mut columns = Vec::with_capacity(schema.fields().len());
+    for f in schema.fields() {
+        let c = batch.column_by_name(f.name()).ok_or_else(|| {
+            Error::runtime(format!("column `{}` missing from the output", f.name()))
+        })?;
+        columns.push(if c.data_type() == f.data_type() {
+            c.clone()
+        } else {
+            arrow::compute::cast(c, f.data_type())?
+        });
+    }
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
 /// The window column and its half-open bounds, typed like the column.
@@ -143,6 +162,7 @@ pub async fn stage(
         None => (None, None),
     };
     let store = sink.store.clone();
+    let adapt_to = sink.adapt.clone();
     let mut writer = DeltaWriter::new(sink.store, sink.config);
     let result = async {
         let mut stream = datafusion::physical_plan::execute_stream(plan, task_ctx)?;
@@ -160,7 +180,10 @@ pub async fn stage(
                 // A closed channel means the reconcile query failed; its error is reported below.
                 let _ = tx.send(batch.clone()).await;
             }
-            writer.write(&batch).await?;
+            match &adapt_to {
+                Some(schema) => writer.write(&adapt(&batch, schema)?).await?,
+                None => writer.write(&batch).await?,
+            }
             rows += batch.num_rows() as u64;
             batches += 1;
             crate::fault::hit("batch", Some(batches))?;

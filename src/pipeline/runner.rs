@@ -177,7 +177,11 @@ impl Runner {
             &self.task,
             window,
             (&planned, None),
-            Sink { store, config },
+            Sink {
+                store,
+                config,
+                adapt: None,
+            },
         )
         .await?;
         Ok((dir, staged, planned))

@@ -23,6 +23,8 @@ pub struct WindowPlan {
     pub session: SessionContext,
     /// The target table as last loaded (for the schema check and writer settings).
     pub table: DeltaTable,
+    /// How the output goes into the table's columns (`[target] on_schema_change`).
+    pub columns: crate::delta::table::SchemaPlan,
 }
 
 /// Stage 2: the window's rows written as uncommitted files, and the independent source side

@@ -38,6 +38,11 @@ pub struct Target {
     /// The first load, started by [`Target::open`]; awaited (once) by [`Target::loaded`].
     opening: std::sync::Mutex<Option<tokio::task::JoinHandle<Result<DeltaTable>>>>,
     loaded: tokio::sync::OnceCell<()>,
+    /// `[target] on_schema_change`, for a table another writer created first.
+    on_schema_change: crate::task::OnSchemaChange,
+    /// The last metadata this process committed (as JSON): windows planned against the table
+    /// before that commit carry the same schema change, which is not committed twice.
+    metadata_committed: std::sync::Mutex<Option<String>>,
 }
 
 /// What the committer holds: the table (protocol, schema, configuration; its snapshot may lag
@@ -111,6 +116,8 @@ impl Target {
             last_commit: AtomicI64::new(-1),
             opening: std::sync::Mutex::new(Some(open_in_background(url))),
             loaded: tokio::sync::OnceCell::new(),
+            on_schema_change: task.on_schema_change,
+            metadata_committed: std::sync::Mutex::new(None),
         })
     }
 
@@ -281,7 +288,12 @@ impl Target {
             target.table =
                 table::ensure_exists(target.table.clone(), schema, &self.partition_by, &self.name)
                     .await?;
-            table::check_schema(&target.table, schema, &self.partition_by)?;
+            table::schema_plan(
+                &target.table,
+                schema,
+                &self.partition_by,
+                self.on_schema_change,
+            )?;
             target.files = None;
             *self.view.lock().expect("not poisoned") = target.table.clone();
         }
@@ -309,8 +321,24 @@ impl Target {
     }
 
     async fn commit_group(&self, target: &mut State, group: Vec<Pending>) {
-        let (windows, senders): (Vec<_>, Vec<_>) =
+        let (mut windows, senders): (Vec<_>, Vec<_>) =
             group.into_iter().map(|p| (p.window, p.done)).unzip();
+        let json = |m: &deltalake::kernel::Metadata| serde_json::to_string(m).ok();
+        {
+            let done = self.metadata_committed.lock().expect("not poisoned");
+            for w in &mut windows {
+                if w.metadata
+                    .as_ref()
+                    .and_then(json)
+                    .is_some_and(|m| Some(&m) == done.as_ref())
+                {
+                    w.metadata = None;
+                }
+            }
+        }
+        let metadata = windows
+            .iter()
+            .find_map(|w| w.metadata.as_ref().and_then(json));
         // Should this future be dropped or panic before every window has its outcome, the
         // waiting windows learn that it is unknown (not "nothing published").
         let mut senders = Outcomes(senders.into_iter().map(Some).collect());
@@ -332,6 +360,9 @@ impl Target {
             }
         };
         self.note_commit(committed.version);
+        if metadata.is_some() {
+            *self.metadata_committed.lock().expect("not poisoned") = metadata;
+        }
         if windows.len() > 1 {
             tracing::debug!(
                 windows = windows.len(),

@@ -141,8 +141,19 @@ impl Runner {
         report.sql_hash = Some(planned.planned.sql_hash.clone());
         self.target.loaded().await?;
         let table = self.target.view();
-        if table.version().is_some() {
-            table::check_schema(&table, &planned.planned.schema, &self.task().partition_by)?;
+        let task = self.task();
+        let columns = table::schema_plan(
+            &table,
+            &planned.planned.schema,
+            &task.partition_by,
+            task.on_schema_change,
+        )?;
+        if !columns.added.is_empty() {
+            tracing::info!(
+                window = %window.label(),
+                columns = ?columns.added,
+                "this window adds columns to the table (in its commit)"
+            );
         }
         crate::storage::probe_conditional_put(self.target.url()).await?;
         Ok(WindowPlan {
@@ -150,6 +161,7 @@ impl Runner {
             plans: planned.plans,
             session: planned.session,
             table,
+            columns,
         })
     }
 
@@ -162,13 +174,18 @@ impl Runner {
         let (store, config) = match &temp {
             None => (
                 plan.table.log_store().object_store(None),
-                table::writer_config(&plan.table, plan.planned.schema.clone(), &task.partition_by)?,
+                table::writer_config(&plan.table, plan.columns.target.clone(), &task.partition_by)?,
             ),
             Some(dir) => temp_sink(dir, &plan.planned)?,
         };
+        // Overwrite files are written in the table's columns (order, widened types, added
+        // columns); a merge's staged rows keep the query's and delta-rs merges them by name.
+        let adapt = (temp.is_none() && plan.columns.target != plan.planned.schema)
+            .then(|| plan.columns.target.clone());
         let sink = Sink {
             store: store.clone(),
             config,
+            adapt,
         };
         let (staged, source_side) = tokio::join!(
             stage(

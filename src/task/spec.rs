@@ -36,6 +36,8 @@ struct RawTask {
 struct RawTarget {
     partition_by: String,
     uri: Option<String>,
+    #[serde(default)]
+    on_schema_change: OnSchemaChange,
 }
 
 #[derive(Debug, Deserialize)]
@@ -107,6 +109,29 @@ pub enum Mode {
     Merge,
 }
 
+/// What a run does when its output's columns differ from the target table's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnSchemaChange {
+    /// Refuse (exit 2, nothing written), showing the difference column by column.
+    #[default]
+    Fail,
+    /// Add the output's new columns to the table (nullable; older windows read NULL).
+    AddColumns,
+    /// Also write a column whose type is narrower than the table's, cast up to it.
+    Evolve,
+}
+
+impl OnSchemaChange {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnSchemaChange::Fail => "fail",
+            OnSchemaChange::AddColumns => "add_columns",
+            OnSchemaChange::Evolve => "evolve",
+        }
+    }
+}
+
 /// What an empty window result does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -161,6 +186,8 @@ pub struct Task {
     /// Where the SQL text came from (the .toml or the .sql file), for messages.
     pub sql_file: PathBuf,
     pub partition_by: String,
+    /// `[target] on_schema_change`.
+    pub on_schema_change: OnSchemaChange,
     /// Explicit target URI, if the task sets one; otherwise `<lake>/<table>`.
     pub target_uri: Option<String>,
     pub grain: Grain,
@@ -286,6 +313,7 @@ impl Task {
             sql,
             sql_file,
             partition_by,
+            on_schema_change: raw.target.on_schema_change,
             target_uri: raw.target.uri.map(|u| resolve_location(project_dir, &u)),
             grain: raw.window.grain,
             lookback,

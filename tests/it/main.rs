@@ -16,6 +16,7 @@ mod python_reader;
 mod rejections;
 mod rerun;
 mod s3;
+mod schema;
 mod shared_scan;
 mod status;
 mod torture;

@@ -175,7 +175,7 @@ fn schema_change_and_unknown_parameter_exit_2() {
         v,
         &["run", "t", "--window", DAY],
         2,
-        &["do not match the target table"],
+        &["differ from the target table"],
     );
     let sql = "SELECT l_orderkey, l_linenumber, l_quantity, l_shipdate AS ship_date FROM lineitem WHERE l_shipdate >= $window_begin";
     p.task("t", &task(sql, ""));
