@@ -265,7 +265,11 @@ pub async fn execute(cli: Cli) -> u8 {
         Ok(code) => code,
         Err(e) => {
             if cli.output == OutputFormat::Json {
-                let line = serde_json::json!({"status": "failed", "error": redact(e.message()), "exit_code": e.kind().exit_code()});
+                let retryable = matches!(
+                    e.kind(),
+                    crate::error::ErrorKind::Runtime | crate::error::ErrorKind::Unverified
+                );
+                let line = serde_json::json!({"status": "failed", "error": redact(e.message()), "exit_code": e.kind().exit_code(), "retryable": retryable});
                 println!("{line}");
             }
             print_err(&e);

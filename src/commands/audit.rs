@@ -243,6 +243,7 @@ pub async fn audit(
         .try_collect()
         .await?;
 
+    let audited = runner.table().await?.version().map(|v| v as i64);
     let mut out = Vec::with_capacity(windows.len());
     for (w, e) in windows.iter().zip(expected) {
         let [rows, dup_keys, dup_rows] = actual.get(&w.key()).copied().unwrap_or_default();
@@ -259,8 +260,10 @@ pub async fn audit(
         }
         out.push(WindowAudit {
             task: task.name.clone(),
-            window: w.label(),
+            window: w.into(),
             status: if problems.is_empty() { "ok" } else { "damaged" },
+            table_version: audited,
+            retryable: !problems.is_empty(),
             rows,
             expected_rows: e.rows,
             duplicate_keys: dup_keys,

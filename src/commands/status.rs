@@ -15,6 +15,7 @@ use crate::delta::overwrite::{
 use crate::delta::partition::{PartitionValue, partition_value};
 use crate::delta::table;
 use crate::error::{Error, Result};
+use crate::report::record::WindowRecord;
 pub use crate::report::states::WindowStatus;
 use crate::task::Task;
 use crate::task::project::Project;
@@ -46,7 +47,7 @@ pub async fn status(
         let rows = match &range {
             Some((a, b)) => Window::range(a, b)?
                 .iter()
-                .map(|w| WindowStatus::missing(&task.name, w.label()))
+                .map(|w| WindowStatus::missing(&task.name, w.into()))
                 .collect(),
             None => Vec::new(),
         };
@@ -76,6 +77,7 @@ pub async fn status(
         let mut st = window_status(task, &label, acc, &log, &store).await;
         st.stale =
             st.state != "missing" && st.sql_hash.as_deref().is_some_and(|h| h != current_hash);
+        st.retryable = st.state == "missing" || st.failed_since > 0 || st.stale;
         out.push(st);
     }
     Ok((Some(version as i64), out))
@@ -125,6 +127,19 @@ fn published_files(table: &DeltaTable, task: &Task) -> Result<BTreeMap<String, A
     Ok(data)
 }
 
+/// The window a status label names, shaped as in every command's JSON (a label that is not
+/// a window of the task keeps only its label).
+fn record_of(task: &Task, label: &str) -> WindowRecord {
+    match Window::parse(label, task.grain, &task.timezone) {
+        Ok(w) => (&w).into(),
+        Err(_) => WindowRecord {
+            label: label.to_string(),
+            start: String::new(),
+            end: String::new(),
+        },
+    }
+}
+
 /// One window's state from its files (`acc`) and its attempts in the run log (`log`).
 async fn window_status(
     task: &Task,
@@ -156,7 +171,7 @@ async fn window_status(
         files: acc.files,
         failed_since: failed.len(),
         last_error,
-        ..WindowStatus::missing(&task.name, label.to_string())
+        ..WindowStatus::missing(&task.name, record_of(task, label))
     };
     if let Some((v, (run, hash, at))) = acc.runs.iter().next_back() {
         st.state = if acc.untagged > 0 || acc.runs.len() > 1 {
@@ -165,7 +180,7 @@ async fn window_status(
             "published"
         }
         .into();
-        st.version = Some(*v);
+        st.table_version = Some(*v);
         st.run_id = Some(run.clone());
         st.sql_hash = Some(hash.clone());
         st.published_at = Some(
@@ -215,7 +230,7 @@ async fn from_run_log(
         .map(|t| t.to_string());
     match crate::report::runlog::read(store, a).await {
         Ok(r) => {
-            st.version = r.table_version;
+            st.table_version = r.table_version;
             st.run_id = r.run_id;
             st.sql_hash = r.sql_hash;
         }

@@ -143,9 +143,10 @@ pub fn from_audits(
         .iter()
         .filter(|a| a.status != "ok")
         .map(|a| {
-            let w = crate::task::window::Window::parse(&a.window, task.grain, &task.timezone).ok();
+            let w = crate::task::window::Window::parse(&a.window.label, task.grain, &task.timezone)
+                .ok();
             AlertWindow {
-                window: a.window.clone(),
+                window: a.window.label.clone(),
                 start: w.as_ref().map(|w| w.start_rfc3339()).unwrap_or_default(),
                 end: w.as_ref().map(|w| w.end_rfc3339()).unwrap_or_default(),
                 status: a.status.to_string(),

@@ -142,7 +142,7 @@ pub fn render(task: &str, grain: Grain, windows: &[WindowStatus], style: Style) 
     for w in windows {
         let cell = Cell::of(w);
         *counts.entry(cell).or_default() += 1;
-        if let Some((group, pos, width)) = place(grain, &w.window) {
+        if let Some((group, pos, width)) = place(grain, &w.window.label) {
             let row = groups.entry(group).or_insert_with(|| vec![None; width]);
             if let Some(slot) = row.get_mut(pos) {
                 *slot = Some(cell);
@@ -180,7 +180,14 @@ mod tests {
             state: state.into(),
             failed_since: failed,
             stale,
-            ..WindowStatus::missing("t", label.into())
+            ..WindowStatus::missing(
+                "t",
+                crate::report::record::WindowRecord {
+                    label: label.into(),
+                    start: String::new(),
+                    end: String::new(),
+                },
+            )
         }
     }
 

@@ -116,6 +116,11 @@ pub struct Report {
     pub sql_hash: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<u8>,
+    /// Running the same command again, unchanged, may succeed and is safe: a runtime failure
+    /// (exit 1) or a window published whose check after the commit failed (exit 5). Not for
+    /// invalid input (2) or a reconciliation mismatch (3), which need a change first.
+    #[serde(default)]
+    pub retryable: bool,
 }
 
 impl Report {
@@ -134,6 +139,7 @@ impl Report {
             run_id: Some(run_id.to_string()),
             sql_hash: None,
             exit_code: None,
+            retryable: false,
         }
     }
 
@@ -165,6 +171,7 @@ impl Report {
             e.message().to_string()
         });
         report.exit_code = Some(kind.exit_code());
+        report.retryable = matches!(kind, ErrorKind::Runtime | ErrorKind::Unverified);
         if !report.published {
             report.rows_written = 0;
             report.table_version = None;

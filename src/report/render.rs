@@ -82,11 +82,11 @@ pub fn print_status(
     for w in windows {
         println!(
             "  {:<14} {:<10} {:>8} {:>5} {:>7}  {:<8}  {:<20}  {:<24} {}",
-            w.window,
+            w.window.label,
             w.state,
             w.rows,
             w.files,
-            w.version
+            w.table_version
                 .map(|v| v.to_string())
                 .unwrap_or_else(|| "-".into()),
             w.run_id

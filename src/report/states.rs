@@ -2,19 +2,21 @@
 
 use serde::Serialize;
 
-use crate::report::record::Check;
+use crate::report::record::{Check, WindowRecord};
 
 /// One window's state.
 #[derive(Debug, Clone, Serialize)]
 pub struct WindowStatus {
     pub task: String,
-    pub window: String,
+    /// The window, shaped as in every command's JSON: `{label, start, end}`.
+    pub window: WindowRecord,
     /// `published`, `published-untracked` (data not written by idemlake, or mixed),
     /// `empty` (a run published no rows), `missing` (nothing published).
     pub state: String,
     pub rows: u64,
     pub files: usize,
-    pub version: Option<i64>,
+    /// The table version that published the window.
+    pub table_version: Option<i64>,
     pub run_id: Option<String>,
     pub sql_hash: Option<String>,
     pub published_at: Option<String>,
@@ -28,18 +30,21 @@ pub struct WindowStatus {
     /// `restore` brought the window back to its state at this table version.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<i64>,
+    /// Re-running the window (`run`, `backfill --missing`/`--stale`) is what it needs and is
+    /// safe: nothing published yet, the last attempts failed, or published by other SQL.
+    pub retryable: bool,
 }
 
 impl WindowStatus {
     /// A window of `task` with nothing published and no attempt on record.
-    pub fn missing(task: &str, window: String) -> WindowStatus {
+    pub fn missing(task: &str, window: WindowRecord) -> WindowStatus {
         WindowStatus {
             task: task.to_string(),
             window,
             state: "missing".into(),
             rows: 0,
             files: 0,
-            version: None,
+            table_version: None,
             run_id: None,
             sql_hash: None,
             published_at: None,
@@ -48,6 +53,7 @@ impl WindowStatus {
             run_status: None,
             stale: false,
             restored_from: None,
+            retryable: true,
         }
     }
 }
@@ -56,8 +62,13 @@ impl WindowStatus {
 #[derive(Debug, Clone, Serialize)]
 pub struct WindowAudit {
     pub task: String,
-    pub window: String,
+    /// The window, shaped as in every command's JSON: `{label, start, end}`.
+    pub window: WindowRecord,
     pub status: &'static str,
+    /// The table version audited.
+    pub table_version: Option<i64>,
+    /// `repair` (re-running the window) fixes it: the window is damaged.
+    pub retryable: bool,
     pub rows: u64,
     pub expected_rows: u64,
     pub duplicate_keys: u64,
@@ -76,7 +87,7 @@ impl WindowAudit {
         let a = self;
         let mut s = format!(
             "{:<8} {} {}  rows={} expected={} duplicate_keys={}",
-            a.status, a.task, a.window, a.rows, a.expected_rows, a.duplicate_keys
+            a.status, a.task, a.window.label, a.rows, a.expected_rows, a.duplicate_keys
         );
         for p in &a.problems {
             s.push_str(&format!("\n         {p}"));

@@ -47,7 +47,7 @@ async fn audit_names_exactly_the_damaged_windows_and_repair_fixes_them() {
     let damaged: BTreeSet<String> = audits
         .iter()
         .filter(|a| a["status"] == "damaged")
-        .map(|a| a["window"].as_str().unwrap().to_string())
+        .map(|a| a["window"]["label"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(
         damaged,
@@ -174,7 +174,9 @@ async fn week_windows_count_duplicates_across_their_days() {
     let (c, after) = audit(&p);
     assert_eq!(c, 4);
     let w = &after[1];
-    assert_eq!(w["window"], "1995-W23");
+    assert_eq!(w["window"]["label"], "1995-W23");
+    assert_eq!(w["retryable"], true, "{w}");
+    assert!(w["table_version"].is_i64(), "{w}");
     assert_eq!(w["status"], "damaged", "{w}");
     assert_eq!(w["duplicate_keys"], moved as u64, "{w}");
     assert_eq!(w["duplicate_rows"], moved as u64, "{w}");

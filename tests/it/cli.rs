@@ -271,3 +271,59 @@ fn scheduler_date_intervals_run_the_day_and_empty_ones_say_why() {
     assert!(text(&out).contains("START equals END"), "{}", text(&out));
     assert_eq!(log_version(&p.table_dir("lineitem_by_ship_day")), v);
 }
+
+/// Issue 16 §6: `run`, `backfill`, `status` and `audit` print a window the same way —
+/// `window: {label, start, end}`, `table_version` — and say whether re-running is the fix.
+#[test]
+fn every_command_prints_a_window_the_same_way_and_whether_to_retry() {
+    let p = TestProject::new();
+    let task = "lineitem_by_ship_day";
+    let json = |args: &[&str]| {
+        let out = p.run(&[&["--output", "json"], args].concat());
+        (code(&out), json_lines(&out))
+    };
+    let (c, run) = json(&["run", task, "--window", "1995-06-01"]);
+    assert_eq!(c, 0);
+    let (c, backfill) = json(&[
+        "backfill",
+        task,
+        "--from",
+        "1995-06-02",
+        "--to",
+        "1995-06-02",
+    ]);
+    assert_eq!(c, 0);
+    let range = ["--from", "1995-06-01", "--to", "1995-06-03"];
+    let (c, status) = json(&[&["status", task], &range[..]].concat());
+    assert_eq!(c, 0);
+    let (c, audit) = json(&["audit", task, "--from", "1995-06-01", "--to", "1995-06-02"]);
+    assert_eq!(c, 0, "{audit:?}");
+    for (i, r) in [&run[0], &backfill[0]].into_iter().enumerate() {
+        let s = &status[i];
+        let a = &audit[i];
+        for x in [s, a] {
+            assert_eq!(x["window"], r["window"], "{x} vs {r}");
+        }
+        assert_eq!(s["table_version"], r["table_version"], "{s}");
+        assert!(a["table_version"].as_i64().unwrap() >= r["table_version"].as_i64().unwrap());
+        for x in [r, s, a] {
+            assert_eq!(x["retryable"], false, "{x}");
+        }
+    }
+    // Nothing published yet: re-running is the fix.
+    assert_eq!(status[2]["window"]["label"], "1995-06-03");
+    assert_eq!(status[2]["retryable"], true, "{}", status[2]);
+    // A runtime failure is worth retrying as is; invalid input is not.
+    let broken = lineitem_task(
+        "SELECT l_orderkey, l_shipdate AS ship_date FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end",
+        "",
+    )
+    .replace("data/lineitem.parquet", "data/no-such-file.parquet");
+    p.task("broken", &broken);
+    let (c, r) = json(&["run", "broken", "--window", "1995-06-01"]);
+    assert!(c == 1 || c == 2, "{r:?}");
+    assert_eq!(r[0]["retryable"], c == 1, "{}", r[0]);
+    let (c, r) = json(&["run", task, "--window", "1995-13-01"]);
+    assert_eq!(c, 2);
+    assert_eq!(r[0]["retryable"], false, "{}", r[0]);
+}

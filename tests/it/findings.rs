@@ -194,7 +194,7 @@ async fn repeated_new_york_hour_is_its_own_window_in_status_and_missing() {
         .iter()
         .map(|s| {
             (
-                s["window"].as_str().unwrap().to_string(),
+                s["window"]["label"].as_str().unwrap().to_string(),
                 s["state"].as_str().unwrap().to_string(),
             )
         })

@@ -36,7 +36,7 @@ fn status_json(p: &TestProject, from: &str, to: &str) -> Vec<serde_json::Value> 
 
 fn by_window<'a>(rows: &'a [serde_json::Value], w: &str) -> &'a serde_json::Value {
     rows.iter()
-        .find(|r| r["window"] == w)
+        .find(|r| r["window"]["label"] == w)
         .unwrap_or_else(|| panic!("no status line for {w}: {rows:?}"))
 }
 
@@ -107,9 +107,9 @@ async fn status_at_1000_commits_reads_only_the_checkpoint_and_later_commits() {
         let s = by_window(&rows, &day);
         assert_eq!(s["state"], "published", "{s}");
         let e = by_window(&early, &day);
-        assert_eq!(s["version"], e["version"], "{s}");
+        assert_eq!(s["table_version"], e["table_version"], "{s}");
         assert!(
-            (1..=first as i64).contains(&s["version"].as_i64().unwrap()),
+            (1..=first as i64).contains(&s["table_version"].as_i64().unwrap()),
             "{s}"
         );
         assert_eq!(
@@ -123,8 +123,8 @@ async fn status_at_1000_commits_reads_only_the_checkpoint_and_later_commits() {
         );
         assert!(s["sql_hash"].as_str().is_some_and(|h| h.len() >= 16), "{s}");
     }
-    assert_eq!(by_window(&rows, "1995-06-06")["version"], 999);
-    assert_eq!(by_window(&rows, "1995-06-07")["version"], 1000);
+    assert_eq!(by_window(&rows, "1995-06-06")["table_version"], 999);
+    assert_eq!(by_window(&rows, "1995-06-07")["table_version"], 1000);
     let failed = by_window(&rows, "1995-06-03");
     assert_eq!(failed["failed_since"], 1, "{failed}");
     assert!(
@@ -136,7 +136,7 @@ async fn status_at_1000_commits_reads_only_the_checkpoint_and_later_commits() {
     assert_eq!(by_window(&rows, "1995-06-02")["failed_since"], 0);
     let gap = by_window(&rows, "1995-06-08");
     assert_eq!(gap["state"], "missing");
-    assert!(gap["version"].is_null() && gap["run_id"].is_null());
+    assert!(gap["table_version"].is_null() && gap["run_id"].is_null());
 
     // The text form names the failure too.
     let out = p.run(&["status", TASK, "--from", "1995-06-03", "--to", "1995-06-03"]);
@@ -172,7 +172,7 @@ async fn status_at_1000_commits_reads_only_the_checkpoint_and_later_commits() {
     p.run_ok(TASK, "1995-06-03");
     let s = status_json(&p, "1995-06-03", "1995-06-03");
     assert_eq!(s[0]["failed_since"], 0);
-    assert_eq!(s[0]["version"], 1002);
+    assert_eq!(s[0]["table_version"], 1002);
 }
 
 #[tokio::test]
@@ -192,7 +192,7 @@ async fn merge_windows_show_the_run_that_published_them() {
     assert_eq!(code(&out), 0, "{}", text(&out));
     let rows = json_lines(&out);
     assert_eq!(rows[0]["state"], "published", "{rows:?}");
-    assert_eq!(rows[0]["version"], first["table_version"]);
+    assert_eq!(rows[0]["table_version"], first["table_version"]);
     assert_eq!(rows[0]["run_id"], first["run_id"]);
     assert_eq!(rows[0]["rows"], first["rows_written"]);
     assert_eq!(rows[1]["state"], "missing");
@@ -210,7 +210,7 @@ async fn merge_windows_show_the_run_that_published_them() {
         "1995-06-01",
     ]);
     let rows = json_lines(&out);
-    assert_eq!(rows[0]["version"], again["table_version"]);
+    assert_eq!(rows[0]["table_version"], again["table_version"]);
     assert_eq!(rows[0]["run_id"], again["run_id"]);
     assert_ne!(again["run_id"], first["run_id"]);
 }
