@@ -68,7 +68,12 @@ async fn register_one(ctx: &SessionContext, s: &Source, pin: Option<i64>) -> Res
             Some(v) => table.load_version(v as u64).await,
             None => table.load().await,
         }
-        .map_err(|e| Error::runtime(format!("cannot open delta table: {e}")))?;
+        .map_err(|e| match &s.upstream {
+            Some(up) if pin.is_none() => Error::runtime(format!(
+                "it is task `{up}`'s table, which cannot be read yet (run `{up}` first): {e}"
+            )),
+            _ => Error::runtime(format!("cannot open delta table: {e}")),
+        })?;
         let version = table.version();
         table.update_datafusion_session(&ctx.state())?;
         let provider = table.table_provider().await?;

@@ -103,6 +103,38 @@ impl Project {
 
     /// Load the task for table `name` (or a path to a `.toml` task file).
     pub fn task(&self, name: &str) -> Result<Task> {
+        self.task_in_chain(name, &mut Vec::new())
+    }
+
+    /// Load task `name`, resolving its `task = "…"` sources to those tasks' tables; `chain`
+    /// holds the tasks being resolved above it (a task met again is a cycle).
+    fn task_in_chain(&self, name: &str, chain: &mut Vec<String>) -> Result<Task> {
+        let mut task = self.task_file(name)?;
+        chain.push(task.name.clone());
+        for i in 0..task.sources.len() {
+            let Some(up) = task.sources[i].upstream.clone() else {
+                continue;
+            };
+            let alias = task.sources[i].alias.clone();
+            if let Some(at) = chain.iter().position(|n| *n == up) {
+                let mut cycle = chain[at..].to_vec();
+                cycle.push(up.clone());
+                return Err(Error::input(format!(
+                    "{}: [sources.{alias}] task = \"{up}\" makes a dependency cycle: {}",
+                    task.file.display(),
+                    cycle.join(" → ")
+                )));
+            }
+            let upstream = self.task_in_chain(&up, chain)?;
+            check_nesting(&task, &upstream, &alias)?;
+            task.sources[i].uri = self.table_url(&upstream)?.to_string();
+        }
+        chain.pop();
+        Ok(task)
+    }
+
+    /// The task file `name` (a name in `tables/`, or a path to a `.toml`), parsed.
+    fn task_file(&self, name: &str) -> Result<Task> {
         let as_path = Path::new(name);
         let file = if name.ends_with(".toml") && as_path.is_file() {
             as_path.to_path_buf()
@@ -134,6 +166,41 @@ impl Project {
                 .map_err(|e| Error::input(format!("invalid table location: {e}"))),
         }
     }
+}
+
+/// A downstream window must cover whole upstream windows: the upstream grain nests in the
+/// downstream one (hour → anything, day → day/week/month, week → week, month → month) and,
+/// above hours, both compute their windows in the same time zone.
+fn check_nesting(down: &Task, up: &Task, alias: &str) -> Result<()> {
+    use crate::task::window::Grain::{Day, Hour, Month, Week};
+    let nests = match (up.grain, down.grain) {
+        (Hour, _) => true,
+        (Day, Day | Week | Month) => true,
+        (a, b) => a == b,
+    };
+    let fail = |why: String| {
+        Error::input(format!(
+            "{}: [sources.{alias}] task = \"{}\": {why}",
+            down.file.display(),
+            up.name
+        ))
+    };
+    if !nests {
+        return Err(fail(format!(
+            "its {} windows do not fit whole in this task's {} windows (a window must read whole upstream windows: hour → day → week or month, never finer or across weeks and months)",
+            up.grain.as_str(),
+            down.grain.as_str()
+        )));
+    }
+    if up.grain != Hour && up.timezone_name != down.timezone_name {
+        return Err(fail(format!(
+            "its {} windows are in {}, this task's in {}: they do not line up",
+            up.grain.as_str(),
+            up.timezone_name,
+            down.timezone_name
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -51,7 +51,9 @@ struct RawWindow {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSource {
-    uri: String,
+    uri: Option<String>,
+    /// Another task's target table, as a Delta source (instead of `uri`).
+    task: Option<String>,
     format: Option<Format>,
     /// CSV only: whether the first line is a header (default true).
     header: Option<bool>,
@@ -160,8 +162,11 @@ pub enum OnMismatch {
 #[derive(Debug, Clone)]
 pub struct Source {
     pub alias: String,
-    /// Absolute local path or URL (`s3://…`).
+    /// Absolute local path or URL (`s3://…`); for an upstream task's table, filled in by
+    /// `Project::task` from that task's target.
     pub uri: String,
+    /// `task = "…"`: the source is that task's target table (a Delta source).
+    pub upstream: Option<String>,
     pub format: Format,
     pub csv_header: bool,
     pub csv_delimiter: u8,
@@ -411,17 +416,55 @@ fn parse_source(
             "`output` is reserved for the run's result in [reconcile]".into(),
         ));
     }
-    if s.uri.trim().is_empty() {
+    let uri = match (s.uri, s.task) {
+        (Some(_), Some(_)) => {
+            return Err(fail(
+                &field,
+                "give either `uri` or `task` (another task's table), not both".into(),
+            ));
+        }
+        (None, None) => {
+            return Err(fail(
+                &format!("{field}.uri"),
+                "is required (or `task = \"<name>\"` to read another task's table)".into(),
+            ));
+        }
+        (None, Some(t)) => {
+            let t = t.trim().to_string();
+            if t.is_empty() {
+                return Err(fail(&format!("{field}.task"), "is empty".into()));
+            }
+            if s.format.is_some_and(|f| f != Format::Delta)
+                || s.header.is_some()
+                || s.delimiter.is_some()
+            {
+                return Err(fail(
+                    &field,
+                    "a task source is that task's Delta table: no format, header or delimiter"
+                        .into(),
+                ));
+            }
+            return Ok(Source {
+                alias,
+                uri: String::new(),
+                upstream: Some(t),
+                format: Format::Delta,
+                csv_header: true,
+                csv_delimiter: b',',
+            });
+        }
+        (Some(u), None) => u,
+    };
+    if uri.trim().is_empty() {
         return Err(fail(&format!("{field}.uri"), "is empty".into()));
     }
     let format = match s.format {
         Some(f) => f,
-        None => infer_format(&s.uri).ok_or_else(|| {
+        None => infer_format(&uri).ok_or_else(|| {
             fail(
                 &format!("{field}.format"),
                 format!(
-                    "cannot tell the format of `{}` from its name: set format = parquet | csv | json | delta",
-                    s.uri
+                    "cannot tell the format of `{uri}` from its name: set format = parquet | csv | json | delta"
                 ),
             )
         })?,
@@ -443,7 +486,8 @@ fn parse_source(
         }
     };
     Ok(Source {
-        uri: resolve_location(project_dir, &s.uri),
+        uri: resolve_location(project_dir, &uri),
+        upstream: None,
         alias,
         format,
         csv_header: s.header.unwrap_or(true),

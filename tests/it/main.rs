@@ -6,6 +6,7 @@ mod audit;
 mod backfill;
 mod checks;
 mod cli;
+mod dependencies;
 mod dst;
 mod findings;
 mod incident;

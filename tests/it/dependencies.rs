@@ -1,0 +1,109 @@
+//! A task reading another task's table (`[sources.x] task = "…"`).
+
+use crate::common::*;
+
+/// Month totals over `lineitem_by_ship_day`'s table.
+fn monthly(grain: &str, upstream: &str) -> String {
+    format!(
+        r#"sql = """
+SELECT CAST($window_start AS DATE) AS month, count(*) AS lines, sum(l_extendedprice) AS revenue
+FROM days
+WHERE ship_date >= $window_start AND ship_date < $window_end
+"""
+[target]
+partition_by = "month"
+[window]
+grain = "{grain}"
+[sources.days]
+task = "{upstream}"
+[reconcile]
+source = "SELECT count(*) AS lines FROM days WHERE ship_date >= $window_start AND ship_date < $window_end"
+output = "SELECT sum(lines) AS lines FROM output"
+"#
+    )
+}
+
+#[tokio::test]
+async fn a_task_reads_the_table_another_task_publishes() {
+    let p = TestProject::new();
+    p.task("monthly", &monthly("month", "lineitem_by_ship_day"));
+    // Before the upstream task has published anything, the downstream one says so.
+    let out = p.run(&["run", "monthly", "--window", "1995-06"]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(
+        text(&out).contains("run `lineitem_by_ship_day` first"),
+        "{}",
+        text(&out)
+    );
+    let out = p.run(&[
+        "backfill",
+        "lineitem_by_ship_day",
+        "--from",
+        "1995-06-01",
+        "--to",
+        "1995-06-30",
+        "--parallel",
+        "2",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let out = p.run(&["validate", "monthly"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let out = p.run(&["--output", "json", "run", "monthly", "--window", "1995-06"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let r = &json_lines(&out)[0];
+    assert_eq!(r["rows_written"], 1, "{r}");
+    // The downstream row equals the month computed from the source files by plain DataFusion.
+    let want = source_rows(
+        "SELECT count(*) AS lines, sum(l_extendedprice) AS revenue FROM lineitem \
+         WHERE l_shipdate >= DATE '1995-06-01' AND l_shipdate < DATE '1995-07-01'",
+    )
+    .await;
+    let got = table_rows(&p.table_dir("monthly"), "").await;
+    let got: Vec<String> = got
+        .iter()
+        .map(|r| {
+            r.split('|')
+                .filter(|c| !c.starts_with("month="))
+                .collect::<Vec<_>>()
+                .join("|")
+        })
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn cycles_and_grains_that_do_not_nest_are_refused() {
+    let p = TestProject::new();
+    p.task("a", &monthly("month", "b"));
+    p.task("b", &monthly("month", "a"));
+    for t in ["a", "b"] {
+        let out = p.run(&["validate", t]);
+        assert_eq!(code(&out), 2, "{}", text(&out));
+        assert!(text(&out).contains("dependency cycle"), "{}", text(&out));
+    }
+    // A day task cannot read month windows; weeks do not nest in months.
+    p.task("m", &monthly("month", "lineitem_by_ship_day"));
+    p.task("d", &monthly("day", "m"));
+    let out = p.run(&["validate", "d"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(text(&out).contains("do not fit whole"), "{}", text(&out));
+    p.task("w", &monthly("week", "lineitem_by_ship_day"));
+    p.task("wm", &monthly("month", "w"));
+    let out = p.run(&["validate", "wm"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    // Naming both a uri and a task is a task-file error.
+    p.task(
+        "both",
+        &monthly("month", "lineitem_by_ship_day").replace(
+            "[sources.days]\n",
+            "[sources.days]\nuri = \"data/lineitem.parquet\"\n",
+        ),
+    );
+    let out = p.run(&["validate", "both"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(
+        text(&out).contains("either `uri` or `task`"),
+        "{}",
+        text(&out)
+    );
+}
