@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use crate::delta::overwrite::{
-    TAG_PUBLISHED_AT, TAG_RESTORED_FROM, TAG_RUN_ID, TAG_SQL_HASH, TAG_VERSION,
+    TAG_INPUTS, TAG_PUBLISHED_AT, TAG_RESTORED_FROM, TAG_RUN_ID, TAG_SQL_HASH, TAG_VERSION,
 };
 use crate::delta::partition::{PartitionValue, partition_value};
 use crate::delta::table;
@@ -33,6 +33,9 @@ struct Acc {
     untagged: usize,
     /// The version `restore` brought the window back to, if its files say so.
     restored_from: Option<i64>,
+    /// The Delta source versions the newest publishing run read (`TAG_INPUTS`), and its
+    /// version.
+    inputs: Option<(i64, String)>,
 }
 
 /// The published windows of a task (all of them, or `range`).
@@ -70,13 +73,19 @@ pub async fn status(
     };
 
     let current_hash = crate::task::plan::sql_hash(task);
+    let upstream = upstream_publishes(project, task).await?;
     let mut out = Vec::new();
     for label in labels {
         let acc = data.remove(&label).unwrap_or_default();
+        let inputs = acc.inputs.clone();
         let log = attempts.get(&label).cloned().unwrap_or_default();
         let mut st = window_status(task, &label, acc, &log, &store).await;
         st.stale =
             st.state != "missing" && st.sql_hash.as_deref().is_some_and(|h| h != current_hash);
+        if let Some((_, inputs)) = &inputs {
+            st.stale_inputs = stale_inputs(&st, inputs, &upstream);
+            st.stale |= !st.stale_inputs.is_empty();
+        }
         st.retryable = st.state == "missing" || st.failed_since > 0 || st.stale;
         out.push(st);
     }
@@ -112,6 +121,11 @@ fn published_files(table: &DeltaTable, task: &Task) -> Result<BTreeMap<String, A
             tag(TAG_RUN_ID),
         ) {
             (Some(v), Some(run)) => {
+                if let Some(i) = tag(TAG_INPUTS)
+                    && acc.inputs.as_ref().is_none_or(|(at, _)| *at < v)
+                {
+                    acc.inputs = Some((v, i));
+                }
                 acc.runs.insert(
                     v,
                     (
@@ -125,6 +139,66 @@ fn published_files(table: &DeltaTable, task: &Task) -> Result<BTreeMap<String, A
         }
     }
     Ok(data)
+}
+
+/// Per upstream task source (alias): the task's name and each of its windows' bounds and
+/// the version that last published it.
+type Upstream = Vec<(
+    String,
+    String,
+    Vec<(jiff::Timestamp, jiff::Timestamp, String, i64)>,
+)>;
+
+/// What the task's upstream tasks (`task = "…"` sources) have published, window by window.
+async fn upstream_publishes(project: &Project, task: &Task) -> Result<Upstream> {
+    let mut out = Vec::new();
+    for s in &task.sources {
+        let Some(name) = &s.upstream else {
+            continue;
+        };
+        let up = project.task(name)?;
+        let table = table::open(&project.table_url(&up)?).await?;
+        if table.version().is_none() {
+            continue;
+        }
+        let mut windows = Vec::new();
+        for (label, acc) in published_files(&table, &up)? {
+            let (Ok(w), Some(v)) = (
+                Window::parse(&label, up.grain, &up.timezone),
+                acc.runs.keys().next_back(),
+            ) else {
+                continue;
+            };
+            windows.push((w.start_ts(), w.end_ts(), label, *v));
+        }
+        out.push((s.alias.clone(), up.name.clone(), windows));
+    }
+    Ok(out)
+}
+
+/// The upstream windows inside `st`'s window published after the versions it read.
+fn stale_inputs(st: &WindowStatus, inputs: &str, upstream: &Upstream) -> Vec<String> {
+    let Ok(read) = serde_json::from_str::<BTreeMap<String, i64>>(inputs) else {
+        return Vec::new();
+    };
+    let (Ok(lo), Ok(hi)) = (
+        st.window.start.parse::<jiff::Timestamp>(),
+        st.window.end.parse::<jiff::Timestamp>(),
+    ) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (alias, name, windows) in upstream {
+        let Some(&seen) = read.get(alias) else {
+            continue;
+        };
+        for (start, end, label, v) in windows {
+            if *start >= lo && *end <= hi && *v > seen {
+                out.push(format!("{name}:{label}@{v}"));
+            }
+        }
+    }
+    out
 }
 
 /// The window a status label names, shaped as in every command's JSON (a label that is not

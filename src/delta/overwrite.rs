@@ -38,6 +38,9 @@ pub struct RunTags {
     pub run_id: String,
     pub window: String,
     pub sql_hash: String,
+    /// The Delta sources' pinned versions, as JSON `{alias: version}` (`None`: no Delta
+    /// source): what `status` compares upstream tasks' publishes with.
+    pub inputs: Option<String>,
 }
 
 /// Tag keys on `add` actions.
@@ -46,6 +49,8 @@ pub const TAG_WINDOW: &str = "idemlake.window";
 pub const TAG_SQL_HASH: &str = "idemlake.sql_hash";
 pub const TAG_VERSION: &str = "idemlake.version";
 pub const TAG_PUBLISHED_AT: &str = "idemlake.published_at";
+/// The versions of the Delta sources the run read (`RunTags::inputs`).
+pub const TAG_INPUTS: &str = "idemlake.inputs";
 /// On files `restore` re-added: the table version they were restored from.
 pub const TAG_RESTORED_FROM: &str = "idemlake.restored_from";
 
@@ -248,13 +253,17 @@ fn actions(map: &FileMap, windows: &[WindowCommit], target: i64) -> (Vec<Action>
     let published_at = jiff::Timestamp::now().to_string();
     for w in windows {
         actions.extend(w.adds.iter().cloned().map(|mut a| {
-            a.tags = Some(HashMap::from([
+            let mut tags = HashMap::from([
                 (TAG_RUN_ID.to_string(), Some(w.tags.run_id.clone())),
                 (TAG_WINDOW.to_string(), Some(w.tags.window.clone())),
                 (TAG_SQL_HASH.to_string(), Some(w.tags.sql_hash.clone())),
                 (TAG_VERSION.to_string(), Some(target.to_string())),
                 (TAG_PUBLISHED_AT.to_string(), Some(published_at.clone())),
-            ]));
+            ]);
+            if let Some(inputs) = &w.tags.inputs {
+                tags.insert(TAG_INPUTS.to_string(), Some(inputs.clone()));
+            }
+            a.tags = Some(tags);
             Action::Add(a)
         }));
     }

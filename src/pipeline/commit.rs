@@ -30,6 +30,16 @@ impl Runner {
                 run_id: ready.record.run_id.clone(),
                 window: window.label(),
                 sql_hash: ready.plan.planned.sql_hash.clone(),
+                inputs: {
+                    let pinned: std::collections::BTreeMap<&str, i64> = ready
+                        .record
+                        .sources
+                        .iter()
+                        .filter_map(|s| Some((s.alias.as_str(), s.version?)))
+                        .collect();
+                    (!pinned.is_empty())
+                        .then(|| serde_json::to_string(&pinned).expect("serialisable"))
+                },
             },
             record: serde_json::to_value(&ready.record).expect("serialisable"),
             metadata: ready.plan.columns.metadata.clone(),

@@ -25,8 +25,12 @@ pub struct WindowStatus {
     pub last_error: Option<String>,
     /// `ok` or `mismatch` (published with `on_mismatch = "warn"`) for the last publish.
     pub run_status: Option<String>,
-    /// Published by a run whose SQL hash differs from the task's current one.
+    /// Published by a run whose SQL hash differs from the task's current one, or that read an
+    /// upstream task's window which was published again since (`stale_inputs`).
     pub stale: bool,
+    /// Upstream windows re-published after this window read them: `task:window@version`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stale_inputs: Vec<String>,
     /// `restore` brought the window back to its state at this table version.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<i64>,
@@ -52,6 +56,7 @@ impl WindowStatus {
             last_error: None,
             run_status: None,
             stale: false,
+            stale_inputs: Vec::new(),
             restored_from: None,
             retryable: true,
         }

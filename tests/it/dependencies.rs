@@ -107,3 +107,78 @@ fn cycles_and_grains_that_do_not_nest_are_refused() {
         text(&out)
     );
 }
+
+/// Issue 16 §3: staleness from recorded inputs. A downstream window is stale when an upstream
+/// window it read was published again after it (not when the upstream table moved for other
+/// windows); `backfill --stale` re-runs exactly those.
+#[tokio::test]
+async fn a_republished_upstream_window_makes_exactly_its_downstream_window_stale() {
+    let p = TestProject::new();
+    let up = "lineitem_by_ship_day";
+    p.task("monthly", &monthly("month", up));
+    let out = p.run(&[
+        "backfill",
+        up,
+        "--from",
+        "1995-06-01",
+        "--to",
+        "1995-07-31",
+        "--parallel",
+        "2",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    for m in ["1995-06", "1995-07"] {
+        p.run_ok("monthly", m);
+    }
+    let status = || {
+        let out = p.run(&[
+            "--output", "json", "status", "monthly", "--from", "1995-06", "--to", "1995-07",
+        ]);
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        json_lines(&out)
+    };
+    assert!(
+        status().iter().all(|s| s["stale"] == false),
+        "{:?}",
+        status()
+    );
+    // Another upstream day is published again: the table moves, no downstream input changes
+    // (1995-08-01 is in no published month).
+    p.run_ok(up, "1995-08-01");
+    assert!(
+        status().iter().all(|s| s["stale"] == false),
+        "{:?}",
+        status()
+    );
+    // A June day is published again: June is stale, July is not.
+    let out = p.run(&["--output", "json", "run", up, "--window", "1995-06-17"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let v = json_lines(&out)[0]["table_version"].as_i64().unwrap();
+    let s = status();
+    assert_eq!(s[0]["window"]["label"], "1995-06");
+    assert_eq!(s[0]["stale"], true, "{}", s[0]);
+    assert_eq!(s[0]["retryable"], true, "{}", s[0]);
+    assert_eq!(
+        s[0]["stale_inputs"],
+        serde_json::json!([format!("{up}:1995-06-17@{v}")]),
+        "{}",
+        s[0]
+    );
+    assert_eq!(s[1]["stale"], false, "{}", s[1]);
+    // backfill --stale re-runs June only; then nothing is stale.
+    let out = p.run(&[
+        "--output", "json", "backfill", "monthly", "--from", "1995-06", "--to", "1995-07",
+        "--stale",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let ran: Vec<String> = json_lines(&out)
+        .iter()
+        .map(|r| r["window"]["label"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ran, ["1995-06"]);
+    assert!(
+        status().iter().all(|s| s["stale"] == false),
+        "{:?}",
+        status()
+    );
+}
