@@ -25,8 +25,9 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
             parallel,
             missing,
             stale,
+            downstream,
         } => {
-            backfill(
+            let code = backfill(
                 cli,
                 &project,
                 task,
@@ -34,7 +35,20 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
                 &parallel.parallel,
                 (missing, stale),
             )
-            .await
+            .await?;
+            if !*downstream {
+                return Ok(code);
+            }
+            if code != 0 {
+                diag(
+                    "ERROR",
+                    "the downstream tasks were not run: windows of the upstream range failed",
+                    Some(code),
+                );
+                return Ok(code);
+            }
+            let worst = backfill_downstream(cli, &project, task, range, &parallel.parallel).await?;
+            Ok(code.max(worst))
         }
         Command::Verify {
             task,
@@ -179,6 +193,59 @@ async fn backfill(
     }
     alert_reports(project, &task, "backfill", &reports, code).await;
     Ok(code)
+}
+
+/// `backfill --downstream`: after the range, every downstream task's windows overlapping it,
+/// in dependency order (each task's windows through one runner, each window atomic).
+async fn backfill_downstream(
+    cli: &Cli,
+    project: &Project,
+    task: &str,
+    Range { from, to }: &Range,
+    parallel: &u16,
+) -> Result<u8> {
+    let root = project.task(task)?;
+    let (a, b) = crate::commands::backfill::range(&root, from, to)?;
+    let (lo, hi) = (a.start_ts(), b.end_ts());
+    let mut worst = 0;
+    for down in crate::commands::backfill::downstream_of(project, &root)? {
+        let Some((first, last)) = crate::commands::backfill::overlapping(&down, lo, hi)? else {
+            continue;
+        };
+        let opts = crate::commands::backfill::Options {
+            parallel: usize::from(*parallel),
+            missing: false,
+            stale: false,
+            progress: cli.output == OutputFormat::Text,
+        };
+        let runner =
+            std::sync::Arc::new(crate::pipeline::runner::Runner::new(project, &down).await?);
+        let windows = Window::range(&first, &last)?;
+        let format = cli.output;
+        let reports =
+            crate::commands::backfill::run(runner, windows, &opts, |r| print_report(format, r))
+                .await;
+        let (summary, code) = crate::commands::backfill::summarize(&down, &reports);
+        if cli.output == OutputFormat::Text {
+            println!("{}", redact(&summary));
+        } else {
+            diag("INFO", &summary, None);
+        }
+        alert_reports(project, &down, "backfill", &reports, code).await;
+        worst = worst.max(code);
+        if code != 0 {
+            diag(
+                "ERROR",
+                &format!(
+                    "stopping: task {} had failed windows; tasks below it were not run",
+                    down.name
+                ),
+                Some(code),
+            );
+            break;
+        }
+    }
+    Ok(worst)
 }
 
 /// `verify`: one window, or a range, run twice and diffed.

@@ -103,6 +103,10 @@ pub enum Command {
         /// Also windows published with a different SQL hash than the task's current SQL
         #[arg(long)]
         stale: bool,
+        /// Then re-run every window of the tasks reading this one (`task = "…"` sources),
+        /// directly or further down, that overlaps the range, in dependency order
+        #[arg(long)]
+        downstream: bool,
     },
     /// Run a window twice on the same inputs without publishing and diff the outputs (exit 4 if they differ)
     #[command(

@@ -166,3 +166,66 @@ pub fn range(task: &Task, from: &str, to: &str) -> Result<(Window, Window)> {
     }
     Ok((a, b))
 }
+
+/// The tasks reading `root` (through `task = "…"` sources), directly or further down, in
+/// dependency order: every task after all the tasks it reads.
+pub fn downstream_of(project: &Project, root: &Task) -> Result<Vec<Task>> {
+    let mut tasks = Vec::new();
+    for name in project.task_names()? {
+        // A task that does not load is not anyone's downstream here (validate reports it).
+        if let Ok(t) = project.task(&name) {
+            tasks.push(t);
+        }
+    }
+    let reads = |t: &Task, up: &str| t.sources.iter().any(|s| s.upstream.as_deref() == Some(up));
+    // Reachable from root.
+    let mut reached: Vec<String> = vec![root.name.clone()];
+    let mut i = 0;
+    while i < reached.len() {
+        let up = reached[i].clone();
+        for t in &tasks {
+            if reads(t, &up) && !reached.contains(&t.name) {
+                reached.push(t.name.clone());
+            }
+        }
+        i += 1;
+    }
+    // Dependency order among the reached tasks (the chain has no cycles: loading refuses them).
+    let mut order: Vec<Task> = Vec::new();
+    let mut left: Vec<&Task> = tasks
+        .iter()
+        .filter(|t| t.name != root.name && reached.contains(&t.name))
+        .collect();
+    while !left.is_empty() {
+        let ready = left.iter().position(|t| {
+            t.sources.iter().all(|s| match &s.upstream {
+                Some(up) => {
+                    up == &root.name || !reached.contains(up) || order.iter().any(|o| &o.name == up)
+                }
+                None => true,
+            })
+        });
+        let Some(k) = ready else {
+            return Err(Error::input("the task dependencies form a cycle"));
+        };
+        order.push(left.remove(k).clone());
+    }
+    Ok(order)
+}
+
+/// The first and last windows of `task` overlapping the instants `[lo, hi)`.
+pub fn overlapping(
+    task: &Task,
+    lo: jiff::Timestamp,
+    hi: jiff::Timestamp,
+) -> Result<Option<(Window, Window)>> {
+    if hi <= lo {
+        return Ok(None);
+    }
+    let at = |t: jiff::Timestamp| t.to_zoned(task.timezone.clone());
+    let last = hi - jiff::SignedDuration::from_micros(1);
+    Ok(Some((
+        Window::containing(task.grain, &at(lo))?,
+        Window::containing(task.grain, &at(last))?,
+    )))
+}

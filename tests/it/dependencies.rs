@@ -182,3 +182,82 @@ async fn a_republished_upstream_window_makes_exactly_its_downstream_window_stale
         status()
     );
 }
+
+/// `backfill --downstream`: the range, then every window of the tasks below it that overlaps
+/// the range, in dependency order (three levels).
+#[tokio::test]
+async fn backfill_downstream_runs_the_chain_in_order() {
+    let p = TestProject::new();
+    let up = "lineitem_by_ship_day";
+    p.task("monthly", &monthly("month", up));
+    p.task(
+        "level3",
+        r#"sql = """
+SELECT month, sum(lines) AS lines FROM months
+WHERE month >= $window_start AND month < $window_end
+GROUP BY month
+"""
+[target]
+partition_by = "month"
+[window]
+grain = "month"
+[sources.months]
+task = "monthly"
+"#,
+    );
+    let out = p.run(&[
+        "--output",
+        "json",
+        "backfill",
+        up,
+        "--from",
+        "1995-06-20",
+        "--to",
+        "1995-07-10",
+        "--parallel",
+        "2",
+        "--downstream",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let order: Vec<(String, String)> = json_lines(&out)
+        .iter()
+        .map(|r| {
+            (
+                r["task"].as_str().unwrap().to_string(),
+                r["window"]["label"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(order.len(), 21 + 2 + 2, "{order:?}");
+    let tasks: Vec<&str> = order.iter().map(|(t, _)| t.as_str()).collect();
+    assert!(tasks[..21].iter().all(|t| *t == up), "{tasks:?}");
+    assert_eq!(tasks[21..], ["monthly", "monthly", "level3", "level3"]);
+    // Each level holds what the level above published (June only partly loaded upstream).
+    let lines = |t: &str| {
+        let p = &p;
+        let t = t.to_string();
+        async move {
+            let (_, ctx) = table_session(&p.table_dir(&t)).await.unwrap();
+            rows_of(
+                &ctx.sql("SELECT month, lines FROM t ORDER BY month")
+                    .await
+                    .unwrap()
+                    .collect()
+                    .await
+                    .unwrap(),
+            )
+        }
+    };
+    let monthly_rows = lines("monthly").await;
+    assert_eq!(monthly_rows.len(), 2);
+    assert_eq!(lines("level3").await, monthly_rows);
+    let june = source_rows(
+        "SELECT count(*) AS lines FROM lineitem \
+         WHERE l_shipdate >= DATE '1995-06-20' AND l_shipdate < DATE '1995-07-01'",
+    )
+    .await;
+    assert!(
+        monthly_rows.contains(&format!("{}|month=1995-06-01", june[0])),
+        "{monthly_rows:?} {june:?}"
+    );
+}
