@@ -150,7 +150,18 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
 async fn run(cli: &Cli, project: &Project, task: &str, window: &str) -> Result<u8> {
     let task = project.task(task)?;
     let window = Window::parse(window, task.grain, &task.timezone)?;
-    let reports = crate::pipeline::runner::run_window(project, &task, &window).await;
+    let missing =
+        crate::commands::status::missing_inputs(project, &task, std::slice::from_ref(&window))
+            .await?;
+    let reports = if missing[0].is_empty() {
+        crate::pipeline::runner::run_window(project, &task, &window).await
+    } else {
+        vec![crate::commands::status::blocked(
+            &task,
+            &window,
+            &missing[0],
+        )]
+    };
     for report in &reports {
         print_report(cli.output, report);
     }
@@ -183,8 +194,13 @@ async fn backfill(
     let runner = std::sync::Arc::new(crate::pipeline::runner::Runner::new(project, &task).await?);
     let windows = crate::commands::backfill::select(project, &runner, &a, &b, &opts).await?;
     let format = cli.output;
-    let reports =
+    let (windows, mut blocked) = ready_windows(project, &task, windows).await?;
+    for r in &blocked {
+        print_report(format, r);
+    }
+    let mut reports =
         crate::commands::backfill::run(runner, windows, &opts, |r| print_report(format, r)).await;
+    reports.append(&mut blocked);
     let (summary, code) = crate::commands::backfill::summarize(&task, &reports);
     if cli.output == OutputFormat::Text {
         println!("{}", redact(&summary));
@@ -193,6 +209,26 @@ async fn backfill(
     }
     alert_reports(project, &task, "backfill", &reports, code).await;
     Ok(code)
+}
+
+/// The windows whose upstream windows are all published (or not required), and the failed
+/// reports of the others.
+async fn ready_windows(
+    project: &Project,
+    task: &crate::task::Task,
+    windows: Vec<Window>,
+) -> Result<(Vec<Window>, Vec<crate::report::record::Report>)> {
+    let missing = crate::commands::status::missing_inputs(project, task, &windows).await?;
+    let mut ready = Vec::new();
+    let mut blocked = Vec::new();
+    for (w, m) in windows.into_iter().zip(missing) {
+        if m.is_empty() {
+            ready.push(w);
+        } else {
+            blocked.push(crate::commands::status::blocked(task, &w, &m));
+        }
+    }
+    Ok((ready, blocked))
 }
 
 /// `backfill --downstream`: after the range, every downstream task's windows overlapping it,
@@ -209,7 +245,7 @@ async fn backfill_downstream(
     let (lo, hi) = (a.start_ts(), b.end_ts());
     let mut worst = 0;
     for down in crate::commands::backfill::downstream_of(project, &root)? {
-        let Some((first, last)) = crate::commands::backfill::overlapping(&down, lo, hi)? else {
+        let Some((first, last)) = crate::commands::status::overlapping(&down, lo, hi)? else {
             continue;
         };
         let opts = crate::commands::backfill::Options {
@@ -222,9 +258,14 @@ async fn backfill_downstream(
             std::sync::Arc::new(crate::pipeline::runner::Runner::new(project, &down).await?);
         let windows = Window::range(&first, &last)?;
         let format = cli.output;
-        let reports =
+        let (windows, mut blocked) = ready_windows(project, &down, windows).await?;
+        for r in &blocked {
+            print_report(format, r);
+        }
+        let mut reports =
             crate::commands::backfill::run(runner, windows, &opts, |r| print_report(format, r))
                 .await;
+        reports.append(&mut blocked);
         let (summary, code) = crate::commands::backfill::summarize(&down, &reports);
         if cli.output == OutputFormat::Text {
             println!("{}", redact(&summary));

@@ -212,20 +212,3 @@ pub fn downstream_of(project: &Project, root: &Task) -> Result<Vec<Task>> {
     }
     Ok(order)
 }
-
-/// The first and last windows of `task` overlapping the instants `[lo, hi)`.
-pub fn overlapping(
-    task: &Task,
-    lo: jiff::Timestamp,
-    hi: jiff::Timestamp,
-) -> Result<Option<(Window, Window)>> {
-    if hi <= lo {
-        return Ok(None);
-    }
-    let at = |t: jiff::Timestamp| t.to_zoned(task.timezone.clone());
-    let last = hi - jiff::SignedDuration::from_micros(1);
-    Ok(Some((
-        Window::containing(task.grain, &at(lo))?,
-        Window::containing(task.grain, &at(last))?,
-    )))
-}

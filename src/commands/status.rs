@@ -141,6 +141,58 @@ fn published_files(table: &DeltaTable, task: &Task) -> Result<BTreeMap<String, A
     Ok(data)
 }
 
+/// Per window of `windows` (ascending): the upstream windows inside it that nothing has
+/// published yet (`task:window`), for task sources with `require = "complete"`; a window with
+/// none may run.
+pub async fn missing_inputs(
+    project: &Project,
+    task: &Task,
+    windows: &[Window],
+) -> Result<Vec<Vec<String>>> {
+    let mut out = vec![Vec::new(); windows.len()];
+    let (Some(first), Some(last)) = (windows.first(), windows.last()) else {
+        return Ok(out);
+    };
+    for s in &task.sources {
+        let (Some(name), crate::task::Require::Complete) = (&s.upstream, s.require) else {
+            continue;
+        };
+        let up = project.task(name)?;
+        let Some(range) = overlapping(&up, first.start_ts(), last.end_ts())? else {
+            continue;
+        };
+        let (_, states) = status(project, &up, Some(range)).await?;
+        for st in states.iter().filter(|st| st.state == "missing") {
+            let (Ok(a), Ok(b)) = (
+                st.window.start.parse::<jiff::Timestamp>(),
+                st.window.end.parse::<jiff::Timestamp>(),
+            ) else {
+                continue;
+            };
+            for (i, w) in windows.iter().enumerate() {
+                if a >= w.start_ts() && b <= w.end_ts() {
+                    out[i].push(format!("{}:{}", up.name, st.window.label));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The failure of a window whose upstream windows are missing (see [`missing_inputs`]).
+pub fn blocked(task: &Task, window: &Window, missing: &[String]) -> crate::report::record::Report {
+    let mut r = crate::report::record::Report::new(task, window, &uuid::Uuid::new_v4().to_string());
+    let shown: Vec<&str> = missing.iter().take(5).map(String::as_str).collect();
+    r.fail(&Error::runtime(format!(
+        "{} upstream window(s) inside {} are not published yet ({}{}): run them first, or set [sources.<alias>] require = \"any\"; nothing was published",
+        missing.len(),
+        window.label(),
+        shown.join(", "),
+        if missing.len() > shown.len() { ", …" } else { "" }
+    )));
+    r
+}
+
 /// Per upstream task source (alias): the task's name and each of its windows' bounds and
 /// the version that last published it.
 type Upstream = Vec<(
@@ -331,4 +383,21 @@ pub fn parse_range(
         ))),
         _ => Err(Error::input("give both --from and --to, or neither")),
     }
+}
+
+/// The first and last windows of `task` overlapping the instants `[lo, hi)`.
+pub fn overlapping(
+    task: &Task,
+    lo: jiff::Timestamp,
+    hi: jiff::Timestamp,
+) -> Result<Option<(Window, Window)>> {
+    if hi <= lo {
+        return Ok(None);
+    }
+    let at = |t: jiff::Timestamp| t.to_zoned(task.timezone.clone());
+    let last = hi - jiff::SignedDuration::from_micros(1);
+    Ok(Some((
+        Window::containing(task.grain, &at(lo))?,
+        Window::containing(task.grain, &at(last))?,
+    )))
 }

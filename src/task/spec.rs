@@ -54,6 +54,9 @@ struct RawSource {
     uri: Option<String>,
     /// Another task's target table, as a Delta source (instead of `uri`).
     task: Option<String>,
+    /// With `task`: `complete` (default: a window runs only when every upstream window inside
+    /// it is published) or `any`.
+    require: Option<Require>,
     format: Option<Format>,
     /// CSV only: whether the first line is a header (default true).
     header: Option<bool>,
@@ -109,6 +112,17 @@ pub enum Mode {
     Overwrite,
     /// Upsert on `key`, restricted to the window.
     Merge,
+}
+
+/// What a window needs of an upstream task (`[sources.x] require`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Require {
+    /// Every upstream window inside the window is published (an empty publish counts).
+    #[default]
+    Complete,
+    /// Whatever the upstream table holds.
+    Any,
 }
 
 /// What a run does when its output's columns differ from the target table's.
@@ -167,6 +181,8 @@ pub struct Source {
     pub uri: String,
     /// `task = "…"`: the source is that task's target table (a Delta source).
     pub upstream: Option<String>,
+    /// With `upstream`: whether every upstream window inside a window must be published first.
+    pub require: Require,
     pub format: Format,
     pub csv_header: bool,
     pub csv_delimiter: u8,
@@ -448,6 +464,7 @@ fn parse_source(
                 alias,
                 uri: String::new(),
                 upstream: Some(t),
+                require: s.require.unwrap_or_default(),
                 format: Format::Delta,
                 csv_header: true,
                 csv_delimiter: b',',
@@ -457,6 +474,12 @@ fn parse_source(
     };
     if uri.trim().is_empty() {
         return Err(fail(&format!("{field}.uri"), "is empty".into()));
+    }
+    if s.require.is_some() {
+        return Err(fail(
+            &format!("{field}.require"),
+            "applies to task sources (`task = \"…\"`) only".into(),
+        ));
     }
     let format = match s.format {
         Some(f) => f,
@@ -488,6 +511,7 @@ fn parse_source(
     Ok(Source {
         uri: resolve_location(project_dir, &uri),
         upstream: None,
+        require: Require::Any,
         alias,
         format,
         csv_header: s.header.unwrap_or(true),

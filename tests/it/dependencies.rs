@@ -30,8 +30,9 @@ async fn a_task_reads_the_table_another_task_publishes() {
     // Before the upstream task has published anything, the downstream one says so.
     let out = p.run(&["run", "monthly", "--window", "1995-06"]);
     assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(text(&out).contains("not published yet"), "{}", text(&out));
     assert!(
-        text(&out).contains("run `lineitem_by_ship_day` first"),
+        text(&out).contains("lineitem_by_ship_day:1995-06-01"),
         "{}",
         text(&out)
     );
@@ -189,7 +190,11 @@ async fn a_republished_upstream_window_makes_exactly_its_downstream_window_stale
 async fn backfill_downstream_runs_the_chain_in_order() {
     let p = TestProject::new();
     let up = "lineitem_by_ship_day";
-    p.task("monthly", &monthly("month", up));
+    // June is only partly loaded upstream: the monthly task takes what there is.
+    p.task(
+        "monthly",
+        &monthly("month", up).replace("[sources.days]\n", "[sources.days]\nrequire = \"any\"\n"),
+    );
     p.task(
         "level3",
         r#"sql = """
@@ -260,4 +265,54 @@ task = "monthly"
         monthly_rows.contains(&format!("{}|month=1995-06-01", june[0])),
         "{monthly_rows:?} {june:?}"
     );
+}
+
+/// `require = "complete"` (the default): a window whose upstream windows are not all
+/// published fails with exit 1 naming them, publishing nothing; `require` applies only to
+/// task sources.
+#[test]
+fn a_window_waits_for_all_its_upstream_windows() {
+    let p = TestProject::new();
+    let up = "lineitem_by_ship_day";
+    p.task("monthly", &monthly("month", up));
+    let out = p.run(&["backfill", up, "--from", "1995-06-01", "--to", "1995-06-29"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let out = p.run(&["--output", "json", "run", "monthly", "--window", "1995-06"]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    let r = &json_lines(&out)[0];
+    assert_eq!(r["published"], false, "{r}");
+    assert_eq!(r["retryable"], true, "{r}");
+    let e = r["error"].as_str().unwrap();
+    assert!(e.contains("1 upstream window(s)"), "{e}");
+    assert!(e.contains("lineitem_by_ship_day:1995-06-30"), "{e}");
+    assert!(!p.table_dir("monthly").exists());
+    // Once the last day is published, the month runs.
+    p.run_ok(up, "1995-06-30");
+    p.run_ok("monthly", "1995-06");
+    // A backfill runs the complete months and fails the others, naming what they wait for.
+    let out = p.run(&[
+        "--output", "json", "backfill", "monthly", "--from", "1995-06", "--to", "1995-07",
+    ]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    let lines = json_lines(&out);
+    let status = |m: &str| {
+        lines
+            .iter()
+            .find(|r| r["window"]["label"] == m)
+            .map(|r| r["status"].as_str().unwrap().to_string())
+    };
+    assert_eq!(status("1995-06").as_deref(), Some("ok"));
+    assert_eq!(status("1995-07").as_deref(), Some("failed"));
+    // `require` belongs to task sources.
+    p.task(
+        "bad",
+        &lineitem_task(
+            "SELECT l_orderkey, l_shipdate AS ship_date FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end",
+            "",
+        )
+        .replace("uri = \"data/lineitem.parquet\"", "uri = \"data/lineitem.parquet\"\nrequire = \"any\""),
+    );
+    let out = p.run(&["validate", "bad"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(text(&out).contains("require"), "{}", text(&out));
 }
