@@ -193,34 +193,22 @@ async fn backfill(
     };
     let runner = std::sync::Arc::new(crate::pipeline::runner::Runner::new(project, &task).await?);
     let windows = crate::commands::backfill::select(project, &runner, &a, &b, &opts).await?;
-    let format = cli.output;
-    let (windows, mut blocked) = ready_windows(project, &task, windows).await?;
-    for r in &blocked {
-        print_report(format, r);
-    }
-    let mut reports =
-        crate::commands::backfill::run(runner, windows, &opts, |r| print_report(format, r)).await;
-    reports.append(&mut blocked);
-    let (summary, code) = crate::commands::backfill::summarize(&task, &reports);
-    if cli.output == OutputFormat::Text {
-        println!("{}", redact(&summary));
-    } else {
-        diag("INFO", &summary, None);
-    }
-    alert_reports(project, &task, "backfill", &reports, code).await;
-    Ok(code)
+    backfill_windows(cli, project, &task, runner, windows, &opts).await
 }
 
-/// The windows whose upstream windows are all published (or not required), and the failed
-/// reports of the others.
-async fn ready_windows(
+/// Run `windows` of `task` through `runner`: those whose upstream windows are all published
+/// (or not required), the others reported failed without running; prints every report and
+/// the summary, sends the alerts; returns the worst exit code.
+async fn backfill_windows(
+    cli: &Cli,
     project: &Project,
     task: &crate::task::Task,
+    runner: std::sync::Arc<crate::pipeline::runner::Runner>,
     windows: Vec<Window>,
-) -> Result<(Vec<Window>, Vec<crate::report::record::Report>)> {
+    opts: &crate::commands::backfill::Options,
+) -> Result<u8> {
     let missing = crate::commands::status::missing_inputs(project, task, &windows).await?;
-    let mut ready = Vec::new();
-    let mut blocked = Vec::new();
+    let (mut ready, mut blocked) = (Vec::new(), Vec::new());
     for (w, m) in windows.into_iter().zip(missing) {
         if m.is_empty() {
             ready.push(w);
@@ -228,7 +216,21 @@ async fn ready_windows(
             blocked.push(crate::commands::status::blocked(task, &w, &m));
         }
     }
-    Ok((ready, blocked))
+    let format = cli.output;
+    for r in &blocked {
+        print_report(format, r);
+    }
+    let mut reports =
+        crate::commands::backfill::run(runner, ready, opts, |r| print_report(format, r)).await;
+    reports.append(&mut blocked);
+    let (summary, code) = crate::commands::backfill::summarize(task, &reports);
+    if cli.output == OutputFormat::Text {
+        println!("{}", redact(&summary));
+    } else {
+        diag("INFO", &summary, None);
+    }
+    alert_reports(project, task, "backfill", &reports, code).await;
+    Ok(code)
 }
 
 /// `backfill --downstream`: after the range, every downstream task's windows overlapping it,
@@ -257,22 +259,7 @@ async fn backfill_downstream(
         let runner =
             std::sync::Arc::new(crate::pipeline::runner::Runner::new(project, &down).await?);
         let windows = Window::range(&first, &last)?;
-        let format = cli.output;
-        let (windows, mut blocked) = ready_windows(project, &down, windows).await?;
-        for r in &blocked {
-            print_report(format, r);
-        }
-        let mut reports =
-            crate::commands::backfill::run(runner, windows, &opts, |r| print_report(format, r))
-                .await;
-        reports.append(&mut blocked);
-        let (summary, code) = crate::commands::backfill::summarize(&down, &reports);
-        if cli.output == OutputFormat::Text {
-            println!("{}", redact(&summary));
-        } else {
-            diag("INFO", &summary, None);
-        }
-        alert_reports(project, &down, "backfill", &reports, code).await;
+        let code = backfill_windows(cli, project, &down, runner, windows, &opts).await?;
         worst = worst.max(code);
         if code != 0 {
             diag(

@@ -31,7 +31,7 @@ use serde::Serialize;
 use crate::commands::vacuum::UPKEEP_INFO_KEY;
 use crate::commands::verify::diff;
 use crate::delta::overwrite::TAG_VERSION;
-use crate::delta::partition::{PartitionRange, PartitionValue, partition_value, window_files};
+use crate::delta::partition::{PartitionRange, file_window, window_files, window_rows};
 use crate::delta::table;
 use crate::error::{Error, Result};
 use crate::report::record::WindowRecord;
@@ -71,6 +71,8 @@ struct Live {
     window: Window,
     removes: Vec<Remove>,
     rows: u64,
+    /// Every file has a row count in its statistics (so `rows` is exact).
+    counted: bool,
     tags: Option<HashMap<String, Option<String>>>,
 }
 
@@ -122,13 +124,7 @@ fn live_windows(
         None => (jiff::Timestamp::MIN, jiff::Timestamp::MAX),
     };
     for view in table.snapshot()?.snapshot().log_data().iter() {
-        let Some(v) = partition_value(&view, &task.partition_by)
-            .as_ref()
-            .and_then(PartitionValue::from_scalar)
-        else {
-            continue;
-        };
-        let Ok(window) = v.window(task.grain, &task.timezone) else {
+        let Some(window) = file_window(&view, task) else {
             continue;
         };
         if window.start_ts() < lo || window.end_ts() > hi {
@@ -145,9 +141,11 @@ fn live_windows(
             window,
             removes: Vec::new(),
             rows: 0,
+            counted: true,
             tags: tags.clone(),
         });
         entry.rows += view.num_records().unwrap_or(0) as u64;
+        entry.counted &= view.num_records().is_some();
         entry.removes.push(view.remove_action(false));
         // The newest run's tags; none at all if any file is untagged (not idemlake's).
         entry.tags = match (&entry.tags, version(&entry.tags), version(&tags)) {
@@ -175,7 +173,8 @@ async fn compact(table: &mut DeltaTable, task: &Task, w: &Live, report: &mut Win
         Ok(version) => {
             report.table_version = Some(version);
             report.files_after = adds.len();
-            match read_back(table, task, range, base, version, &adds).await {
+            let counted = w.counted.then_some(w.rows);
+            match read_back(table, task, range, base, version, &adds, counted).await {
                 Ok(()) => report.status = "compacted",
                 Err(e) => {
                     report.status = "unverified";
@@ -282,7 +281,10 @@ async fn commit(
     }
 }
 
-/// The window at `version` holds exactly `adds`, with the same rows as at `base`.
+/// The window at `version` holds exactly `adds`, with the same rows as at `base`: as many
+/// as the old files' statistics in the log said (`rows_before`, when every old file had one:
+/// it does not depend on the reader the rewrite used), and the same multiset as reading
+/// version `base` again.
 async fn read_back(
     table: &DeltaTable,
     task: &Task,
@@ -290,14 +292,21 @@ async fn read_back(
     base: i64,
     version: i64,
     adds: &[Add],
+    rows_before: Option<u64>,
 ) -> Result<()> {
     let url = table.table_url().clone();
     let before = table::open_at(&url, base as u64).await?;
     let after = table::open_at(&url, version as u64).await?;
-    let mut live: Vec<String> = window_files(&after, &task.partition_by, range)?
-        .into_iter()
-        .map(|f| f.path)
-        .collect();
+    let files = window_files(&after, &task.partition_by, range)?;
+    if let Some(rows_before) = rows_before {
+        let rows_after = window_rows(&files)?;
+        if rows_after != rows_before {
+            return Err(Error::runtime(format!(
+                "the window's files held {rows_before} rows by the log's statistics, the new ones {rows_after}"
+            )));
+        }
+    }
+    let mut live: Vec<String> = files.into_iter().map(|f| f.path).collect();
     let mut added: Vec<String> = adds.iter().map(|a| a.path.clone()).collect();
     live.sort();
     added.sort();

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use crate::delta::overwrite::{
     TAG_INPUTS, TAG_PUBLISHED_AT, TAG_RESTORED_FROM, TAG_RUN_ID, TAG_SQL_HASH, TAG_VERSION,
 };
-use crate::delta::partition::{PartitionValue, partition_value};
+use crate::delta::partition::file_window;
 use crate::delta::table;
 use crate::error::{Error, Result};
 use crate::report::record::WindowRecord;
@@ -97,14 +97,8 @@ pub async fn status(
 fn published_files(table: &DeltaTable, task: &Task) -> Result<BTreeMap<String, Acc>> {
     let mut data: BTreeMap<String, Acc> = BTreeMap::new();
     for view in table.snapshot()?.snapshot().log_data().iter() {
-        let Some(v) = partition_value(&view, &task.partition_by)
-            .as_ref()
-            .and_then(PartitionValue::from_scalar)
-        else {
-            continue;
-        };
         // A value no window can hold (out of the calendar's range) is not one of the task's.
-        let Ok(w) = v.window(task.grain, &task.timezone) else {
+        let Some(w) = file_window(&view, task) else {
             continue;
         };
         let acc = data.entry(w.label()).or_default();

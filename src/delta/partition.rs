@@ -116,6 +116,13 @@ pub fn window_rows(files: &[WindowFile]) -> Result<u64> {
     })
 }
 
+/// The window of `task` a live file's partition value lies in (`None`: no partition value,
+/// or one no window of the calendar can hold).
+pub fn file_window(view: &LogicalFileView, task: &Task) -> Option<Window> {
+    let v = PartitionValue::from_scalar(&partition_value(view, &task.partition_by)?)?;
+    v.window(task.grain, &task.timezone).ok()
+}
+
 /// The typed value of column `partition_by` among a file's partition values.
 pub fn partition_value(view: &LogicalFileView, partition_by: &str) -> Option<Scalar> {
     let values = view.partition_values()?;
