@@ -448,9 +448,15 @@ impl Target {
 }
 
 /// Start loading the target table; the runner awaits it before first use.
+///
+/// The load runs on [`loader`], its own runtime and thread, not on the runtime that executes
+/// the window's scans: there its log reads queued behind CPU-bound scan tasks, and a day
+/// window's commit waited for a load that had listed the log 45 ms after start but read the
+/// commit files only as the scans ended (~165 ms later). On its own thread the kernel's
+/// scheduler shares the cores between the load and the scans.
 fn open_in_background(url: &url::Url) -> tokio::task::JoinHandle<Result<DeltaTable>> {
     let url = url.clone();
-    background().spawn(async move {
+    let load = background().track_future(async move {
         let t = Instant::now();
         let table = table::open(&url).await;
         tracing::debug!(
@@ -459,7 +465,32 @@ fn open_in_background(url: &url::Url) -> tokio::task::JoinHandle<Result<DeltaTab
             "target table loaded"
         );
         table
-    })
+    });
+    match loader() {
+        Some(rt) => rt.spawn(load),
+        None => tokio::spawn(load),
+    }
+}
+
+/// The runtime target tables are first loaded on: one worker thread, living until the process
+/// exits (delta-rs's engine for an operation runs on the runtime that started it, so a runtime
+/// dropped after the load could not serve it). `None` if the thread cannot be started: the
+/// load then runs on the caller's runtime.
+fn loader() -> Option<&'static tokio::runtime::Runtime> {
+    static LOADER: std::sync::OnceLock<Option<tokio::runtime::Runtime>> =
+        std::sync::OnceLock::new();
+    LOADER
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .max_blocking_threads(4)
+                .thread_name("idemlake-table-load")
+                .enable_all()
+                .build()
+                .map_err(|e| tracing::debug!("no separate runtime for table loads: {e}"))
+                .ok()
+        })
+        .as_ref()
 }
 
 /// Background work that must end before the process does: the target table's load started
