@@ -20,6 +20,11 @@ Configuration, resolved when the task runs (first match wins):
     project  Airflow Variable ``idemlake_project``  env IDEMLAKE_PROJECT  default /opt/idemlake
     lake     Airflow Variable ``idemlake_lake``     env IDEMLAKE_LAKE     default <project>/lake
 
+The binary on a containerised Airflow: copy it from the image the repository's Dockerfile builds
+into your worker image (it needs only glibc and CA certificates, both in the Airflow images):
+
+    COPY --from=registry.example.com/data/idemlake:0.1.0 /usr/local/bin/idemlake /usr/local/bin/idemlake
+
 (Variables can also come from the environment as AIRFLOW_VAR_IDEMLAKE_BIN, ...). When the DAG
 file is parsed: IDEMLAKE_DAG_START (first logical date, default 1992-01-01), IDEMLAKE_DAG_CATCHUP
 (``true`` to let the scheduler create every run since the start date; default false) and
