@@ -21,6 +21,9 @@ pub enum ErrorKind {
     /// The window's commit landed (it is published), but a check after the commit failed
     /// (read-back, merge counts). Exit 5. The report says `published: true` and the version.
     Unverified,
+    /// A `[checks]` check with `severity = "error"` failed on the window's rows (or `check`
+    /// found published windows that violate one). Exit 6. Nothing published.
+    Rejected,
 }
 
 impl ErrorKind {
@@ -32,6 +35,7 @@ impl ErrorKind {
             ErrorKind::Mismatch => 3,
             ErrorKind::Divergence => 4,
             ErrorKind::Unverified => 5,
+            ErrorKind::Rejected => 6,
         }
     }
 }
@@ -77,6 +81,9 @@ impl Error {
     }
     pub fn runtime(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Runtime, message)
+    }
+    pub fn rejected(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Rejected, message)
     }
     pub fn mismatch(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Mismatch, message)
@@ -198,6 +205,7 @@ mod tests {
         assert_eq!(ErrorKind::Mismatch.exit_code(), 3);
         assert_eq!(ErrorKind::Divergence.exit_code(), 4);
         assert_eq!(ErrorKind::Unverified.exit_code(), 5);
+        assert_eq!(ErrorKind::Rejected.exit_code(), 6);
     }
 
     #[test]

@@ -79,6 +79,7 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
             parallel,
             reconcile,
         } => repair(cli, &project, task, range, &parallel.parallel, reconcile).await,
+        Command::Check { task, range } => check(cli, &project, task, range).await,
         Command::Validate { tasks } => validate(cli, &project, tasks).await,
         Command::Explain { task, window } => explain(cli, &project, task, window).await,
         Command::Status {
@@ -369,6 +370,39 @@ async fn audit(
     };
     alert_audit(project, &task, "audit", &audits, code).await;
     Ok(code)
+}
+
+/// `check`: the task's data checks over what a range of windows holds.
+async fn check(cli: &Cli, project: &Project, task: &str, Range { from, to }: &Range) -> Result<u8> {
+    let task = project.task(task)?;
+    let (a, b) = crate::commands::backfill::range(&task, from, to)?;
+    let runner = crate::pipeline::runner::Runner::new(project, &task).await?;
+    let checked = crate::commands::check::check(project, &runner, &a, &b).await?;
+    for c in &checked {
+        match cli.output {
+            OutputFormat::Json => println!(
+                "{}",
+                redact(&serde_json::to_string(c).expect("serialisable"))
+            ),
+            OutputFormat::Text => println!("{}", redact(&c.describe())),
+        }
+    }
+    let count = |s: &str| checked.iter().filter(|c| c.status == s).count();
+    if cli.output == OutputFormat::Text {
+        println!(
+            "check {}: {} windows, {} failed, {} warned, {} unpublished",
+            task.name,
+            checked.len(),
+            count("failed"),
+            count("warned"),
+            count("unpublished")
+        );
+    }
+    Ok(if count("failed") > 0 {
+        crate::error::ErrorKind::Rejected.exit_code()
+    } else {
+        0
+    })
 }
 
 /// `repair`: audit, re-run the damaged windows, audit again.

@@ -26,7 +26,8 @@ Examples:
 
 Exit codes: 0 ok, 1 runtime failure, 2 invalid input (nothing read or written),
 3 reconciliation mismatch (nothing published), 4 verify/audit found differences,
-5 published but a check after the commit failed (the report says published: true).";
+5 published but a check after the commit failed (the report says published: true),
+6 a [checks] data check failed (nothing published; for `check`: a published window violates one).";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -152,6 +153,15 @@ pub enum Command {
         range: Range,
         #[command(flatten)]
         parallel: Parallel,
+    },
+    /// Run the task's [checks] against what each window of the range holds now; exit 6 if a check with severity error fails
+    #[command(
+        after_help = "Example:\n  idemlake check lineitem_by_ship_day --from 1995-06-01 --to 1995-06-30"
+    )]
+    Check {
+        task: String,
+        #[command(flatten)]
+        range: Range,
     },
     /// Parse, lint and plan tasks without reading data (all tasks if none given)
     #[command(after_help = "Example:\n  idemlake validate\n  idemlake validate daily_revenue")]

@@ -146,6 +146,10 @@ pub fn summarize(task: &Task, reports: &[Report]) -> (String, u8) {
         count(Status::Mismatch),
         failed.len()
     );
+    let warned = count(Status::Warned);
+    if warned > 0 {
+        line.push_str(&format!(", {warned} published with data-check warnings"));
+    }
     for r in &failed {
         line.push_str(&format!(
             "\n  failed {}: {}",

@@ -18,6 +18,7 @@ pub async fn validate(project: &Project, task: &Task) -> Result<()> {
     let ctx = new_session()?;
     sources::register(&ctx, &task.sources).await?;
     let planned = plan::plan(&ctx, task, None).await?;
+    crate::pipeline::checks::data::validate(&ctx, task, &planned.schema).await?;
     let table = crate::delta::table::open(&project.table_url(task)?).await?;
     crate::delta::table::schema_plan(
         &table,

@@ -3,6 +3,7 @@
 
 pub mod audit;
 pub mod backfill;
+pub mod check;
 pub mod explain;
 pub mod optimize;
 pub mod restore;

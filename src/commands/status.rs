@@ -274,7 +274,7 @@ async fn window_status(
     let last_publish = log.iter().rposition(|a| {
         matches!(
             a.status.as_str(),
-            "ok" | "mismatch" | "unverified" | "restored"
+            "ok" | "mismatch" | "unverified" | "restored" | "warned"
         )
     });
     let failed: Vec<_> = log[last_ok.map(|i| i + 1).unwrap_or(0)..].to_vec();

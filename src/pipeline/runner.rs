@@ -62,6 +62,10 @@ pub struct Runner {
     exec_limit: AtomicUsize,
     /// Windows announced by [`Runner::share_scans`] (1 until then).
     announced: AtomicUsize,
+    /// The tables `[checks] relationships` compare against, pinned for the run.
+    pub(super) references: crate::pipeline::checks::data::References,
+    /// The `[checks]` planned once against the query's columns (see `data::validate`).
+    pub(super) checks_valid: tokio::sync::OnceCell<()>,
 }
 
 /// Permits of a runner before `set_parallel`.
@@ -94,6 +98,8 @@ impl Runner {
             exec: tokio::sync::Semaphore::new(DEFAULT_EXEC_PERMITS),
             exec_limit: AtomicUsize::new(DEFAULT_EXEC_PERMITS),
             announced: AtomicUsize::new(1),
+            references: Default::default(),
+            checks_valid: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -193,6 +199,11 @@ impl Runner {
     }
 
     /// The independent check path (its own session over the same inputs).
+    /// The tables `[checks] relationships` compare against, pinned for this runner.
+    pub fn references(&self) -> &crate::pipeline::checks::data::References {
+        &self.references
+    }
+
     pub fn checker(&self) -> &crate::pipeline::checks::Checker {
         &self.checker
     }

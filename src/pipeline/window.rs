@@ -17,6 +17,7 @@ use deltalake::DeltaTable;
 use crate::delta::table;
 use crate::error::{Error, Result};
 use crate::pipeline::checks::SourceSide;
+use crate::pipeline::checks::{data, staged};
 use crate::pipeline::execute::{self, Sink};
 use crate::pipeline::reconcile::{self, Check};
 use crate::pipeline::runner::Runner;
@@ -25,7 +26,8 @@ use crate::pipeline::stage::{stage, temp_sink, tempdir_for_merge};
 use crate::pipeline::stages::{
     CommitError, Committed, Ready, Reconciled, StagedWindow, WindowPlan,
 };
-use crate::report::record::{Report, RunRecord, Status};
+use crate::report::record::{DataCheckResult, Report, RunRecord, Status};
+use crate::task::checks::Severity;
 use crate::task::window::Window;
 use crate::task::{Mode, OnEmpty, OnMismatch};
 
@@ -90,12 +92,14 @@ impl Runner {
         if self.skip_empty(&reconciled, &plan.table, window, report)? {
             return Ok(None);
         }
+        let data_checks = self.data_checks(&plan, &reconciled, window, report).await?;
         self.check_inputs(&reconciled.window).await?;
         crate::fault::hit("before-commit", None)?;
         let mut record = RunRecord::new(self.task(), window, run_id, &plan.planned.sql_hash);
         record.sources = self.source_versions().to_vec();
         record.rows_written = reconciled.window.staged.rows;
         record.reconciliation = reconciled.checks.clone();
+        record.data_checks = data_checks;
         Ok(Some(Ready {
             plan,
             reconciled,
@@ -139,6 +143,15 @@ impl Runner {
             .plan(self.session(), &session, self.task(), window)
             .await?;
         report.sql_hash = Some(planned.planned.sql_hash.clone());
+        self.checks_valid
+            .get_or_try_init(|| {
+                data::validate(
+                    self.checker().session(),
+                    self.task(),
+                    &planned.planned.schema,
+                )
+            })
+            .await?;
         self.target.loaded().await?;
         let table = self.target.view();
         let task = self.task();
@@ -281,6 +294,62 @@ impl Runner {
         })
     }
 
+    /// The `[checks]` on the rows the commit will publish (see `checks::data`): a failed
+    /// check with `severity = "error"` discards the staged files (exit 6, nothing published);
+    /// failed `warn` checks publish and are reported.
+    async fn data_checks(
+        &self,
+        plan: &WindowPlan,
+        r: &Reconciled,
+        window: &Window,
+        report: &mut Report,
+    ) -> Result<Vec<DataCheckResult>> {
+        let task = self.task();
+        if task.checks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let w = &r.window;
+        let results = async {
+            let own = data::session(self.checker().session(), task).await?;
+            let schema = &plan.planned.schema;
+            let staged = staged::table(
+                &own,
+                w.store.clone(),
+                &w.staged.adds,
+                schema,
+                &task.partition_by,
+            )
+            .await?;
+            let output = match task.mode {
+                Mode::Overwrite => staged,
+                Mode::Merge => {
+                    let table = self.target.table().await?;
+                    data::merged_window(&own, &table, task, window, staged).await?
+                }
+            };
+            data::evaluate(&own, task, window, output, &self.references).await
+        }
+        .await;
+        let results = match results {
+            Ok(r) => r,
+            Err(e) => {
+                execute::discard(&w.store, &w.staged.adds).await;
+                return Err(e);
+            }
+        };
+        report.data_checks = results.clone();
+        if let Some(failed) = data::describe(&results, Severity::Error) {
+            execute::discard(&w.store, &w.staged.adds).await;
+            return Err(Error::rejected(format!(
+                "data checks failed, nothing was published: {failed}"
+            )));
+        }
+        if let Some(warned) = data::describe(&results, Severity::Warn) {
+            tracing::warn!(window = %window.label(), checks = %warned, "data checks warned; publishing");
+        }
+        Ok(results)
+    }
+
     /// An empty result under `[write].on_empty`: `true` when the run ends here (skipped:
     /// nothing committed), an error for `fail`, `false` to go on and clear the window.
     fn skip_empty(
@@ -377,7 +446,13 @@ impl Runner {
                 c.expected_rows
             )));
         }
-        report.status = if warn { Status::Mismatch } else { Status::Ok };
+        report.status = if warn {
+            Status::Mismatch
+        } else if report.data_checks.iter().any(|c| !c.ok) {
+            Status::Warned
+        } else {
+            Status::Ok
+        };
         Ok(())
     }
 }

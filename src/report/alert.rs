@@ -61,11 +61,13 @@ impl AlertWindow {
     pub fn from_report(r: &Report) -> Option<(Event, AlertWindow)> {
         let event = match (r.status, r.exit_code) {
             (Status::Mismatch, _) | (_, Some(3)) => Event::Mismatch,
+            (Status::Warned, _) | (_, Some(6)) => Event::Check,
             (_, Some(_)) | (Status::Failed, _) => Event::Failure,
             _ => return None,
         };
-        let status = match event {
-            Event::Mismatch => "mismatch",
+        let status = match (event, r.status) {
+            (Event::Mismatch, _) => "mismatch",
+            (Event::Check, Status::Warned) => "warned",
             _ => "failed",
         };
         Some((
@@ -279,6 +281,7 @@ fn event_name(e: Event) -> &'static str {
         Event::Failure => "failure",
         Event::Mismatch => "mismatch",
         Event::Damage => "damage",
+        Event::Check => "check",
     }
 }
 

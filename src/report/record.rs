@@ -48,6 +48,9 @@ pub struct RunRecord {
     pub sources: Vec<SourceVersion>,
     pub rows_written: u64,
     pub reconciliation: Vec<Check>,
+    /// The `[checks]` results (data checks on the window's rows, before the commit).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub data_checks: Vec<DataCheckResult>,
     /// Functions the task's `[lint] allow` let through.
     #[serde(default)]
     pub lint_allow: Vec<String>,
@@ -67,6 +70,7 @@ impl RunRecord {
             sources: Vec::new(),
             rows_written: 0,
             reconciliation: Vec::new(),
+            data_checks: Vec::new(),
             lint_allow: task.lint_allow.clone(),
             idemlake_version: env!("CARGO_PKG_VERSION").to_string(),
         }
@@ -93,6 +97,8 @@ pub enum Status {
     Unverified,
     /// `restore` put the window back as it was at an earlier version.
     Restored,
+    /// Published, but a `[checks]` check with `severity = "warn"` failed.
+    Warned,
 }
 
 /// The per-window report line.
@@ -108,6 +114,9 @@ pub struct Report {
     pub rows_written: u64,
     pub table_version: Option<i64>,
     pub reconciliation: Vec<Check>,
+    /// The `[checks]` results, when the task has checks and the run got as far.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub data_checks: Vec<DataCheckResult>,
     pub duration_ms: u64,
     pub error: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -134,6 +143,7 @@ impl Report {
             rows_written: 0,
             table_version: None,
             reconciliation: Vec::new(),
+            data_checks: Vec::new(),
             duration_ms: 0,
             error: None,
             run_id: Some(run_id.to_string()),
@@ -187,6 +197,20 @@ impl Report {
         )));
         report
     }
+}
+
+/// One `[checks]` check on a window's rows, as recorded in commitInfo and reported.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DataCheckResult {
+    /// `not_null(c)`, `unique(a,b)`, …, or the custom check's name.
+    pub check: String,
+    pub severity: crate::task::checks::Severity,
+    pub ok: bool,
+    /// Rows the check's query returned (offending rows; for `unique`, offending key groups).
+    pub failing_rows: u64,
+    /// Up to five offending rows, column → value as text (NULL as null), secrets redacted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sample: Vec<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// One reconciliation check, as recorded in commitInfo and reported.

@@ -128,6 +128,7 @@ pub fn print_report(format: OutputFormat, r: &Report) {
                 Status::Mismatch => "MISMATCH",
                 Status::Unverified => "UNVERIFIED",
                 Status::Restored => "restored",
+                Status::Warned => "WARNED",
             };
             let version = r
                 .table_version

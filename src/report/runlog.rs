@@ -30,6 +30,7 @@ fn status_name(s: Status) -> &'static str {
         Status::Mismatch => "mismatch",
         Status::Unverified => "unverified",
         Status::Restored => "restored",
+        Status::Warned => "warned",
     }
 }
 

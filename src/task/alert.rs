@@ -18,6 +18,8 @@ pub enum Event {
     Mismatch,
     /// `audit`/`repair` found damaged windows.
     Damage,
+    /// A `[checks]` data check failed (nothing published) or warned (published).
+    Check,
 }
 
 /// The `[alert]` section as written.
@@ -84,11 +86,11 @@ impl RawAlert {
         }
         let on = self
             .on
-            .unwrap_or_else(|| vec![Event::Failure, Event::Mismatch, Event::Damage]);
+            .unwrap_or_else(|| vec![Event::Failure, Event::Mismatch, Event::Damage, Event::Check]);
         if on.is_empty() {
             return Err(fail(
                 "[alert].on",
-                "is empty: list failure, mismatch and/or damage".into(),
+                "is empty: list failure, mismatch, damage and/or check".into(),
             ));
         }
         let secs = self.timeout_secs.unwrap_or(10);
@@ -132,7 +134,7 @@ mod tests {
             .unwrap()
             .validate(dir, fail)
             .unwrap();
-        assert_eq!(a.on.len(), 3);
+        assert_eq!(a.on.len(), 4);
         assert_eq!(a.timeout, Duration::from_secs(10));
         for (text, needle) in [
             ("", "set `command`, `webhook`"),

@@ -2,7 +2,9 @@
 //! determinism lint and its logical plan. Imports only `error`, `config` and external crates.
 
 pub mod alert;
+pub mod checks;
 pub mod lint;
+pub mod names;
 pub mod plan;
 pub mod project;
 pub mod spec;

@@ -308,6 +308,30 @@ pub fn sql_hash(task: &Task) -> String {
     format!("sha256:{}", hex::encode(&h.finalize()[..8]))
 }
 
+/// A custom `[[checks.sql]]` query in `ctx` (where `output` and the sources are registered),
+/// with the window parameters bound; linted like the task's SQL.
+pub async fn plan_data_check(
+    ctx: &SessionContext,
+    task: &Task,
+    sql: &str,
+    name: &str,
+    params: &[(String, ScalarValue)],
+) -> Result<DataFrame> {
+    let what = format!("[checks] {name}");
+    plan_sql(ctx, task, sql, &what, Some(params), false).await
+}
+
+/// A custom `[[checks.sql]]` query with the window parameters typed but unbound (validation).
+pub async fn plan_data_check_unbound(
+    ctx: &SessionContext,
+    task: &Task,
+    sql: &str,
+    name: &str,
+) -> Result<DataFrame> {
+    let what = format!("[checks] {name}");
+    plan_sql(ctx, task, sql, &what, None, false).await
+}
+
 /// Plan `[reconcile].output` with `provider` registered as the `output` table, in a session
 /// of its own (same configuration) so concurrent windows never see each other's output.
 pub async fn plan_output_query(

@@ -129,6 +129,21 @@ impl Project {
             check_nesting(&task, &upstream, &alias)?;
             task.sources[i].uri = self.table_url(&upstream)?.to_string();
         }
+        for check in &mut task.checks {
+            if let crate::task::checks::CheckKind::Relationship {
+                to_task, to_uri, ..
+            } = &mut check.kind
+            {
+                let other = self.task_file(to_task).map_err(|e| {
+                    Error::input(format!(
+                        "{}: [checks].relationships: {}",
+                        task.file.display(),
+                        e.message()
+                    ))
+                })?;
+                *to_uri = self.table_url(&other)?.to_string();
+            }
+        }
         chain.pop();
         Ok(task)
     }

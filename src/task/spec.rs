@@ -26,6 +26,7 @@ struct RawTask {
     #[serde(default)]
     write: RawWrite,
     reconcile: Option<RawReconcile>,
+    checks: Option<crate::task::checks::RawChecks>,
     #[serde(default)]
     lint: RawLint,
     alert: Option<crate::task::alert::RawAlert>,
@@ -222,17 +223,14 @@ pub struct Task {
     pub key: Vec<String>,
     pub on_empty: OnEmpty,
     pub reconcile: Option<Reconcile>,
+    /// The `[checks]` section: assertions on each window's rows before its commit.
+    pub checks: Vec<crate::task::checks::DataCheck>,
     pub lint_allow: Vec<String>,
     /// The `[alert]` section, if any.
     pub alert: Option<crate::task::alert::AlertSpec>,
 }
 
-/// Is `s` a plain SQL identifier (usable unquoted as table alias or table directory)?
-pub fn is_identifier(s: &str) -> bool {
-    let mut chars = s.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
+pub use crate::task::names::is_identifier;
 
 /// Resolve a source/target location: URLs stay as they are, relative paths are taken relative
 /// to `base`.
@@ -322,6 +320,11 @@ impl Task {
             .map(|r| parse_reconcile(r, &fail))
             .transpose()?;
 
+        let checks = match raw.checks {
+            None => Vec::new(),
+            Some(c) => crate::task::checks::resolve(c, &fail)?,
+        };
+
         let alert = match raw.alert {
             None => None,
             Some(a) => Some(a.validate(project_dir, fail)?),
@@ -345,6 +348,7 @@ impl Task {
             key,
             on_empty: raw.write.on_empty,
             reconcile,
+            checks,
             lint_allow: raw
                 .lint
                 .allow

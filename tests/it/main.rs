@@ -6,6 +6,7 @@ mod audit;
 mod backfill;
 mod checks;
 mod cli;
+mod data_checks;
 mod dependencies;
 mod dst;
 mod findings;

@@ -41,7 +41,9 @@ use crate::pipeline::sources::{self, SourceVersion};
 use crate::task::Task;
 use crate::task::window::Window;
 
+pub mod data;
 pub mod grouped;
+pub mod staged;
 
 use grouped::{Grouped, Measure, PerWindow};
 

@@ -1,0 +1,282 @@
+//! `[checks]`: a task's data checks on one window's rows, on the independent path.
+//!
+//! Each window's checks run in a session of their own built from the checker's (the sources
+//! registered plainly, see the parent module), where `output` is the window as readers will see
+//! it after the commit: the staged files read back from storage (overwrite), the table's window
+//! with the staged rows upserted into it (merge), or the published window (`idemlake check`).
+//! Every check is a query for offending rows; it passes when there are none.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use datafusion::catalog::TableProvider;
+use datafusion::common::{Column, JoinType, ScalarValue};
+use datafusion::datasource::MemTable;
+use datafusion::prelude::{DataFrame, Expr, SessionContext, col};
+use deltalake::DeltaTable;
+
+use crate::delta::partition::PartitionRange;
+use crate::error::{Error, Result};
+use crate::report::record::DataCheckResult;
+use crate::task::Task;
+use crate::task::checks::{CheckKind, DataCheck, Severity, reference_table};
+use crate::task::plan::{self, OUTPUT_TABLE};
+use crate::task::window::Window;
+
+/// Offending rows kept per failed check.
+const SAMPLE_ROWS: usize = 5;
+
+/// The tables `relationships` checks compare against, opened once per run at their latest
+/// version: every window of the run is checked against the same version of each.
+#[derive(Default)]
+pub struct References {
+    tables: tokio::sync::OnceCell<BTreeMap<String, DeltaTable>>,
+}
+
+impl References {
+    async fn tables(&self, task: &Task) -> Result<&BTreeMap<String, DeltaTable>> {
+        self.tables
+            .get_or_try_init(|| async {
+                let mut out = BTreeMap::new();
+                for c in &task.checks {
+                    if let CheckKind::Relationship {
+                        to_task, to_uri, ..
+                    } = &c.kind
+                    {
+                        let url = url::Url::parse(to_uri).map_err(|e| {
+                            Error::runtime(format!("relationships: table of `{to_task}`: {e}"))
+                        })?;
+                        let table = crate::delta::table::open(&url).await.map_err(|e| {
+                            e.context(format!(
+                                "[checks] {}: cannot read the table of task `{to_task}`",
+                                c.name
+                            ))
+                        })?;
+                        if table.version().is_none() {
+                            return Err(Error::runtime(format!(
+                                "[checks] {}: task `{to_task}` has published nothing yet",
+                                c.name
+                            )));
+                        }
+                        out.insert(c.name.clone(), table);
+                    }
+                }
+                Ok::<_, Error>(out)
+            })
+            .await
+    }
+}
+
+/// Run every check of `task` for `window` against `output` (built in `session`, see
+/// [`session`]).
+pub async fn evaluate(
+    own: &SessionContext,
+    task: &Task,
+    window: &Window,
+    output: Arc<dyn TableProvider>,
+    refs: &References,
+) -> Result<Vec<DataCheckResult>> {
+    own.register_table(OUTPUT_TABLE, output)?;
+    let references = refs.tables(task).await?;
+    for (name, table) in references {
+        table.update_datafusion_session(&own.state())?;
+        let check = task
+            .checks
+            .iter()
+            .find(|c| c.name == *name)
+            .expect("a check");
+        own.register_table(
+            reference_table(check).as_str(),
+            table.table_provider().await?,
+        )?;
+    }
+    let params = plan::window_params(task.grain, window);
+    let mut out = Vec::with_capacity(task.checks.len());
+    for check in &task.checks {
+        let df = plan_check(own, task, check, &params).await?;
+        let failing_rows =
+            df.clone().count().await.map_err(|e| {
+                Error::from(e).context(format!("[checks] {} failed to run", check.name))
+            })? as u64;
+        let sample = if failing_rows == 0 {
+            Vec::new()
+        } else {
+            rows(&df.limit(0, Some(SAMPLE_ROWS))?.collect().await?)?
+        };
+        out.push(DataCheckResult {
+            check: check.name.clone(),
+            severity: check.severity,
+            ok: failing_rows == 0,
+            failing_rows,
+            sample,
+        });
+    }
+    Ok(out)
+}
+
+/// The session a window's checks run in: `base`'s configuration, store registry and sources
+/// (the checker's: plain), nothing else yet.
+pub async fn session(base: &SessionContext, task: &Task) -> Result<SessionContext> {
+    let own = SessionContext::new_with_config_rt(base.copied_config(), base.runtime_env());
+    for s in &task.sources {
+        own.register_table(
+            s.alias.as_str(),
+            base.table_provider(s.alias.as_str()).await?,
+        )?;
+    }
+    Ok(own)
+}
+
+async fn plan_check(
+    own: &SessionContext,
+    task: &Task,
+    check: &DataCheck,
+    params: &[(String, ScalarValue)],
+) -> Result<DataFrame> {
+    match &check.kind {
+        CheckKind::Sql(sql) => plan::plan_data_check(own, task, sql, &check.name, params).await,
+        _ => own.sql(&check.sql()).await.map_err(|e| {
+            Error::input(format!(
+                "{}: [checks] {}: {e}",
+                task.file.display(),
+                check.name
+            ))
+        }),
+    }
+}
+
+/// Rows as column → value text (NULL as null), redacted.
+fn rows(batches: &[RecordBatch]) -> Result<Vec<serde_json::Map<String, serde_json::Value>>> {
+    let config = crate::config::get();
+    let mut out = Vec::new();
+    for b in batches {
+        for r in 0..b.num_rows() {
+            let mut row = serde_json::Map::new();
+            for (i, f) in b.schema().fields().iter().enumerate() {
+                let v = ScalarValue::try_from_array(b.column(i), r)?;
+                let v = if v.is_null() {
+                    serde_json::Value::Null
+                } else {
+                    serde_json::Value::String(config.redact(&v.to_string()))
+                };
+                row.insert(f.name().clone(), v);
+            }
+            out.push(row);
+        }
+    }
+    Ok(out)
+}
+
+fn column(name: &str) -> Expr {
+    col(Column::from_name(name))
+}
+
+/// The window `table` holds at its loaded version, as a DataFrame in `own`.
+pub async fn published_window(
+    own: &SessionContext,
+    table: &DeltaTable,
+    task: &Task,
+    window: &Window,
+) -> Result<DataFrame> {
+    table.update_datafusion_session(&own.state())?;
+    Ok(own
+        .read_table(table.table_provider().await?)?
+        .filter(PartitionRange::of(task, window).filter(column(&task.partition_by)))?)
+}
+
+/// What a merge will leave in the window: the table's window rows whose key the staged rows do
+/// not have, and the staged rows (a merge upserts on the key within the window).
+pub async fn merged_window(
+    own: &SessionContext,
+    table: &DeltaTable,
+    task: &Task,
+    window: &Window,
+    staged: Arc<dyn TableProvider>,
+) -> Result<Arc<dyn TableProvider>> {
+    let new = own.read_table(staged)?;
+    if table.version().is_none() {
+        return Ok(new.into_view());
+    }
+    let current = published_window(own, table, task, window).await?;
+    let keys_of = |side: &str| -> Vec<Expr> {
+        task.key
+            .iter()
+            .map(|k| col(Column::new(Some(side), k.as_str())))
+            .collect()
+    };
+    let on: Vec<Expr> = keys_of("__cur")
+        .into_iter()
+        .zip(keys_of("__new"))
+        .map(|(a, b)| a.eq(b))
+        .collect();
+    let new_keys = new
+        .clone()
+        .select(task.key.iter().map(|k| column(k)).collect::<Vec<_>>())?
+        .alias("__new")?;
+    let kept = current
+        .alias("__cur")?
+        .join_on(new_keys, JoinType::LeftAnti, on)?;
+    let names: Vec<Expr> = new
+        .schema()
+        .fields()
+        .iter()
+        .filter(|f| kept.schema().has_column_with_unqualified_name(f.name()))
+        .map(|f| column(f.name()))
+        .collect();
+    let kept = kept.select(names)?;
+    Ok(kept.union_by_name(new)?.into_view())
+}
+
+/// Plan every check against an empty `output` with the task query's columns (`schema`):
+/// a check naming a column the query does not produce, or whose SQL does not plan, is the
+/// user's mistake (exit 2), found before any data is read. A relationship's other table is
+/// not opened here; its column is checked when the run opens it.
+pub async fn validate(base: &SessionContext, task: &Task, schema: &SchemaRef) -> Result<()> {
+    if task.checks.is_empty() {
+        return Ok(());
+    }
+    let own = session(base, task).await?;
+    own.register_table(
+        OUTPUT_TABLE,
+        Arc::new(MemTable::try_new(schema.clone(), vec![vec![]])?),
+    )?;
+    for check in &task.checks {
+        for c in check.columns() {
+            if schema.field_with_name(c).is_err() {
+                return Err(Error::input(format!(
+                    "{}: [checks] {}: the query has no column `{c}` (it has: {})",
+                    task.file.display(),
+                    check.name,
+                    schema
+                        .fields()
+                        .iter()
+                        .map(|f| f.name().as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+        }
+        match &check.kind {
+            CheckKind::Relationship { .. } => {}
+            CheckKind::Sql(sql) => {
+                plan::plan_data_check_unbound(&own, task, sql, &check.name).await?;
+            }
+            _ => {
+                plan_check(&own, task, check, &[]).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The failed checks of `results` with the given severity, described in one line.
+pub fn describe(results: &[DataCheckResult], severity: Severity) -> Option<String> {
+    let failed: Vec<String> = results
+        .iter()
+        .filter(|r| !r.ok && r.severity == severity)
+        .map(|r| format!("{} ({} failing rows)", r.check, r.failing_rows))
+        .collect();
+    (!failed.is_empty()).then(|| failed.join(", "))
+}
