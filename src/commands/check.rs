@@ -46,9 +46,25 @@ pub async fn check(
         )));
     }
     let windows = Window::range(from, to)?;
-    let (_, states) = status::status(project, task, Some((from.clone(), to.clone()))).await?;
-    let table = runner.table().await?;
-    let version = table.version().map(|v| v as i64);
+    // A check naming a missing column or with SQL that does not plan: exit 2, nothing read.
+    let schema = crate::task::plan::plan(runner.checker().session(), task, None)
+        .await?
+        .schema;
+    data::validate(
+        runner.checker().session(),
+        task,
+        &schema,
+        runner.references(),
+    )
+    .await?;
+    let (version, states) = status::status(project, task, Some((from.clone(), to.clone()))).await?;
+    // The windows are read at the version the states were computed from.
+    let mut table = runner.table().await?;
+    if let Some(v) = version
+        && table.version() != Some(v as u64)
+    {
+        table.load_version(v as u64).await?;
+    }
     let mut out = Vec::with_capacity(windows.len());
     for w in &windows {
         // Published with rows, or published empty: either way readers see the window.

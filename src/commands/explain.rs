@@ -18,7 +18,8 @@ pub async fn validate(project: &Project, task: &Task) -> Result<()> {
     let ctx = new_session()?;
     sources::register(&ctx, &task.sources).await?;
     let planned = plan::plan(&ctx, task, None).await?;
-    crate::pipeline::checks::data::validate(&ctx, task, &planned.schema).await?;
+    let refs = crate::pipeline::checks::data::References::default();
+    crate::pipeline::checks::data::validate(&ctx, task, &planned.schema, &refs).await?;
     let table = crate::delta::table::open(&project.table_url(task)?).await?;
     crate::delta::table::schema_plan(
         &table,

@@ -99,7 +99,15 @@ impl Runner {
         record.sources = self.source_versions().to_vec();
         record.rows_written = reconciled.window.staged.rows;
         record.reconciliation = reconciled.checks.clone();
-        record.data_checks = data_checks;
+        // Offending rows stay in the report and the run log, out of the Delta log, which
+        // keeps them after the data itself is vacuumed.
+        record.data_checks = data_checks
+            .into_iter()
+            .map(|mut c| {
+                c.sample.clear();
+                c
+            })
+            .collect();
         Ok(Some(Ready {
             plan,
             reconciled,
@@ -149,6 +157,7 @@ impl Runner {
                     self.checker().session(),
                     self.task(),
                     &planned.planned.schema,
+                    &self.references,
                 )
             })
             .await?;
@@ -312,7 +321,7 @@ impl Runner {
         let results = async {
             let own = data::session(self.checker().session(), task).await?;
             let schema = &plan.planned.schema;
-            let staged = staged::table(
+            let (files, registered) = staged::table(
                 &own,
                 w.store.clone(),
                 &w.staged.adds,
@@ -321,13 +330,19 @@ impl Runner {
             )
             .await?;
             let output = match task.mode {
-                Mode::Overwrite => staged,
-                Mode::Merge => {
-                    let table = self.target.table().await?;
-                    data::merged_window(&own, &table, task, window, staged).await?
-                }
+                Mode::Overwrite => Ok(files),
+                Mode::Merge => match self.target.table().await {
+                    Ok(table) => data::merged_window(&own, &table, task, window, files).await,
+                    Err(e) => Err(e),
+                },
+            }
+            .and_then(|o| data::shaped(&own, o, schema));
+            let results = match output {
+                Ok(o) => data::evaluate(&own, task, window, o, &self.references).await,
+                Err(e) => Err(e),
             };
-            data::evaluate(&own, task, window, output, &self.references).await
+            staged::release(&own, registered);
+            results
         }
         .await;
         let results = match results {

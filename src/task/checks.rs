@@ -124,26 +124,29 @@ pub struct DataCheck {
     pub severity: Severity,
 }
 
-/// The table name a relationship's other side is registered under in a check's session.
-pub fn reference_table(check: &DataCheck) -> String {
-    format!(
-        "__idemlake_ref_{}",
-        check
-            .name
-            .replace(|c: char| !c.is_ascii_alphanumeric(), "_")
-    )
+/// The table name the other side of the task's `index`-th check (a relationship) is
+/// registered under in a check's session.
+pub fn reference_table(index: usize) -> String {
+    format!("__idemlake_ref_{index}")
 }
 
 impl DataCheck {
-    /// The query returning this check's offending rows, over `output`.
-    pub fn sql(&self) -> String {
+    /// The query returning this check's offending rows, over `output`; `index` is the
+    /// check's position in the task (names its relationship table).
+    pub fn sql(&self, index: usize) -> String {
         let q = quote;
         match &self.kind {
             CheckKind::NotNull(c) => format!("SELECT * FROM output WHERE {} IS NULL", q(c)),
             CheckKind::Unique(cols) => {
+                // As dbt's `unique`: rows with a NULL in the key are not compared.
                 let list = cols.iter().map(|c| q(c)).collect::<Vec<_>>().join(", ");
+                let present = cols
+                    .iter()
+                    .map(|c| format!("{} IS NOT NULL", q(c)))
+                    .collect::<Vec<_>>()
+                    .join(" AND ");
                 format!(
-                    "SELECT {list}, count(*) AS duplicates FROM output GROUP BY {list} HAVING count(*) > 1"
+                    "SELECT {list}, count(*) AS idemlake_duplicates FROM output WHERE {present} GROUP BY {list} HAVING count(*) > 1"
                 )
             }
             CheckKind::AcceptedValues(c, values) => format!(
@@ -180,7 +183,7 @@ impl DataCheck {
             } => format!(
                 "SELECT * FROM output o WHERE o.{c} IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {t} r WHERE r.{tc} = o.{c})",
                 c = q(column),
-                t = reference_table(self),
+                t = reference_table(index),
                 tc = q(to_column)
             ),
             CheckKind::Sql(sql) => sql.clone(),
@@ -287,6 +290,16 @@ pub(crate) fn resolve(
         let (min, max) = (lit(&r.min)?, lit(&r.max)?);
         if min.is_none() && max.is_none() {
             return Err(fail(&field, "needs min, max or both".into()));
+        }
+        let number = |v: &Option<toml::Value>| match v {
+            Some(toml::Value::Integer(i)) => Some(*i as f64),
+            Some(toml::Value::Float(f)) => Some(*f),
+            _ => None,
+        };
+        if let (Some(a), Some(b)) = (number(&r.min), number(&r.max))
+            && a > b
+        {
+            return Err(fail(&field, format!("min ({a}) is greater than max ({b})")));
         }
         out.push((
             format!("range({c})"),
@@ -418,28 +431,32 @@ warn = ["range(q)", "row_count"]
         .unwrap();
         let by = |n: &str| c.iter().find(|c| c.name == n).unwrap();
         assert_eq!(
-            by("not_null(a)").sql(),
+            by("not_null(a)").sql(0),
             r#"SELECT * FROM output WHERE "a" IS NULL"#
         );
         assert!(
             by("unique(a,b)")
-                .sql()
+                .sql(0)
                 .contains(r#"GROUP BY "a", "b" HAVING count(*) > 1"#)
         );
         assert!(
             by("accepted_values(m)")
-                .sql()
+                .sql(0)
                 .ends_with("NOT IN ('AIR', 'it''s')")
         );
         assert_eq!(
-            by("range(q)").sql(),
+            by("range(q)").sql(0),
             r#"SELECT * FROM output WHERE "q" < 1 OR "q" > 50.5"#
         );
-        assert!(by("range(d)").sql().ends_with(r#""d" < DATE '1995-01-01'"#));
+        assert!(
+            by("range(d)")
+                .sql(0)
+                .ends_with(r#""d" < DATE '1995-01-01'"#)
+        );
         assert_eq!(by("range(q)").severity, Severity::Warn);
         assert_eq!(by("range(d)").severity, Severity::Error);
         assert_eq!(by("row_count").severity, Severity::Warn);
-        assert!(by("relationships(k)").sql().contains("NOT EXISTS"));
+        assert!(by("relationships(k)").sql(0).contains("NOT EXISTS"));
     }
 
     #[test]

@@ -225,6 +225,12 @@ async fn a_warn_check_publishes_records_and_shows_in_status() {
         info.to_string().contains("range(amount)"),
         "commitInfo has no data checks: {info}"
     );
+    // Offending rows are in the report (and run log), never in the Delta log.
+    assert!(
+        !r["data_checks"][3]["sample"].as_array().unwrap().is_empty(),
+        "{r}"
+    );
+    assert!(!info.to_string().contains("sample"), "{info}");
     let out = p.run(&[
         "--output",
         "json",
@@ -304,6 +310,21 @@ async fn check_reports_exactly_the_windows_that_violate() {
     ]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     assert!(text(&out).contains("1 warned"), "{}", text(&out));
+    // A check the query cannot satisfy is invalid input for `check` too.
+    p.task(
+        "orders",
+        &orders_task("overwrite", "[checks]\nnot_null = [\"nope\"]"),
+    );
+    let out = p.run(&[
+        "check",
+        "orders",
+        "--from",
+        "2026-11-01",
+        "--to",
+        "2026-11-08",
+    ]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(text(&out).contains("no column `nope`"), "{}", text(&out));
 }
 
 #[tokio::test]

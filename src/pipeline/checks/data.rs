@@ -29,48 +29,60 @@ use crate::task::window::Window;
 const SAMPLE_ROWS: usize = 5;
 
 /// The tables `relationships` checks compare against, opened once per run at their latest
-/// version: every window of the run is checked against the same version of each.
+/// version (reading their logs, not their data): every window of the run is checked against
+/// the same version of each.
 #[derive(Default)]
 pub struct References {
-    tables: tokio::sync::OnceCell<BTreeMap<String, DeltaTable>>,
+    tables: tokio::sync::OnceCell<BTreeMap<usize, DeltaTable>>,
 }
 
 impl References {
-    async fn tables(&self, task: &Task) -> Result<&BTreeMap<String, DeltaTable>> {
+    /// The other table of each relationship check, by the check's index in the task.
+    async fn tables(&self, task: &Task) -> Result<&BTreeMap<usize, DeltaTable>> {
         self.tables
             .get_or_try_init(|| async {
                 let mut out = BTreeMap::new();
-                for c in &task.checks {
-                    if let CheckKind::Relationship {
+                for (i, c) in task.checks.iter().enumerate() {
+                    let CheckKind::Relationship {
                         to_task, to_uri, ..
                     } = &c.kind
-                    {
-                        let url = url::Url::parse(to_uri).map_err(|e| {
-                            Error::runtime(format!("relationships: table of `{to_task}`: {e}"))
-                        })?;
-                        let table = crate::delta::table::open(&url).await.map_err(|e| {
-                            e.context(format!(
-                                "[checks] {}: cannot read the table of task `{to_task}`",
-                                c.name
-                            ))
-                        })?;
-                        if table.version().is_none() {
-                            return Err(Error::runtime(format!(
-                                "[checks] {}: task `{to_task}` has published nothing yet",
-                                c.name
-                            )));
-                        }
-                        out.insert(c.name.clone(), table);
+                    else {
+                        continue;
+                    };
+                    let url = url::Url::parse(to_uri).map_err(|e| {
+                        Error::runtime(format!("relationships: table of `{to_task}`: {e}"))
+                    })?;
+                    let table = crate::delta::table::open(&url).await.map_err(|e| {
+                        e.context(format!(
+                            "[checks] {}: cannot read the table of task `{to_task}`",
+                            c.name
+                        ))
+                    })?;
+                    if table.version().is_none() {
+                        return Err(Error::runtime(format!(
+                            "[checks] {}: task `{to_task}` has published nothing yet, so no value can be checked against it",
+                            c.name
+                        )));
                     }
+                    out.insert(i, table);
                 }
                 Ok::<_, Error>(out)
             })
             .await
     }
+
+    /// Register the other tables in `own` under [`reference_table`] names.
+    async fn register(&self, own: &SessionContext, task: &Task) -> Result<()> {
+        for (i, table) in self.tables(task).await? {
+            table.update_datafusion_session(&own.state())?;
+            own.register_table(reference_table(*i).as_str(), table.table_provider().await?)?;
+        }
+        Ok(())
+    }
 }
 
-/// Run every check of `task` for `window` against `output` (built in `session`, see
-/// [`session`]).
+/// Run every check of `task` for `window` against `output` in `own` (see [`session`]). The
+/// checks were planned by [`validate`] already, so a failure here is a runtime one (exit 1).
 pub async fn evaluate(
     own: &SessionContext,
     task: &Task,
@@ -79,31 +91,26 @@ pub async fn evaluate(
     refs: &References,
 ) -> Result<Vec<DataCheckResult>> {
     own.register_table(OUTPUT_TABLE, output)?;
-    let references = refs.tables(task).await?;
-    for (name, table) in references {
-        table.update_datafusion_session(&own.state())?;
-        let check = task
-            .checks
-            .iter()
-            .find(|c| c.name == *name)
-            .expect("a check");
-        own.register_table(
-            reference_table(check).as_str(),
-            table.table_provider().await?,
-        )?;
-    }
+    refs.register(own, task).await?;
     let params = plan::window_params(task.grain, window);
     let mut out = Vec::with_capacity(task.checks.len());
-    for check in &task.checks {
-        let df = plan_check(own, task, check, &params).await?;
-        let failing_rows =
-            df.clone().count().await.map_err(|e| {
-                Error::from(e).context(format!("[checks] {} failed to run", check.name))
-            })? as u64;
+    for (i, check) in task.checks.iter().enumerate() {
+        let failed = |e: Error| {
+            Error::runtime(format!(
+                "[checks] {} failed to run: {}",
+                check.name,
+                e.message()
+            ))
+        };
+        let df = plan_check(own, task, i, check, Some(&params))
+            .await
+            .map_err(failed)?;
+        let failing_rows = df.clone().count().await.map_err(|e| failed(e.into()))? as u64;
         let sample = if failing_rows == 0 {
             Vec::new()
         } else {
-            rows(&df.limit(0, Some(SAMPLE_ROWS))?.collect().await?)?
+            let batches = df.limit(0, Some(SAMPLE_ROWS))?.collect().await;
+            rows(&batches.map_err(|e| failed(e.into()))?)?
         };
         out.push(DataCheckResult {
             check: check.name.clone(),
@@ -129,15 +136,22 @@ pub async fn session(base: &SessionContext, task: &Task) -> Result<SessionContex
     Ok(own)
 }
 
+/// Plan check `index`: custom SQL with the window parameters bound (`None`: typed, unbound).
 async fn plan_check(
     own: &SessionContext,
     task: &Task,
+    index: usize,
     check: &DataCheck,
-    params: &[(String, ScalarValue)],
+    params: Option<&[(String, ScalarValue)]>,
 ) -> Result<DataFrame> {
-    match &check.kind {
-        CheckKind::Sql(sql) => plan::plan_data_check(own, task, sql, &check.name, params).await,
-        _ => own.sql(&check.sql()).await.map_err(|e| {
+    match (&check.kind, params) {
+        (CheckKind::Sql(sql), Some(p)) => {
+            plan::plan_data_check(own, task, sql, &check.name, p).await
+        }
+        (CheckKind::Sql(sql), None) => {
+            plan::plan_data_check_unbound(own, task, sql, &check.name).await
+        }
+        _ => own.sql(&check.sql(index)).await.map_err(|e| {
             Error::input(format!(
                 "{}: [checks] {}: {e}",
                 task.file.display(),
@@ -145,6 +159,24 @@ async fn plan_check(
             ))
         }),
     }
+}
+
+/// `provider` with `schema`'s columns, in its order and types (the staged files read back
+/// put the partition column last and may read strings as views): what `validate` planned
+/// the checks against.
+pub fn shaped(
+    own: &SessionContext,
+    provider: Arc<dyn TableProvider>,
+    schema: &SchemaRef,
+) -> Result<Arc<dyn TableProvider>> {
+    let df = own.read_table(provider)?;
+    let columns: Vec<Expr> = schema
+        .fields()
+        .iter()
+        .filter(|f| df.schema().has_column_with_unqualified_name(f.name()))
+        .map(|f| datafusion::prelude::cast(column(f.name()), f.data_type().clone()).alias(f.name()))
+        .collect();
+    Ok(df.select(columns)?.into_view())
 }
 
 /// Rows as column → value text (NULL as null), redacted.
@@ -229,11 +261,16 @@ pub async fn merged_window(
     Ok(kept.union_by_name(new)?.into_view())
 }
 
-/// Plan every check against an empty `output` with the task query's columns (`schema`):
-/// a check naming a column the query does not produce, or whose SQL does not plan, is the
-/// user's mistake (exit 2), found before any data is read. A relationship's other table is
-/// not opened here; its column is checked when the run opens it.
-pub async fn validate(base: &SessionContext, task: &Task, schema: &SchemaRef) -> Result<()> {
+/// Plan every check against an empty `output` with the task query's columns (`schema`) and
+/// the relationships' other tables (their logs are read, not their data): a check naming a
+/// column the query does not produce, or whose SQL does not plan, is the user's mistake
+/// (exit 2), found before any data is read.
+pub async fn validate(
+    base: &SessionContext,
+    task: &Task,
+    schema: &SchemaRef,
+    refs: &References,
+) -> Result<()> {
     if task.checks.is_empty() {
         return Ok(());
     }
@@ -242,7 +279,8 @@ pub async fn validate(base: &SessionContext, task: &Task, schema: &SchemaRef) ->
         OUTPUT_TABLE,
         Arc::new(MemTable::try_new(schema.clone(), vec![vec![]])?),
     )?;
-    for check in &task.checks {
+    refs.register(&own, task).await?;
+    for (i, check) in task.checks.iter().enumerate() {
         for c in check.columns() {
             if schema.field_with_name(c).is_err() {
                 return Err(Error::input(format!(
@@ -258,15 +296,7 @@ pub async fn validate(base: &SessionContext, task: &Task, schema: &SchemaRef) ->
                 )));
             }
         }
-        match &check.kind {
-            CheckKind::Relationship { .. } => {}
-            CheckKind::Sql(sql) => {
-                plan::plan_data_check_unbound(&own, task, sql, &check.name).await?;
-            }
-            _ => {
-                plan_check(&own, task, check, &[]).await?;
-            }
-        }
+        plan_check(&own, task, i, check, None).await?;
     }
     Ok(())
 }

@@ -38,22 +38,23 @@ struct StagedFiles {
 
 /// `adds` (paths relative to `store`'s root) as a table with `schema`'s columns: the files'
 /// own columns and, when the files lack it, `partition_by` filled from each file's partition
-/// value. The store is registered in `ctx` under a name of its own.
+/// value. The store is registered in `ctx` under a name of its own, returned for
+/// [`release`] once the table is no longer read.
 pub async fn table(
     ctx: &SessionContext,
     store: Arc<dyn ObjectStore>,
     adds: &[Add],
     schema: &SchemaRef,
     partition_by: &str,
-) -> Result<Arc<dyn TableProvider>> {
+) -> Result<(Arc<dyn TableProvider>, Option<url::Url>)> {
     if adds.is_empty() {
-        return Ok(Arc::new(MemTable::try_new(schema.clone(), vec![vec![]])?));
+        let empty = MemTable::try_new(schema.clone(), vec![vec![]])?;
+        return Ok((Arc::new(empty), None));
     }
     let url = format!("idemlake-staged://{}", uuid::Uuid::new_v4().simple());
-    ctx.runtime_env().register_object_store(
-        &url::Url::parse(&url).map_err(|e| Error::runtime(e.to_string()))?,
-        store.clone(),
-    );
+    let registered = url::Url::parse(&url).map_err(|e| Error::runtime(e.to_string()))?;
+    ctx.runtime_env()
+        .register_object_store(&registered, store.clone());
     let metas = adds
         .iter()
         .map(|a| {
@@ -96,11 +97,20 @@ pub async fn table(
     let table_schema = TableSchema::builder(file_schema)
         .with_table_partition_cols(part.into_iter().collect::<Vec<_>>())
         .build();
-    Ok(Arc::new(StagedFiles {
+    let table = StagedFiles {
         url: ObjectStoreUrl::parse(&url)?,
         table_schema,
         files,
-    }))
+    };
+    Ok((Arc::new(table), Some(registered)))
+}
+
+/// Unregister the store [`table`] registered (the registry is shared by every window of a
+/// run).
+pub fn release(ctx: &SessionContext, url: Option<url::Url>) {
+    if let Some(url) = url {
+        let _ = ctx.runtime_env().deregister_object_store(&url);
+    }
 }
 
 #[async_trait]
