@@ -13,8 +13,8 @@
 #   - glibc and libgcc_s (in the base image; `ldd idemlake` lists nothing else),
 #   - ca-certificates: S3 over HTTPS verifies the endpoint against the system's roots
 #     (rustls with native roots),
-#   - no tzdata: IANA time zones are compiled into the binary (jiff's bundled tzdb for windows,
-#     chrono-tz for DataFusion's TIMESTAMP WITH TIME ZONE).
+#   - tzdata is not needed (the base image's copy goes unused): IANA time zones are compiled
+#     into the binary (jiff's bundled tzdb for windows, chrono-tz for DataFusion's time zones).
 # The runtime stage's package list is read by scripts/test-image, which checks the binary in a
 # clean Debian root with exactly these packages when no Docker daemon is at hand.
 

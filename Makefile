@@ -60,8 +60,8 @@ test-orchestrators: build py-env
 
 ## bench: idemlake vs polars/deltalake/DataFusion peers on TPC-H lineitem (SF 1 by default),
 ## always with the release binary; writes bench/RESULTS.md. Not part of `make test`. Knobs
-## (BENCH_SCALE, BENCH_REPS, BENCH_WORK, ...) are listed in scripts/bench.py. ~70 min at SF 1 today,
-## half of it idemlake's initial load of 2,526 windows (see bench/RESULTS.md).
+## (BENCH_SCALE, BENCH_REPS, BENCH_WORK, ...) are listed in scripts/bench.py. ~15 min at SF 1 with
+## BENCH_LOAD_REPS=3, most of it the DataFusion COPY peers and the peer's 365-process loop.
 bench:
 	$(CARGO) build --release --bin idemlake
 	BENCH_BIN=$(TARGET_DIR)/release/idemlake python3 scripts/bench.py
