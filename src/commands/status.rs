@@ -82,7 +82,15 @@ pub async fn status(
         let mut st = window_status(task, &label, acc, &log, &store).await;
         st.stale =
             st.state != "missing" && st.sql_hash.as_deref().is_some_and(|h| h != current_hash);
-        if let Some((_, inputs)) = &inputs {
+        // Files a merge wrote carry no tags: the inputs are in the publishing run's record.
+        let inputs = match inputs {
+            Some((_, i)) => Some(i),
+            None if !upstream.is_empty() && st.state.starts_with("published") => {
+                recorded_inputs(&table, &st).await
+            }
+            None => None,
+        };
+        if let Some(inputs) = &inputs {
             st.stale_inputs = stale_inputs(&st, inputs, &upstream);
             st.stale |= !st.stale_inputs.is_empty();
         }
@@ -220,6 +228,29 @@ async fn upstream_publishes(project: &Project, task: &Task) -> Result<Upstream> 
         out.push((s.alias.clone(), up.name.clone(), windows));
     }
     Ok(out)
+}
+
+/// The Delta source versions the run that published `st` read, from its commit's record, in
+/// the form of the `idemlake.inputs` file tag.
+async fn recorded_inputs(table: &DeltaTable, st: &WindowStatus) -> Option<String> {
+    let (Some(v), Some(run)) = (st.table_version, st.run_id.as_deref()) else {
+        return None;
+    };
+    let record = crate::delta::readback::run_record(table, v, run)
+        .await
+        .ok()??;
+    let pinned: BTreeMap<String, i64> = record
+        .get("sources")?
+        .as_array()?
+        .iter()
+        .filter_map(|s| {
+            Some((
+                s.get("alias")?.as_str()?.to_string(),
+                s.get("version")?.as_i64()?,
+            ))
+        })
+        .collect();
+    (!pinned.is_empty()).then(|| serde_json::to_string(&pinned).expect("serialisable"))
 }
 
 /// The upstream windows inside `st`'s window published after the versions it read.

@@ -28,6 +28,42 @@ fn names_run(info: &serde_json::Value, run_id: &str) -> bool {
             .is_some_and(|runs| runs.iter().any(is))
 }
 
+/// The run record (commitInfo) of `run_id` in commit `version`, alone or among the runs of a
+/// group commit; `None` if that commit does not name the run.
+pub async fn run_record(
+    table: &DeltaTable,
+    version: i64,
+    run_id: &str,
+) -> Result<Option<serde_json::Value>> {
+    let Some(bytes) = table.log_store().read_commit_entry(version as u64).await? else {
+        return Ok(None);
+    };
+    let is =
+        |r: &serde_json::Value| r.get("run_id").and_then(serde_json::Value::as_str) == Some(run_id);
+    for line in bytes.split(|b| *b == b'\n') {
+        let Ok(action) = serde_json::from_slice::<serde_json::Value>(line) else {
+            continue;
+        };
+        let Some(entry) = action
+            .get("commitInfo")
+            .and_then(|c| c.get(crate::report::record::COMMIT_INFO_KEY))
+        else {
+            continue;
+        };
+        if is(entry) {
+            return Ok(Some(entry.clone()));
+        }
+        if let Some(r) = entry
+            .get("runs")
+            .and_then(serde_json::Value::as_array)
+            .and_then(|runs| runs.iter().find(|r| is(r)))
+        {
+            return Ok(Some(r.clone()));
+        }
+    }
+    Ok(None)
+}
+
 /// The version after `base` whose commitInfo names `run_id`.
 pub async fn find_run_commit(table: &DeltaTable, base: i64, run_id: &str) -> Result<Option<i64>> {
     let latest = table.version().unwrap_or(0) as i64;

@@ -316,3 +316,47 @@ fn a_window_waits_for_all_its_upstream_windows() {
     assert_eq!(code(&out), 2, "{}", text(&out));
     assert!(text(&out).contains("require"), "{}", text(&out));
 }
+
+/// Staleness of a merge-mode downstream task: MERGE writes files without idemlake's tags, so
+/// the inputs come from the publishing run's record in its commit.
+#[tokio::test]
+async fn a_merge_downstream_window_goes_stale_too() {
+    let p = TestProject::new();
+    let up = "lineitem_by_ship_day";
+    p.task(
+        "monthly",
+        &format!(
+            "{}\n[write]\nmode = \"merge\"\nkey = [\"month\"]\n",
+            monthly("month", up)
+        ),
+    );
+    let out = p.run(&["backfill", up, "--from", "1995-06-01", "--to", "1995-07-31"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    for m in ["1995-06", "1995-07"] {
+        p.run_ok("monthly", m);
+    }
+    let status = || {
+        let out = p.run(&[
+            "--output", "json", "status", "monthly", "--from", "1995-06", "--to", "1995-07",
+        ]);
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        json_lines(&out)
+    };
+    assert!(
+        status().iter().all(|s| s["stale"] == false),
+        "{:?}",
+        status()
+    );
+    let out = p.run(&["--output", "json", "run", up, "--window", "1995-07-04"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let v = json_lines(&out)[0]["table_version"].as_i64().unwrap();
+    let s = status();
+    assert_eq!(s[0]["stale"], false, "{}", s[0]);
+    assert_eq!(s[1]["stale"], true, "{}", s[1]);
+    assert_eq!(
+        s[1]["stale_inputs"],
+        serde_json::json!([format!("{up}:1995-07-04@{v}")]),
+        "{}",
+        s[1]
+    );
+}
