@@ -122,5 +122,9 @@ fn main() -> ExitCode {
         idemlake::pipeline::target::finish_background(std::time::Duration::from_secs(60)).await;
         code
     });
+    // What the command cost in object-store requests (S3 lakes and sources), at -v.
+    if let Some(line) = idemlake::storage::count::summary() {
+        tracing::info!("{line}");
+    }
     ExitCode::from(code)
 }

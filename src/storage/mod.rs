@@ -42,13 +42,14 @@ pub fn store_for(url: &Url) -> Result<Option<(Url, Arc<dyn ObjectStore>)>> {
     if let Some(s) = map.get(bucket.as_str()) {
         return Ok(Some((bucket, s.clone())));
     }
-    let store: Arc<dyn ObjectStore> = Arc::new(
+    let s3: Arc<dyn ObjectStore> = Arc::new(
         AmazonS3Builder::from_env()
             .with_url(bucket.as_str())
             .with_retry(retry_config()?)
             .build()
             .map_err(|e| Error::input(format!("cannot configure S3 access for {bucket}: {e}")))?,
     );
+    let store: Arc<dyn ObjectStore> = Arc::new(count::Counted(s3));
     map.insert(bucket.to_string(), store.clone());
     Ok(Some((bucket, store)))
 }
@@ -119,4 +120,5 @@ pub async fn probe_conditional_put(url: &Url) -> Result<()> {
     }
 }
 
+pub mod count;
 pub mod wrap;

@@ -497,3 +497,141 @@ async fn s3_secrets_never_appear_in_output_logs_or_commits() {
     let log = String::from_utf8_lossy(&bytes);
     assert!(log.contains("idemlake") && !log.contains(&secret) && !log.contains(&key_id));
 }
+
+/// A proxy in front of the S3 server that counts the HTTP requests passing through it, by
+/// kind (`GET`, `HEAD`, `PUT`, `LIST`, `POST`, `DELETE`), parsing each request's head and
+/// skipping its body by `Content-Length`.
+async fn counting_proxy() -> (SocketAddr, Arc<std::sync::Mutex<HashMap<String, u64>>>) {
+    let upstream: SocketAddr = s3_env()["AWS_ENDPOINT_URL"]
+        .trim_start_matches("http://")
+        .parse()
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let counts: Arc<std::sync::Mutex<HashMap<String, u64>>> = Arc::default();
+    let counts2 = counts.clone();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = TcpStream::connect(upstream).await else {
+                continue;
+            };
+            let counts = counts2.clone();
+            tokio::spawn(async move {
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                let down = tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut sr, &mut cw).await;
+                });
+                let mut buf = vec![0u8; 64 * 1024];
+                let mut pending: Vec<u8> = Vec::new();
+                let mut body_left = 0usize;
+                loop {
+                    let n = match cr.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    if sw.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                    let mut chunk = &buf[..n];
+                    loop {
+                        if body_left > 0 {
+                            let skip = body_left.min(chunk.len());
+                            body_left -= skip;
+                            chunk = &chunk[skip..];
+                            if body_left > 0 {
+                                break;
+                            }
+                        }
+                        pending.extend_from_slice(chunk);
+                        chunk = &[];
+                        let Some(end) = find(&pending, b"\r\n\r\n") else {
+                            break;
+                        };
+                        let head = String::from_utf8_lossy(&pending[..end]).to_string();
+                        let rest = pending[end + 4..].to_vec();
+                        pending.clear();
+                        let line = head.lines().next().unwrap_or_default().to_string();
+                        let mut parts = line.split(' ');
+                        let (method, target) =
+                            (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+                        let kind = match method {
+                            "GET" if target.contains("list-type=") => "LIST",
+                            "PUT" if target.contains("partNumber=") => "PUT-PART",
+                            m => m,
+                        };
+                        *counts.lock().unwrap().entry(kind.to_string()).or_default() += 1;
+                        let lower = head.to_ascii_lowercase();
+                        assert!(!lower.contains("transfer-encoding: chunked"), "{head}");
+                        body_left = lower
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse().ok())
+                            .unwrap_or(0);
+                        // What followed the head: body bytes, then maybe the next request.
+                        let skip = body_left.min(rest.len());
+                        body_left -= skip;
+                        pending.extend_from_slice(&rest[skip..]);
+                        if body_left > 0 || pending.is_empty() {
+                            break;
+                        }
+                    }
+                }
+                down.abort();
+            });
+        }
+    });
+    (addr, counts)
+}
+
+/// Issue 19: `-v` ends with the object-store requests the command made, counted inside
+/// idemlake; a proxy counting the HTTP requests on the wire must agree.
+#[tokio::test(flavor = "multi_thread")]
+async fn s3_request_counts_in_the_summary_match_the_wire() {
+    let s = S3Project::new().await;
+    s.run_ok("lineitem_by_ship_day", "1995-06-01");
+    let (addr, counts) = counting_proxy().await;
+    let out = s
+        .cmd(Some(&format!("http://{addr}")))
+        .args([
+            "-v",
+            "run",
+            "lineitem_by_ship_day",
+            "--window",
+            "1995-06-02",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let line = stderr
+        .lines()
+        .find_map(|l| {
+            l.split_once("storage requests: ")
+                .map(|(_, r)| r.to_string())
+        })
+        .unwrap_or_else(|| panic!("no request summary:\n{stderr}"));
+    let ours = |kind: &str| -> u64 {
+        line.split(['(', ','])
+            .map(str::trim)
+            .find_map(|p| p.strip_prefix(&format!("{kind} ")))
+            .and_then(|n| n.split(' ').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let wire = counts.lock().unwrap().clone();
+    let on_wire = |kind: &str| wire.get(kind).copied().unwrap_or(0);
+    eprintln!("idemlake: {line}\nwire: {wire:?}");
+    for kind in ["GET", "HEAD", "PUT"] {
+        assert_eq!(
+            ours(kind),
+            on_wire(kind),
+            "{kind}: ours {line} vs wire {wire:?}"
+        );
+    }
+    // A listing may take several pages on the wire; it counts once here.
+    assert!(
+        ours("LIST") >= 1 && ours("LIST") <= on_wire("LIST"),
+        "{line} vs {wire:?}"
+    );
+    assert_eq!(on_wire("PUT-PART"), 0, "{wire:?}");
+}
