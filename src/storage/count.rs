@@ -12,14 +12,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
-use futures::StreamExt;
-use futures::stream::BoxStream;
-use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
-};
+use object_store::ObjectStore;
+
+use crate::storage::wrap::Intercept;
 
 /// Requests and bytes by kind (`GET`, `HEAD`, `PUT`, `LIST`, `DELETE`, `COPY`).
 fn counts() -> &'static Mutex<BTreeMap<&'static str, (u64, u64)>> {
@@ -78,60 +73,11 @@ impl fmt::Display for Counted {
     }
 }
 
-#[async_trait]
-impl ObjectStore for Counted {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> Result<PutResult> {
-        add("PUT", payload.content_length() as u64);
-        self.0.put_opts(location, payload, opts).await
+impl Intercept for Counted {
+    fn inner(&self) -> &dyn ObjectStore {
+        self.0.as_ref()
     }
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> Result<Box<dyn MultipartUpload>> {
-        add("PUT", 0);
-        self.0.put_multipart_opts(location, opts).await
-    }
-    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        let head = options.head;
-        let result = self.0.get_opts(location, options).await;
-        let bytes = match &result {
-            Ok(r) if !head => r.range.end - r.range.start,
-            _ => 0,
-        };
-        add(if head { "HEAD" } else { "GET" }, bytes);
-        result
-    }
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, Result<Path>>,
-    ) -> BoxStream<'static, Result<Path>> {
-        self.0
-            .delete_stream(locations.inspect(|_| add("DELETE", 0)).boxed())
-    }
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        add("LIST", 0);
-        self.0.list(prefix)
-    }
-    fn list_with_offset(
-        &self,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> BoxStream<'static, Result<ObjectMeta>> {
-        add("LIST", 0);
-        self.0.list_with_offset(prefix, offset)
-    }
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        add("LIST", 0);
-        self.0.list_with_delimiter(prefix).await
-    }
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        add("COPY", 0);
-        self.0.copy_opts(from, to, options).await
+    fn request_hook(&self) -> Option<fn(&'static str, u64)> {
+        Some(add)
     }
 }

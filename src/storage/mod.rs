@@ -49,7 +49,7 @@ pub fn store_for(url: &Url) -> Result<Option<(Url, Arc<dyn ObjectStore>)>> {
             .build()
             .map_err(|e| Error::input(format!("cannot configure S3 access for {bucket}: {e}")))?,
     );
-    let store: Arc<dyn ObjectStore> = Arc::new(count::Counted(s3));
+    let store: Arc<dyn ObjectStore> = Arc::new(wrap::Wrapped(count::Counted(s3)));
     map.insert(bucket.to_string(), store.clone());
     Ok(Some((bucket, store)))
 }
