@@ -483,7 +483,8 @@ fn normalize_output(df: DataFrame, task: &Task) -> Result<(DataFrame, SchemaRef)
     Ok((df, schema))
 }
 
-fn names(schema: &Schema) -> String {
+/// The column names of `schema`, comma-separated (for messages).
+pub fn names(schema: &Schema) -> String {
     schema
         .fields()
         .iter()

@@ -105,6 +105,21 @@ uri = "customers.csv"
     p
 }
 
+/// `run TASK --window W` with JSON output.
+fn run_json(p: &TestProject, task: &str, window: &str) -> std::process::Output {
+    p.run(&["--output", "json", "run", task, "--window", window])
+}
+
+/// The result of check `name` in a report.
+fn check_result<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["data_checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == name)
+        .unwrap_or_else(|| panic!("no check {name} in {report}"))
+}
+
 fn failed_checks(report: &serde_json::Value) -> Vec<String> {
     report["data_checks"]
         .as_array()
@@ -119,14 +134,7 @@ fn failed_checks(report: &serde_json::Value) -> Vec<String> {
 async fn each_builtin_and_custom_check_fails_its_window_and_publishes_nothing() {
     let p = project("");
     let table = p.table_dir("orders");
-    let out = p.run(&[
-        "--output",
-        "json",
-        "run",
-        "orders",
-        "--window",
-        "2026-11-01",
-    ]);
+    let out = run_json(&p, "orders", "2026-11-01");
     assert_eq!(code(&out), 0, "{}", text(&out));
     let ok = &json_lines(&out)[0];
     assert_eq!(ok["data_checks"].as_array().unwrap().len(), 8, "{ok}");
@@ -140,18 +148,13 @@ async fn each_builtin_and_custom_check_fails_its_window_and_publishes_nothing() 
     );
     let version = log_version(&table);
     for (day, check) in BROKEN {
-        let out = p.run(&["--output", "json", "run", "orders", "--window", day]);
+        let out = run_json(&p, "orders", day);
         assert_eq!(code(&out), 6, "{day}: {}", text(&out));
         let r = &json_lines(&out)[0];
         assert_eq!(failed_checks(r), vec![check.to_string()], "{day}: {r}");
         assert_eq!(r["published"], false, "{r}");
         assert_eq!(r["retryable"], false, "{r}");
-        let failed = r["data_checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["check"] == check)
-            .unwrap();
+        let failed = check_result(r, check);
         assert!(failed["failing_rows"].as_u64().unwrap() >= 1, "{failed}");
         assert!(!failed["sample"].as_array().unwrap().is_empty(), "{failed}");
         assert_eq!(log_version(&table), version, "{day} committed");
@@ -163,14 +166,7 @@ async fn each_builtin_and_custom_check_fails_its_window_and_publishes_nothing() 
         );
     }
     // The sample shows the offending row itself.
-    let out = p.run(&[
-        "--output",
-        "json",
-        "run",
-        "orders",
-        "--window",
-        "2026-11-05",
-    ]);
+    let out = run_json(&p, "orders", "2026-11-05");
     let r = &json_lines(&out)[0];
     let range = &r["data_checks"].as_array().unwrap()[3];
     assert_eq!(range["check"], "range(amount)");
@@ -198,14 +194,7 @@ fn walk_parquet(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 async fn a_warn_check_publishes_records_and_shows_in_status() {
     let p = project(r#"warn = ["range"]"#);
     let table = p.table_dir("orders");
-    let out = p.run(&[
-        "--output",
-        "json",
-        "run",
-        "orders",
-        "--window",
-        "2026-11-05",
-    ]);
+    let out = run_json(&p, "orders", "2026-11-05");
     assert_eq!(code(&out), 0, "{}", text(&out));
     let r = &json_lines(&out)[0];
     assert_eq!(r["status"], "warned", "{r}");
@@ -345,14 +334,7 @@ async fn merge_checks_run_on_the_merged_window() {
             "[checks]\nrow_count = { min = 4, max = 4 }\nunique = [[\"order_id\"]]",
         ),
     );
-    let out = p.run(&[
-        "--output",
-        "json",
-        "run",
-        "orders",
-        "--window",
-        "2026-11-01",
-    ]);
+    let out = run_json(&p, "orders", "2026-11-01");
     assert_eq!(code(&out), 0, "{}", text(&out));
     let table = p.table_dir("orders");
     assert_eq!(table_rows(&table, "true").await.len(), 4);
@@ -367,14 +349,7 @@ async fn merge_checks_run_on_the_merged_window() {
         "orders",
         &orders_task("merge", "[checks]\nrow_count = { max = 4 }"),
     );
-    let out = p.run(&[
-        "--output",
-        "json",
-        "run",
-        "orders",
-        "--window",
-        "2026-11-01",
-    ]);
+    let out = run_json(&p, "orders", "2026-11-01");
     assert_eq!(code(&out), 6, "{}", text(&out));
     assert_eq!(
         json_lines(&out)[0]["data_checks"][0]["sample"][0]["row_count"],
@@ -448,14 +423,7 @@ uri = "events.csv"
         "events",
         &task("[checks]\nnot_null = [\"hour\"]\nrow_count = { min = 2, max = 2 }"),
     );
-    let out = p.run(&[
-        "--output",
-        "json",
-        "run",
-        "events",
-        "--window",
-        "2026-10-25T00",
-    ]);
+    let out = run_json(&p, "events", "2026-10-25T00");
     assert_eq!(code(&out), 0, "{}", text(&out));
     assert!(failed_checks(&json_lines(&out)[0]).is_empty());
     // The partition value is the window's hour, as the check sees it.
@@ -463,16 +431,97 @@ uri = "events.csv"
         "events",
         &task("[[checks.sql]]\nname = \"hour_is_the_window\"\nsql = \"SELECT * FROM output WHERE hour IS DISTINCT FROM CAST($window_start_ts AS TIMESTAMP)\""),
     );
-    let out = p.run(&[
-        "--output",
-        "json",
-        "run",
-        "events",
-        "--window",
-        "2026-10-25T01",
-    ]);
+    let out = run_json(&p, "events", "2026-10-25T01");
     assert_eq!(code(&out), 0, "{}", text(&out));
     let r = &json_lines(&out)[0];
     assert!(failed_checks(r).is_empty(), "{r}");
     assert_eq!(r["rows_written"], 1);
+}
+
+/// Review finding: relationship tables were registered under names made from the check's
+/// name with every non-alphanumeric character replaced, so `relationships("cust-id")` and
+/// `relationships(cust_id)` shared one table and the first compared against the second's.
+#[tokio::test]
+async fn two_relationships_whose_names_look_alike_each_check_their_own_table() {
+    let p = project("");
+    std::fs::write(
+        p.path().join("vips.csv"),
+        "customer_id,name,since\n20,Cy,2026-01-01\n21,Di,2026-01-01\n",
+    )
+    .unwrap();
+    let customers = std::fs::read_to_string(p.path().join("tables/customers.toml")).unwrap();
+    p.task("vips", &customers.replace("customers", "vips"));
+    p.run_ok("vips", "2026-01-01");
+    p.task(
+        "pairs",
+        r#"sql = """
+SELECT order_id, CAST(customer_id AS BIGINT) AS "cust-id", CAST(customer_id AS BIGINT) + 10 AS cust_id,
+       CAST(day AS DATE) AS day
+FROM orders
+WHERE CAST(day AS DATE) >= $window_start AND CAST(day AS DATE) < $window_end
+"""
+[target]
+partition_by = "day"
+[window]
+grain = "day"
+[sources.orders]
+uri = "orders.csv"
+[checks]
+relationships = { "cust-id" = "customers.customer_id", cust_id = "vips.customer_id" }
+"#,
+    );
+    // 2026-11-01: customers 10 and 11, i.e. vips 20 and 21: both checks pass.
+    let out = run_json(&p, "pairs", "2026-11-01");
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(
+        failed_checks(&json_lines(&out)[0]).is_empty(),
+        "{}",
+        text(&out)
+    );
+}
+
+/// Review finding: `unique` counted rows with a NULL key as duplicates of each other; as in
+/// dbt, a NULL key is not compared (`not_null` is the check for it).
+#[tokio::test]
+async fn unique_does_not_compare_null_keys() {
+    let p = project("");
+    std::fs::write(
+        p.path().join("orders.csv"),
+        "order_id,customer_id,status,amount,day\n1,,paid,20,2026-11-01\n2,,paid,30,2026-11-01\n",
+    )
+    .unwrap();
+    p.task(
+        "orders",
+        &orders_task("overwrite", "[checks]\nunique = [[\"customer_id\"]]"),
+    );
+    let out = run_json(&p, "orders", "2026-11-01");
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(
+        check_result(&json_lines(&out)[0], "unique(customer_id)")["ok"],
+        true
+    );
+}
+
+/// Review finding: `validate` did not plan relationship checks, so a relationship to a column
+/// the other table lacks was found only after the window had been staged.
+#[tokio::test]
+async fn validate_plans_relationships_against_the_other_table() {
+    let p = project("");
+    p.task(
+        "orders",
+        &orders_task(
+            "overwrite",
+            "[checks]\nrelationships = { customer_id = \"customers.no_such_column\" }",
+        ),
+    );
+    let out = p.run(&["validate", "orders"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(
+        text(&out).contains("relationships(customer_id)"),
+        "{}",
+        text(&out)
+    );
+    let out = p.run(&["run", "orders", "--window", "2026-11-01"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(log_version(&p.table_dir("orders")).is_none());
 }

@@ -23,6 +23,15 @@ output = "SELECT sum(lines) AS lines FROM output"
     )
 }
 
+/// `status monthly` for June and July 1995, as JSON lines.
+fn june_july_status(p: &TestProject) -> Vec<serde_json::Value> {
+    let out = p.run(&[
+        "--output", "json", "status", "monthly", "--from", "1995-06", "--to", "1995-07",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    json_lines(&out)
+}
+
 #[tokio::test]
 async fn a_task_reads_the_table_another_task_publishes() {
     let p = TestProject::new();
@@ -131,13 +140,7 @@ async fn a_republished_upstream_window_makes_exactly_its_downstream_window_stale
     for m in ["1995-06", "1995-07"] {
         p.run_ok("monthly", m);
     }
-    let status = || {
-        let out = p.run(&[
-            "--output", "json", "status", "monthly", "--from", "1995-06", "--to", "1995-07",
-        ]);
-        assert_eq!(code(&out), 0, "{}", text(&out));
-        json_lines(&out)
-    };
+    let status = || june_july_status(&p);
     assert!(
         status().iter().all(|s| s["stale"] == false),
         "{:?}",
@@ -335,13 +338,7 @@ async fn a_merge_downstream_window_goes_stale_too() {
     for m in ["1995-06", "1995-07"] {
         p.run_ok("monthly", m);
     }
-    let status = || {
-        let out = p.run(&[
-            "--output", "json", "status", "monthly", "--from", "1995-06", "--to", "1995-07",
-        ]);
-        assert_eq!(code(&out), 0, "{}", text(&out));
-        json_lines(&out)
-    };
+    let status = || june_july_status(&p);
     assert!(
         status().iter().all(|s| s["stale"] == false),
         "{:?}",

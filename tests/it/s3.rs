@@ -283,32 +283,14 @@ pub(crate) enum Fault {
 }
 
 pub(crate) async fn proxy(fault: Fault) -> Proxy {
-    let upstream: SocketAddr = s3_env()["AWS_ENDPOINT_URL"]
-        .trim_start_matches("http://")
-        .parse()
-        .unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let dead = Arc::new(AtomicBool::new(false));
     let cuts = Arc::new(AtomicUsize::new(0));
-    let cuts2 = cuts.clone();
-    tokio::spawn(async move {
-        // Bounded: the proxy lives as long as the test's runtime.
-        while let Ok((client, _)) = listener.accept().await {
-            if dead.load(Ordering::SeqCst) {
-                drop(client);
-                continue;
-            }
-            let Ok(server) = TcpStream::connect(upstream).await else {
-                continue;
-            };
+    let (dead2, cuts2) = (dead.clone(), cuts.clone());
+    let addr = relay(
+        move || dead2.load(Ordering::SeqCst),
+        move |mut cr, mut sw| {
             let (dead, cuts) = (dead.clone(), cuts2.clone());
-            tokio::spawn(async move {
-                let (mut cr, mut cw) = client.into_split();
-                let (mut sr, mut sw) = server.into_split();
-                let down = tokio::spawn(async move {
-                    let _ = tokio::io::copy(&mut sr, &mut cw).await;
-                });
+            async move {
                 let mut buf = vec![0u8; 64 * 1024];
                 // Bytes the client sent on this connection (bounded), as bytes: bodies are
                 // binary, and on a kept-alive connection a request line follows the previous
@@ -345,11 +327,55 @@ pub(crate) async fn proxy(fault: Fault) -> Proxy {
                         break;
                     }
                 }
+            }
+        },
+    )
+    .await;
+    Proxy { addr, cuts }
+}
+
+/// A loopback proxy to the test S3 server. Per client connection (unless `refuse` says to
+/// drop it), the server's responses are copied back as they come, and `up` forwards what the
+/// client sends (returning when the connection ends).
+async fn relay<R, F, Fut>(refuse: R, up: F) -> SocketAddr
+where
+    R: Fn() -> bool + Send + 'static,
+    F: Fn(tokio::net::tcp::OwnedReadHalf, tokio::net::tcp::OwnedWriteHalf) -> Fut
+        + Send
+        + Sync
+        + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let upstream: SocketAddr = s3_env()["AWS_ENDPOINT_URL"]
+        .trim_start_matches("http://")
+        .parse()
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let up = Arc::new(up);
+    tokio::spawn(async move {
+        // Bounded: the proxy lives as long as the test's runtime.
+        while let Ok((client, _)) = listener.accept().await {
+            if refuse() {
+                drop(client);
+                continue;
+            }
+            let Ok(server) = TcpStream::connect(upstream).await else {
+                continue;
+            };
+            let up = up.clone();
+            tokio::spawn(async move {
+                let (cr, mut cw) = client.into_split();
+                let (mut sr, sw) = server.into_split();
+                let down = tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut sr, &mut cw).await;
+                });
+                up(cr, sw).await;
                 down.abort();
             });
         }
     });
-    Proxy { addr, cuts }
+    addr
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -502,26 +528,13 @@ async fn s3_secrets_never_appear_in_output_logs_or_commits() {
 /// kind (`GET`, `HEAD`, `PUT`, `LIST`, `POST`, `DELETE`), parsing each request's head and
 /// skipping its body by `Content-Length`.
 async fn counting_proxy() -> (SocketAddr, Arc<std::sync::Mutex<HashMap<String, u64>>>) {
-    let upstream: SocketAddr = s3_env()["AWS_ENDPOINT_URL"]
-        .trim_start_matches("http://")
-        .parse()
-        .unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let counts: Arc<std::sync::Mutex<HashMap<String, u64>>> = Arc::default();
     let counts2 = counts.clone();
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let Ok(server) = TcpStream::connect(upstream).await else {
-                continue;
-            };
+    let addr = relay(
+        || false,
+        move |mut cr, mut sw| {
             let counts = counts2.clone();
-            tokio::spawn(async move {
-                let (mut cr, mut cw) = client.into_split();
-                let (mut sr, mut sw) = server.into_split();
-                let down = tokio::spawn(async move {
-                    let _ = tokio::io::copy(&mut sr, &mut cw).await;
-                });
+            async move {
                 let mut buf = vec![0u8; 64 * 1024];
                 let mut pending: Vec<u8> = Vec::new();
                 let mut body_left = 0usize;
@@ -577,10 +590,10 @@ async fn counting_proxy() -> (SocketAddr, Arc<std::sync::Mutex<HashMap<String, u
                         }
                     }
                 }
-                down.abort();
-            });
-        }
-    });
+            }
+        },
+    )
+    .await;
     (addr, counts)
 }
 

@@ -287,12 +287,7 @@ pub async fn validate(
                     "{}: [checks] {}: the query has no column `{c}` (it has: {})",
                     task.file.display(),
                     check.name,
-                    schema
-                        .fields()
-                        .iter()
-                        .map(|f| f.name().as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    plan::names(schema)
                 )));
             }
         }
