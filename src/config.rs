@@ -26,6 +26,13 @@ pub struct Config {
     /// [`DEFAULT_CHECK_BATCH`]; 0 or 1: window by window, the plain twin; off whenever
     /// `accelerate` is).
     pub check_batch: u64,
+    /// Delta log files read from object storage kept in memory for the process, each fetched
+    /// whole once (`IDEMLAKE_LOG_CACHE=0` turns only this off; off whenever `accelerate` is).
+    pub log_cache: bool,
+    /// How long a recorded proof that an S3 endpoint honours conditional PUT is trusted, in
+    /// seconds (`IDEMLAKE_S3_PROBE_MAX_AGE_SECS`, default [`DEFAULT_PROBE_MAX_AGE_SECS`]; 0:
+    /// probe in every process).
+    pub s3_probe_max_age_secs: u64,
     /// Storage request retries (`IDEMLAKE_S3_MAX_RETRIES`; `None`: object_store's default).
     pub s3_max_retries: Option<u64>,
     /// Time budget of a storage request's retries in seconds
@@ -50,6 +57,9 @@ pub struct Config {
 
 /// Windows per grouped check query unless `IDEMLAKE_CHECK_BATCH` says otherwise.
 pub const DEFAULT_CHECK_BATCH: u64 = 100_000;
+
+/// A week: how long a conditional-PUT probe's record is trusted by default.
+pub const DEFAULT_PROBE_MAX_AGE_SECS: u64 = 7 * 24 * 3600;
 
 /// Environment variables holding credentials: their values are redacted from output.
 const SECRET_VARS: [&str; 3] = [
@@ -99,6 +109,9 @@ impl Config {
             scan_cache_kb: whole_number("IDEMLAKE_SCAN_CACHE_KB", strict)?,
             check_batch: whole_number("IDEMLAKE_CHECK_BATCH", strict)?
                 .unwrap_or(DEFAULT_CHECK_BATCH),
+            log_cache: accelerate && !switched_off("IDEMLAKE_LOG_CACHE"),
+            s3_probe_max_age_secs: whole_number("IDEMLAKE_S3_PROBE_MAX_AGE_SECS", strict)?
+                .unwrap_or(DEFAULT_PROBE_MAX_AGE_SECS),
             s3_max_retries: whole_number("IDEMLAKE_S3_MAX_RETRIES", strict)?,
             s3_retry_timeout_secs: whole_number("IDEMLAKE_S3_RETRY_TIMEOUT_SECS", strict)?,
             test_fault: var("IDEMLAKE_TEST_FAULT").filter(|v| !v.is_empty()),
@@ -145,6 +158,8 @@ impl fmt::Display for Config {
             opt(self.scan_cache_kb, "auto (1/8 of memory)")
         )?;
         writeln!(f, "check_batch = {}", self.check_batch)?;
+        writeln!(f, "log_cache = {}", self.log_cache)?;
+        writeln!(f, "s3_probe_max_age_secs = {}", self.s3_probe_max_age_secs)?;
         writeln!(
             f,
             "s3_max_retries = {}",

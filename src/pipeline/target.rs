@@ -458,7 +458,8 @@ fn open_in_background(url: &url::Url) -> tokio::task::JoinHandle<Result<DeltaTab
     let url = url.clone();
     let load = background().track_future(async move {
         let t = Instant::now();
-        let table = table::open(&url).await;
+        // The record of an earlier conditional-PUT probe is read beside the log (S3 only).
+        let (table, ()) = tokio::join!(table::open(&url), crate::storage::recall_probe(&url));
         tracing::debug!(
             ms = t.elapsed().as_millis() as u64,
             version = ?table.as_ref().ok().and_then(|t| t.version()),

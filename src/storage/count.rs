@@ -6,7 +6,8 @@
 //! except: a multipart upload counts once as `PUT` whatever its parts; a listing counts once
 //! per call however many pages it takes (1,000 keys a page); `DELETE` counts objects (S3
 //! deletes up to 1,000 per request); object_store's own retries happen inside the wrapped
-//! store and are not seen here.
+//! store and are not seen here. Each request is also logged at `trace` level with the object
+//! it names (`IDEMLAKE_LOG=idemlake::storage::count=trace`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -23,7 +24,8 @@ fn counts() -> &'static Mutex<BTreeMap<&'static str, (u64, u64)>> {
     COUNTS.get_or_init(Default::default)
 }
 
-fn add(kind: &'static str, bytes: u64) {
+fn add(kind: &'static str, location: &object_store::path::Path, bytes: u64) {
+    tracing::trace!(kind, %location, bytes, "storage request");
     let mut c = counts().lock().expect("not poisoned");
     let e = c.entry(kind).or_default();
     e.0 += 1;
@@ -77,7 +79,7 @@ impl Intercept for Counted {
     fn inner(&self) -> &dyn ObjectStore {
         self.0.as_ref()
     }
-    fn request_hook(&self) -> Option<fn(&'static str, u64)> {
+    fn request_hook(&self) -> Option<fn(&'static str, &object_store::path::Path, u64)> {
         Some(add)
     }
 }

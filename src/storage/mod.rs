@@ -6,7 +6,11 @@
 //! provider-specific, path-style addressing unless `AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true`.
 //! Delta commits are put-if-absent (`If-None-Match: *`); before the first commit to a bucket,
 //! a probe checks that the server really refuses to overwrite, because a server that ignores
-//! the header would let two writers both create the same log version (a lost commit).
+//! the header would let two writers both create the same log version (a lost commit). The
+//! probe's outcome is recorded in the table (`_idemlake/conditional-put.json`, with the
+//! endpoint): later processes trust it for `IDEMLAKE_S3_PROBE_MAX_AGE_SECS` on that endpoint.
+//! Delta log files read from S3 are kept for the process (`logcache`); requests are counted
+//! (`count`).
 //! Invariant: credentials are never formatted into messages; errors are passed through
 //! `cli::redact` before printing anyway.
 
@@ -49,7 +53,12 @@ pub fn store_for(url: &Url) -> Result<Option<(Url, Arc<dyn ObjectStore>)>> {
             .build()
             .map_err(|e| Error::input(format!("cannot configure S3 access for {bucket}: {e}")))?,
     );
-    let store: Arc<dyn ObjectStore> = Arc::new(wrap::Wrapped(count::Counted(s3)));
+    let counted: Arc<dyn ObjectStore> = Arc::new(wrap::Wrapped(count::Counted(s3)));
+    let store: Arc<dyn ObjectStore> = if crate::config::get().log_cache {
+        Arc::new(wrap::Wrapped(logcache::LogCache::new(counted)))
+    } else {
+        counted
+    };
     map.insert(bucket.to_string(), store.clone());
     Ok(Some((bucket, store)))
 }
@@ -68,27 +77,117 @@ fn retry_config() -> Result<RetryConfig> {
     Ok(cfg)
 }
 
-/// Check once per bucket that the server refuses a second put-if-absent of the same key.
-pub async fn probe_conditional_put(url: &Url) -> Result<()> {
-    static PROBED: OnceLock<Mutex<HashMap<String, bool>>> = OnceLock::new();
-    let Some((bucket, store)) = store_for(url)? else {
-        return Ok(());
-    };
-    if PROBED
-        .get_or_init(Default::default)
+/// Buckets proven in this process to refuse a second put-if-absent.
+fn proven() -> &'static Mutex<HashMap<String, ()>> {
+    static PROVEN: OnceLock<Mutex<HashMap<String, ()>>> = OnceLock::new();
+    PROVEN.get_or_init(Default::default)
+}
+
+fn is_proven(bucket: &Url) -> bool {
+    proven()
         .lock()
         .expect("not poisoned")
         .contains_key(bucket.as_str())
-    {
+}
+
+/// Where a table keeps the proof that its endpoint honours conditional PUT.
+const PROBE_RECORD: &str = "_idemlake/conditional-put.json";
+
+/// `name` under the table at `url` (its path within the bucket).
+fn table_key(url: &Url, name: &str) -> Path {
+    let prefix = url.path().trim_matches('/');
+    Path::from(format!(
+        "{}{}{name}",
+        prefix,
+        if prefix.is_empty() { "" } else { "/" }
+    ))
+}
+
+/// The endpoint S3 requests for `bucket` go to (the configured one, or AWS's for the region),
+/// as recorded with a probe: a proof holds for the server it was made on.
+fn endpoint_of(bucket: &Url) -> String {
+    use object_store::aws::AmazonS3ConfigKey as Key;
+    let b = AmazonS3Builder::from_env().with_url(bucket.as_str());
+    match b.get_config_value(&Key::Endpoint) {
+        Some(e) => e.trim_end_matches('/').to_string(),
+        None => format!(
+            "aws:{}",
+            b.get_config_value(&Key::Region)
+                .unwrap_or_else(|| "us-east-1".into())
+        ),
+    }
+}
+
+/// What a probe left in the table's `_idemlake/` area.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ProbeRecord {
+    endpoint: String,
+    proven_at: String,
+    proven_by: String,
+}
+
+/// Read the table's probe record; if it was made on this endpoint within
+/// `IDEMLAKE_S3_PROBE_MAX_AGE_SECS`, the bucket counts as proven for this process (one GET,
+/// made while the table loads, instead of a probe's three requests in every process).
+pub async fn recall_probe(url: &Url) {
+    let Ok(Some((bucket, store))) = store_for(url) else {
+        return;
+    };
+    let max_age = crate::config::get().s3_probe_max_age_secs;
+    if max_age == 0 || is_proven(&bucket) {
+        return;
+    }
+    let record = match store.get(&table_key(url, PROBE_RECORD)).await {
+        Ok(r) => match r.bytes().await {
+            Ok(b) => serde_json::from_slice::<ProbeRecord>(&b).ok(),
+            Err(_) => None,
+        },
+        Err(object_store::Error::NotFound { .. }) => None,
+        Err(e) => {
+            tracing::debug!("cannot read the conditional-PUT record: {e}");
+            None
+        }
+    };
+    let Some(record) = record else { return };
+    let endpoint = endpoint_of(&bucket);
+    let age = record
+        .proven_at
+        .parse::<jiff::Timestamp>()
+        .ok()
+        .map(|at| jiff::Timestamp::now().as_second() - at.as_second());
+    match age {
+        Some(age) if record.endpoint == endpoint && (0..max_age as i64).contains(&age) => {
+            tracing::debug!(
+                endpoint,
+                age,
+                "conditional PUT proven by the table's record"
+            );
+            proven()
+                .lock()
+                .expect("not poisoned")
+                .insert(bucket.to_string(), ());
+        }
+        _ => tracing::debug!(
+            recorded = record.endpoint,
+            endpoint,
+            ?age,
+            "the conditional-PUT record is stale or for another endpoint: probing again"
+        ),
+    }
+}
+
+/// Check that the server refuses a second put-if-absent of the same key, before the first
+/// commit: once per bucket in a process, and not at all while the table's record of an
+/// earlier probe on the same endpoint is fresh (see [`recall_probe`]). A probe that passes
+/// writes that record.
+pub async fn probe_conditional_put(url: &Url) -> Result<()> {
+    let Some((bucket, store)) = store_for(url)? else {
+        return Ok(());
+    };
+    if is_proven(&bucket) {
         return Ok(());
     }
-    let prefix = url.path().trim_matches('/');
-    let key = Path::from(format!(
-        "{}{}_idemlake_probe/{}",
-        prefix,
-        if prefix.is_empty() { "" } else { "/" },
-        uuid::Uuid::new_v4()
-    ));
+    let key = table_key(url, &format!("_idemlake_probe/{}", uuid::Uuid::new_v4()));
     let create = || PutOptions {
         mode: PutMode::Create,
         ..Default::default()
@@ -105,12 +204,22 @@ pub async fn probe_conditional_put(url: &Url) -> Result<()> {
         Err(
             object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. },
         ) => {
-            PROBED
-                .get()
-                .expect("initialised")
+            proven()
                 .lock()
                 .expect("not poisoned")
-                .insert(bucket.to_string(), true);
+                .insert(bucket.to_string(), ());
+            let record = ProbeRecord {
+                endpoint: endpoint_of(&bucket),
+                proven_at: jiff::Timestamp::now().to_string(),
+                proven_by: format!("idemlake {}", env!("CARGO_PKG_VERSION")),
+            };
+            let body = serde_json::to_vec_pretty(&record).expect("serialisable");
+            if let Err(e) = store
+                .put(&table_key(url, PROBE_RECORD), PutPayload::from(body))
+                .await
+            {
+                tracing::warn!("conditional PUT is honoured, but recording that failed: {e}");
+            }
             Ok(())
         }
         Ok(_) => Err(Error::runtime(format!(
@@ -121,4 +230,5 @@ pub async fn probe_conditional_put(url: &Url) -> Result<()> {
 }
 
 pub mod count;
+pub mod logcache;
 pub mod wrap;

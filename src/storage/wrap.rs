@@ -27,6 +27,11 @@ pub trait Intercept: fmt::Debug + fmt::Display + Send + Sync + 'static {
         result
     }
 
+    /// A read served here instead (`None`: by the wrapped store).
+    async fn get(&self, _location: &Path, _options: &GetOptions) -> Option<Result<GetResult>> {
+        None
+    }
+
     /// Ranged reads served here instead (`None`: by the wrapped store).
     async fn read_ranges(
         &self,
@@ -37,10 +42,11 @@ pub trait Intercept: fmt::Debug + fmt::Display + Send + Sync + 'static {
     }
 
     /// A function told of each request handed to the wrapped store: its kind (`GET`, `HEAD`,
-    /// `PUT`, `LIST`, `DELETE` per object, `COPY`) and the bytes it carried. With one, ranged
+    /// `PUT`, `LIST`, `DELETE` per object, `COPY`), the object or prefix it names and the bytes
+    /// it carried. With one, ranged
     /// reads go one range at a time through `get_opts` here, so that it sees each (default:
     /// none, and the wrapped store's own `get_ranges`).
-    fn request_hook(&self) -> Option<fn(&'static str, u64)> {
+    fn request_hook(&self) -> Option<fn(&'static str, &Path, u64)> {
         None
     }
 }
@@ -50,9 +56,9 @@ pub trait Intercept: fmt::Debug + fmt::Display + Send + Sync + 'static {
 pub struct Wrapped<I>(pub I);
 
 impl<I: Intercept> Wrapped<I> {
-    fn seen(&self, kind: &'static str, bytes: u64) {
+    fn seen(&self, kind: &'static str, location: &Path, bytes: u64) {
         if let Some(hook) = self.0.request_hook() {
-            hook(kind, bytes);
+            hook(kind, location, bytes);
         }
     }
 }
@@ -71,7 +77,7 @@ impl<I: Intercept> ObjectStore for Wrapped<I> {
         payload: PutPayload,
         opts: PutOptions,
     ) -> Result<PutResult> {
-        self.seen("PUT", payload.content_length() as u64);
+        self.seen("PUT", location, payload.content_length() as u64);
         let result = self.0.inner().put_opts(location, payload, opts).await;
         self.0.after_put(location, result)
     }
@@ -94,17 +100,20 @@ impl<I: Intercept> ObjectStore for Wrapped<I> {
         location: &Path,
         opts: PutMultipartOptions,
     ) -> Result<Box<dyn MultipartUpload>> {
-        self.seen("PUT", 0);
+        self.seen("PUT", location, 0);
         self.0.inner().put_multipart_opts(location, opts).await
     }
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        if let Some(served) = self.0.get(location, &options).await {
+            return served;
+        }
         let head = options.head;
         let result = self.0.inner().get_opts(location, options).await;
         let bytes = match &result {
             Ok(r) if !head => r.range.end - r.range.start,
             _ => 0,
         };
-        self.seen(if head { "HEAD" } else { "GET" }, bytes);
+        self.seen(if head { "HEAD" } else { "GET" }, location, bytes);
         result
     }
     fn delete_stream(
@@ -113,15 +122,20 @@ impl<I: Intercept> ObjectStore for Wrapped<I> {
     ) -> BoxStream<'static, Result<Path>> {
         match self.0.request_hook() {
             // Each path once, as the wrapped store takes it (S3 batches them into requests).
-            Some(hook) => self
-                .0
-                .inner()
-                .delete_stream(locations.inspect(move |_| hook("DELETE", 0)).boxed()),
+            Some(hook) => self.0.inner().delete_stream(
+                locations
+                    .inspect(move |p| {
+                        if let Ok(p) = p {
+                            hook("DELETE", p, 0)
+                        }
+                    })
+                    .boxed(),
+            ),
             None => self.0.inner().delete_stream(locations),
         }
     }
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.seen("LIST", 0);
+        self.seen("LIST", prefix.unwrap_or(&Path::default()), 0);
         self.0.inner().list(prefix)
     }
     fn list_with_offset(
@@ -129,15 +143,15 @@ impl<I: Intercept> ObjectStore for Wrapped<I> {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.seen("LIST", 0);
+        self.seen("LIST", prefix.unwrap_or(&Path::default()), 0);
         self.0.inner().list_with_offset(prefix, offset)
     }
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        self.seen("LIST", 0);
+        self.seen("LIST", prefix.unwrap_or(&Path::default()), 0);
         self.0.inner().list_with_delimiter(prefix).await
     }
     async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        self.seen("COPY", 0);
+        self.seen("COPY", from, 0);
         self.0.inner().copy_opts(from, to, options).await
     }
 }

@@ -648,3 +648,108 @@ async fn s3_request_counts_in_the_summary_match_the_wire() {
     );
     assert_eq!(on_wire("PUT-PART"), 0, "{wire:?}");
 }
+
+/// The requests one command's `-v` trace names (`IDEMLAKE_LOG=…count=trace`): kind and object.
+fn traced_requests(stderr: &str) -> Vec<(String, String)> {
+    stderr
+        .lines()
+        .filter(|l| l.contains("storage request "))
+        .filter_map(|l| {
+            let kind = l.split("kind=\"").nth(1)?.split('"').next()?;
+            let location = l.split(" location=").nth(1)?.split(' ').next()?;
+            Some((kind.to_string(), location.to_string()))
+        })
+        .collect()
+}
+
+/// Issue 19: a day window on a checkpointed S3 table reads each Delta log file at most once
+/// (delta-rs's load alone read every commit after the checkpoint twice and the checkpoint in
+/// eleven ranged reads), does not probe conditional PUT again while the table's record of the
+/// last probe is fresh, and stays within 20 requests plus one per commit file after the
+/// checkpoint. A probe runs again when the record is too old or made on another endpoint.
+#[tokio::test(flavor = "multi_thread")]
+async fn s3_a_day_window_reads_each_log_file_once_and_remembers_the_probe() {
+    let s = S3Project::new().await;
+    let task = "lineitem_by_ship_day";
+    s.run_ok(task, "1995-06-01");
+    let url = s.table_url(task);
+    let mut t = DeltaTableBuilder::from_url(url.clone())
+        .unwrap()
+        .with_storage_backend(store(), url)
+        .build()
+        .unwrap();
+    t.load().await.unwrap();
+    t.set_tbl_properties()
+        .with_properties(HashMap::from([(
+            "delta.checkpointInterval".to_string(),
+            "3".to_string(),
+        )]))
+        .await
+        .unwrap();
+    for day in 2..=6 {
+        s.run_ok(task, &format!("1995-06-0{day}"));
+    }
+    let log = format!("{}/lake/{task}/_delta_log/", s.prefix);
+    let traced = |extra: &[(&str, &str)], endpoint: Option<&str>| {
+        let mut c = s.cmd(endpoint);
+        c.env(
+            "IDEMLAKE_LOG",
+            "idemlake::storage::count=trace,idemlake=info",
+        );
+        for (k, v) in extra {
+            c.env(k, v);
+        }
+        let out = c
+            .args(["-v", "run", task, "--window", "1995-06-07"])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        traced_requests(&String::from_utf8_lossy(&out.stderr))
+    };
+    let requests = traced(&[], None);
+    let v = s.version(task).await.unwrap();
+    let checkpoint = (0..v).rev().find(|c| (c + 1) % 3 == 0).unwrap();
+    let mut gets: HashMap<&str, usize> = HashMap::new();
+    for (kind, loc) in &requests {
+        if kind == "GET" {
+            *gets.entry(loc.as_str()).or_default() += 1;
+        }
+    }
+    let log_gets: Vec<_> = gets
+        .iter()
+        .filter(|(l, _)| l.starts_with(&log) && !l.ends_with("_last_checkpoint"))
+        .collect();
+    assert!(
+        log_gets.iter().all(|(_, n)| **n == 1),
+        "a log file read twice: {log_gets:?}"
+    );
+    let checkpoint_file = format!("{log}{checkpoint:020}.checkpoint.parquet");
+    assert_eq!(gets.get(checkpoint_file.as_str()), Some(&1), "{requests:?}");
+    assert!(
+        !requests.iter().any(|(_, l)| l.contains("_idemlake_probe")),
+        "probed again despite a fresh record: {requests:?}"
+    );
+    // The sources are on S3 here too: their reads are not the table's requests.
+    let table_requests = requests
+        .iter()
+        .filter(|(_, l)| !l.contains("/data/"))
+        .count();
+    let after_checkpoint = (v - 1 - checkpoint) as usize;
+    assert!(
+        table_requests <= 20 + after_checkpoint,
+        "{table_requests} requests for {after_checkpoint} commit files after the checkpoint: {requests:?}"
+    );
+
+    // The record is too old to trust: probe again (and record it again).
+    let requests = traced(&[("IDEMLAKE_S3_PROBE_MAX_AGE_SECS", "0")], None);
+    let probes = |r: &[(String, String)]| {
+        r.iter()
+            .filter(|(k, l)| k == "PUT" && l.contains("_idemlake_probe"))
+            .count()
+    };
+    assert_eq!(probes(&requests), 2, "{requests:?}");
+    // Another endpoint (a proxy in front of the same server): the record does not hold there.
+    let (addr, _) = counting_proxy().await;
+    let requests = traced(&[], Some(&format!("http://{addr}")));
+    assert_eq!(probes(&requests), 2, "{requests:?}");
+}
