@@ -49,11 +49,13 @@ struct Cached {
     attributes: Attributes,
 }
 
+/// One path's entry: empty until its first read ends; `None` once known too large to keep.
+type Slot = OnceCell<Option<Arc<Cached>>>;
+
 /// A store whose Delta log files are read once (see the module doc).
 pub struct LogCache {
     inner: Arc<dyn ObjectStore>,
-    /// Per path: empty until the first read ends; `None` once known too large to keep.
-    entries: Mutex<HashMap<Path, Arc<OnceCell<Option<Arc<Cached>>>>>>,
+    entries: Mutex<HashMap<Path, Arc<Slot>>>,
     bytes: AtomicU64,
 }
 
