@@ -17,6 +17,11 @@ per-window backfill; tools alternate rep by rep: A B A B ...):
   4  one day window on a 10-day table after ~10 commits vs after BENCH_HISTORY commits (the same
      10 days re-published until the log is that long); each tool on its own copy
   5  peak RSS of the day windows of scenario 2 (os.wait4 per child)
+  6  S3, with the 6-column task (NARROW_TOML below; the peer writes the same 6 columns): the
+     table on a local S3 server (SeaweedFS, scripts/s3-server), the source on local disk:
+     the initial load, one day window (idemlake vs the peer on its own copy), the same through
+     scripts/latency-proxy adding BENCH_S3_LATENCY_MS per request, the object-store requests of
+     one idemlake day window (its -v summary), and the BF_DAYS-day backfill vs the peer's loop
 
 Environment knobs (defaults in brackets):
   BENCH_BIN       idemlake binary [<repo>/target/release/idemlake]
@@ -31,7 +36,8 @@ Environment knobs (defaults in brackets):
   BENCH_DAY       the day window of scenarios 2 and 5 [1995-06-17]
   BENCH_WORK      scratch directory (wiped at start, except data-*/) [/tmp/idemlake-bench]
   BENCH_DATA      TPC-H data directory [$BENCH_WORK/data-sf$BENCH_SCALE], generated if absent
-  BENCH_SCENARIOS comma list of scenarios to run [1,2,3,4,5] (2, 3 and 5 need 1's table)
+  BENCH_SCENARIOS comma list of scenarios to run [1,2,3,4,5,6] (2, 3 and 5 need 1's table)
+  BENCH_S3_LATENCY_MS  milliseconds the latency proxy adds to each request in scenario 6 [20]
   BENCH_OUT       report path [<repo>/bench/RESULTS.md]
   BENCH_KEEP      1 keeps the tables in BENCH_WORK afterwards [0]
   BENCH_BACKFILL_DAYS  days of scenario 3's backfill, from 1995-01-01 [365]
@@ -56,6 +62,26 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 TASK = "lineitem_by_ship_day"
+# The narrow task (issues 18 and 19): 6 columns, no [reconcile] (the default independent checks).
+NARROW_TASK = "lineitem_narrow"
+NARROW_TOML = """description = "6 columns of lineitem by ship day (bench)"
+sql = \"\"\"
+SELECT l_orderkey, l_linenumber, l_shipdate AS ship_date, l_extendedprice, l_quantity, l_shipmode
+FROM lineitem
+WHERE l_shipdate >= $window_start AND l_shipdate < $window_end
+\"\"\"
+[target]
+partition_by = "ship_date"
+[window]
+grain = "day"
+timezone = "UTC"
+[sources.lineitem]
+uri = "data/lineitem.parquet"
+format = "parquet"
+[write]
+mode = "overwrite"
+on_empty = "clear"
+"""
 PINS = "deltalake==1.6.6 polars==1.44.2 pyarrow==26.0.1 datafusion==55.0.0"
 
 
@@ -75,7 +101,8 @@ HISTORY = int(env("BENCH_HISTORY", "1000"))
 DAY = env("BENCH_DAY", "1995-06-17")
 WORK = Path(env("BENCH_WORK", "/tmp/idemlake-bench")).resolve()
 DATA = Path(env("BENCH_DATA", str(WORK / f"data-sf{SCALE}"))).resolve()
-SCENARIOS = {int(s) for s in env("BENCH_SCENARIOS", "1,2,3,4,5").split(",") if s.strip()}
+SCENARIOS = {int(s) for s in env("BENCH_SCENARIOS", "1,2,3,4,5,6").split(",") if s.strip()}
+S3_LATENCY_MS = int(env("BENCH_S3_LATENCY_MS", "20"))
 OUT = Path(env("BENCH_OUT", str(REPO / "bench" / "RESULTS.md"))).resolve()
 KEEP = env("BENCH_KEEP", "0") == "1"
 BF_DAYS = int(env("BENCH_BACKFILL_DAYS", "365"))
@@ -102,8 +129,9 @@ class Failed(Exception):
     pass
 
 
-def run(cmd, log, check=True):
-    """Run one process, return (seconds, peak RSS in KiB, stdout text). Times the whole process."""
+def run(cmd, log, check=True, env_extra=None):
+    """Run one process, return (seconds, peak RSS in KiB, stdout text). Times the whole process.
+    `env_extra`: variables set for this process on top of this script's environment."""
     cmd = [str(c) for c in cmd]
     LOGS.mkdir(parents=True, exist_ok=True)
     out_path = LOGS / (log + ".out")
@@ -116,7 +144,8 @@ def run(cmd, log, check=True):
         err.flush()
         pos = out.tell()
         start = time.perf_counter()
-        p = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        penv = {**os.environ, **env_extra} if env_extra else None
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=penv)
         _, status, ru = os.wait4(p.pid, 0)
         secs = time.perf_counter() - start
         p.returncode = os.waitstatus_to_exitcode(status)
@@ -140,9 +169,9 @@ def peer(*args):
     return [PY, PEER] + list(args)
 
 
-def checksum(kind, path, lo=None, hi=None):
+def checksum(kind, path, lo=None, hi=None, env_extra=None):
     args = ["checksum", kind, path] + ([lo, hi] if lo else [])
-    _, _, text = run(peer(*args), "checksum")
+    _, _, text = run(peer(*args), "checksum", env_extra=env_extra)
     return json.loads(text.strip().splitlines()[-1])
 
 
@@ -204,6 +233,7 @@ RESULTS = {}
 CHECKS = {}   # name -> checksum dict
 NOTES = []
 COMMANDS = []
+S6_REQUESTS = {}  # scenario 6: the requests of one day window
 
 
 def record(key, label, tool, secs, rss, note=None):
@@ -260,6 +290,7 @@ def setup():
             DELETED_AT[0] = time.monotonic()
     (PROJECT / "tables").mkdir(parents=True)
     shutil.copy(REPO / "tables" / f"{TASK}.toml", PROJECT / "tables")
+    (PROJECT / "tables" / f"{NARROW_TASK}.toml").write_text(NARROW_TOML)
     if not SOURCE.exists():
         say(f"generating TPC-H SF {SCALE} into {DATA}")
         secs, _, _ = run([BIN, "gen-tpch", "--scale", SCALE, "--out", DATA], "gen-tpch")
@@ -523,6 +554,149 @@ def scenario4():
     CHECKS["s4.source"] = checksum("source", SOURCE, lo, hi)
 
 
+# ---------------------------------------------------------------- scenario 6: S3
+
+
+def s3_server():
+    """Start the loopback S3 server (installs it on first use); its environment variables."""
+    script = REPO / "scripts" / "s3-server"
+    subprocess.run([str(script), "start"], check=True, stdout=subprocess.DEVNULL)
+    out = subprocess.run([str(script), "env"], check=True, capture_output=True, text=True).stdout
+    envs = {}
+    for line in out.splitlines():
+        if line.startswith("export ") and "=" in line:
+            k, v = line[len("export "):].split("=", 1)
+            envs[k] = v.strip("'")
+    # The peer's commits: deltalake's put-if-absent on S3 (the same guarantee idemlake relies on).
+    envs["AWS_CONDITIONAL_PUT"] = "etag"
+    return envs
+
+
+def s3_copy(envs, src, dst):
+    """Server-side copy of every object under prefix `src` to `dst` (not idemlake's `_idemlake/`)."""
+    code = (
+        "import sys, boto3\n"
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "e = dict(a.split('=', 1) for a in sys.argv[3:])\n"
+        "s3 = boto3.client('s3', endpoint_url=e['AWS_ENDPOINT_URL'], region_name=e['AWS_REGION'],"
+        " aws_access_key_id=e['AWS_ACCESS_KEY_ID'], aws_secret_access_key=e['AWS_SECRET_ACCESS_KEY'])\n"
+        "b, src, dst = e['IDEMLAKE_S3_BUCKET'], sys.argv[1], sys.argv[2]\n"
+        "keys = [o['Key'] for p in s3.get_paginator('list_objects_v2').paginate(Bucket=b, Prefix=src)"
+        " for o in p.get('Contents', []) if '/_idemlake' not in o['Key']]\n"
+        "cp = lambda k: s3.copy_object(Bucket=b, Key=dst + k[len(src):], CopySource={'Bucket': b, 'Key': k})\n"
+        "with ThreadPoolExecutor(16) as ex: list(ex.map(cp, keys))\n"
+        "print(len(keys))\n")
+    venv_py = Path(env("IDEMLAKE_S3_VENV", str(REPO / ".venv-s3"))) / "bin" / "python"
+    _, _, text = run([venv_py, "-c", code, src, dst] + [f"{k}={v}" for k, v in envs.items()], "s6-copy")
+    return int(text.split()[-1])
+
+
+def s3_log_state(envs, prefix):
+    """(latest version, last checkpoint version) of the table whose log is under `prefix`."""
+    code = (
+        "import sys, boto3\n"
+        "e = dict(a.split('=', 1) for a in sys.argv[2:])\n"
+        "s3 = boto3.client('s3', endpoint_url=e['AWS_ENDPOINT_URL'], region_name=e['AWS_REGION'],"
+        " aws_access_key_id=e['AWS_ACCESS_KEY_ID'], aws_secret_access_key=e['AWS_SECRET_ACCESS_KEY'])\n"
+        "names = [o['Key'].rsplit('/', 1)[1] for p in s3.get_paginator('list_objects_v2').paginate("
+        "Bucket=e['IDEMLAKE_S3_BUCKET'], Prefix=sys.argv[1]) for o in p.get('Contents', [])]\n"
+        "v = max(int(n.split('.')[0]) for n in names if n.endswith('.json') and n[0].isdigit())\n"
+        "c = max([int(n.split('.')[0]) for n in names if '.checkpoint' in n] or [-1])\n"
+        "print(v, c)\n")
+    venv_py = Path(env("IDEMLAKE_S3_VENV", str(REPO / ".venv-s3"))) / "bin" / "python"
+    _, _, text = run([venv_py, "-c", code, prefix] + [f"{k}={v}" for k, v in envs.items()], "s6-log")
+    v, c = text.split()[-2:]
+    return int(v), int(c)
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scenario6(lo, hi):
+    say(f"scenario 6: S3 (SeaweedFS on loopback), the 6-column task: load, day window {DAY} plain and with "
+        f"{S3_LATENCY_MS} ms per request, {BF_DAYS}-day backfill")
+    envs = s3_server()
+    os.environ.update(envs)
+    bucket = envs["IDEMLAKE_S3_BUCKET"]
+    prefix = f"bench-{int(time.time())}"
+    lake = f"s3://{bucket}/{prefix}/idemlake"
+    table = f"{lake}/{NARROW_TASK}"
+    ptable = f"s3://{bucket}/{prefix}/peer/{NARROW_TASK}"
+    load = ["backfill", NARROW_TASK, "--from", lo, "--to", hi, "--parallel", PARALLEL]
+    secs, rss, text = run(idem(lake, *load), "s6-load")
+    check_reports(text, "S3 load")
+    record("s6.load", "initial load to S3", "idemlake backfill --parallel " + PARALLEL, secs, rss)
+    say(f"  load to S3: {secs:.1f} s")
+    n = s3_copy(envs, f"{prefix}/idemlake/{NARROW_TASK}/", f"{prefix}/peer/{NARROW_TASK}/")
+    say(f"  peer copy: {n} objects")
+    COMMANDS.append(f"AWS_ENDPOINT_URL=<SeaweedFS> idemlake --project P --lake s3://B/L --output json run {NARROW_TASK} --window {DAY}")
+    COMMANDS.append(f"AWS_ENDPOINT_URL=<SeaweedFS> python scripts/bench_peer.py window s3://B/peer SOURCE {DAY} --narrow")
+    COMMANDS.append(f"scripts/latency-proxy PORT <SeaweedFS host:port> {S3_LATENCY_MS}  # then the same two, through it")
+
+    def day_reps(key, label, env_extra=None):
+        for i in range(REPS + 1):
+            s_i, r_i, text = run(idem(lake, "run", NARROW_TASK, "--window", DAY), f"{key}-idemlake", env_extra=env_extra)
+            check_reports(text, label)
+            s_p, r_p, _ = run(peer("window", ptable, SOURCE, DAY, "--narrow"), f"{key}-peer", env_extra=env_extra)
+            if i == 0:
+                continue
+            record(f"{key}.idemlake", label, "idemlake run", s_i, r_i)
+            record(f"{key}.peer", label, "polars + write_deltalake", s_p, r_p)
+            say(f"  {label}, rep {i}: idemlake {s_i:.2f} s, peer {s_p:.2f} s")
+
+    day_reps("s6.day", "S3 day window")
+    # The requests of one more day window, as idemlake counts them (-v), against the log's shape.
+    v, cp = s3_log_state(envs, f"{prefix}/idemlake/{NARROW_TASK}/_delta_log/")
+    _, _, _ = run(idem(lake, "run", NARROW_TASK, "--window", DAY, verbose=True), "s6-requests")
+    err = (LOGS / "s6-requests.err").read_text(errors="replace")
+    summary = [l.split("storage requests: ", 1)[1] for l in err.splitlines() if "storage requests: " in l]
+    if summary:
+        total = int(summary[-1].split()[0])
+        after = v - cp
+        S6_REQUESTS.update({"total": total, "line": summary[-1], "after": after, "version": v, "checkpoint": cp})
+        say(f"  requests of a day window: {summary[-1]} ({after} commit files after the checkpoint)")
+
+    port = free_port()
+    upstream = envs["AWS_ENDPOINT_URL"].split("://", 1)[1].rstrip("/")
+    proxy = subprocess.Popen([sys.executable, str(REPO / "scripts" / "latency-proxy"), str(port), upstream,
+                              str(S3_LATENCY_MS)], stdout=subprocess.PIPE, text=True)
+    try:
+        proxy.stdout.readline()  # "listening on …"
+        day_reps("s6.lat", f"S3 day window, +{S3_LATENCY_MS} ms/request",
+                 env_extra={"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"})
+    finally:
+        proxy.terminate()
+        proxy.wait()
+
+    days = [(dt.date(1995, 1, 1) + dt.timedelta(days=d)).isoformat() for d in range(BF_DAYS)]
+    args = ["backfill", NARROW_TASK, "--from", days[0], "--to", days[-1], "--parallel", PARALLEL]
+    for i in range(BACKFILL_REPS):
+        secs, rss, text = run(idem(lake, *args), "s6-backfill")
+        check_reports(text, "S3 backfill")
+        record("s6.bf.idemlake", f"S3 {BF_DAYS}-day backfill", "idemlake backfill --parallel " + PARALLEL, secs, rss)
+        start, peak = time.perf_counter(), 0
+        for d in days:
+            _, r, _ = run(peer("window", ptable, SOURCE, d, "--narrow"), "s6-bf-peer")
+            peak = max(peak, r)
+        secs_p = time.perf_counter() - start
+        record("s6.bf.peer", f"S3 {BF_DAYS}-day backfill", f"polars + write_deltalake, {BF_DAYS} processes", secs_p, peak)
+        say(f"  S3 {BF_DAYS}-day backfill rep {i + 1}: idemlake {secs:.1f} s, peer loop {secs_p:.1f} s")
+
+    CHECKS["s6.source"] = checksum("source", SOURCE, lo, hi)
+    CHECKS["s6.idemlake"] = checksum("delta", table)
+    CHECKS["s6.peer"] = checksum("delta", ptable)
+    CHECKS["s6.day.source"] = checksum("source", SOURCE, DAY, DAY)
+    CHECKS["s6.day.idemlake"] = checksum("delta", table, DAY, DAY)
+    CHECKS["s6.day.peer"] = checksum("delta", ptable, DAY, DAY)
+    CHECKS["s6.bf.source"] = checksum("source", SOURCE, days[0], days[-1])
+    CHECKS["s6.bf.idemlake"] = checksum("delta", table, days[0], days[-1])
+    CHECKS["s6.bf.peer"] = checksum("delta", ptable, days[0], days[-1])
+
+
 # ---------------------------------------------------------------- report
 
 
@@ -592,6 +766,20 @@ def target_rows():
         r = med(k) / med("s4.10.idemlake")
         add(f"day window after {HISTORY} commits ≤ 1.5× after 10", True, f"{r:.2f}×", r <= 1.5,
             "—" if r <= 1.5 else f"{r / 1.5:.2f}× over")
+    for key, what in (("s6.day", "S3 day window"), ("s6.lat", f"S3 day window, +{S3_LATENCY_MS} ms per request")):
+        if f"{key}.idemlake" in RESULTS:
+            r = med(f"{key}.idemlake") / med(f"{key}.peer")
+            add(f"{what} ≤ 0.5× the Python peer", True, f"{r:.2f}×", r <= 0.5,
+                "—" if r <= 0.5 else f"needs {r / 0.5:.2f}× faster ({med(f'{key}.idemlake'):.2f} s → ≤ {0.5 * med(f'{key}.peer'):.2f} s)")
+    if S6_REQUESTS:
+        q = S6_REQUESTS
+        limit = 20 + q["after"]
+        add("S3 day window ≤ 20 requests + 1 per commit file after the checkpoint", True,
+            f"{q['total']} requests, {q['after']} commit files after the checkpoint", q["total"] <= limit,
+            "—" if q["total"] <= limit else f"{q['total'] - limit} over")
+    if "s6.bf.idemlake" in RESULTS:
+        r = med("s6.bf.peer") / med("s6.bf.idemlake")
+        add(f"S3 {BF_DAYS}-day backfill ahead of the peer's loop", True, f"{r:.1f}× faster", r > 1, "—" if r > 1 else "behind")
     if "s2.idemlake" in RESULTS:
         peak = stats("s2.idemlake", 1)[2] / 1024
         add(f"peak RSS of a day window < 512 MiB (SF {SCALE})", True, f"{peak:.0f} MiB (max of reps)",
@@ -654,6 +842,19 @@ def report(total, partial=False):
     for stage in ("10", str(HISTORY)):
         row(4, f"day window, 10-day table, {stage} commits", f"s4.{stage}.idemlake", f"s4.{stage}.peer",
             "(a) polars + write_deltalake(predicate)", f"s4.{stage}.idemlake", f"s4.{stage}.peer", "s4.source")
+    row(6, f"S3, 6 columns: day window {DAY}", "s6.day.idemlake", "s6.day.peer", "(a) polars + write_deltalake(predicate)",
+        "s6.day.idemlake", "s6.day.peer", "s6.day.source")
+    row(6, f"S3 +{S3_LATENCY_MS} ms/request, 6 columns: day window {DAY}", "s6.lat.idemlake", "s6.lat.peer",
+        "(a) polars + write_deltalake(predicate)", "s6.day.idemlake", "s6.day.peer", "s6.day.source")
+    row(6, f"S3, 6 columns: {BF_DAYS}-day backfill (from 1995-01-01)", "s6.bf.idemlake", "s6.bf.peer", f"(a) loop of {BF_DAYS} processes",
+        "s6.bf.idemlake", "s6.bf.peer", "s6.bf.source")
+    if "s6.load" in RESULTS:
+        L.append(f"| 6 | S3, 6 columns: initial load | {fmt_t('s6.load')} | | | | {cs_cell('s6.idemlake', 's6.source')} | "
+                 f"{cs_cell('s6.peer', 's6.source')} (a server-side copy of idemlake's table) |")
+    if S6_REQUESTS:
+        q = S6_REQUESTS
+        L.append(f"\nS3 requests of one idemlake day window (its `-v` summary; table at version {q['version']}, "
+                 f"checkpoint at {q['checkpoint']}): {q['line']}.")
     if "s2.idemlake" in RESULTS:
         ri, rp = med("s2.idemlake", 1), med("s2.peer", 1)
         L.append(f"| 5 | peak RSS, day window (SF {SCALE}) | {fmt_rss('s2.idemlake')} | (a) polars + write_deltalake "
@@ -714,6 +915,9 @@ def main():
         report(time.monotonic() - T0, partial=True)
     if ptable is not None and 3 in SCENARIOS:
         scenario3(table, ptable)
+        report(time.monotonic() - T0, partial=True)
+    if 6 in SCENARIOS:
+        scenario6(lo, hi)
     report(time.monotonic() - T0)
     if not KEEP:
         for p in WORK.iterdir():

@@ -19,7 +19,9 @@ One process does one thing, so the driver (scripts/bench.py) can time it as a wh
                                  optionally restricted to ship days FROM <= d <= TO; prints JSON.
 
 All writers produce the same 15 columns as tables/lineitem_by_ship_day.toml, in the same order
-and with the same types, with `l_shipdate` renamed `ship_date` (the partition column).
+and with the same types, with `l_shipdate` renamed `ship_date` (the partition column). With
+`--narrow` (window, floor) they produce the 6 columns of bench.py's narrow task instead:
+l_orderkey, l_linenumber, ship_date, l_extendedprice, l_quantity, l_shipmode.
 """
 
 import datetime as dt
@@ -34,7 +36,13 @@ COLUMNS = [
 ]
 
 
+NARROW = [False]
+
+
 def _select(pl):
+    if NARROW[0]:
+        return [pl.col("l_orderkey"), pl.col("l_linenumber"), pl.col("l_shipdate").alias("ship_date"),
+                pl.col("l_extendedprice"), pl.col("l_quantity"), pl.col("l_shipmode")]
     return [pl.col(c) for c in COLUMNS] + [pl.col("l_shipdate").alias("ship_date")]
 
 
@@ -134,7 +142,8 @@ def checksum(kind, path, lo=None, hi=None):
 
 
 def main(argv):
-    cmd, args = argv[1], argv[2:]
+    cmd, args = argv[1], [a for a in argv[2:] if a != "--narrow"]
+    NARROW[0] = "--narrow" in argv[2:]
     {"window": window, "floor": floor, "dfcopy": dfcopy, "deltaload": deltaload,
      "checksum": checksum}[cmd](*args)
 
