@@ -22,6 +22,9 @@ per-window backfill; tools alternate rep by rep: A B A B ...):
      the initial load, one day window (idemlake vs the peer on its own copy), the same through
      scripts/latency-proxy adding BENCH_S3_LATENCY_MS per request, the object-store requests of
      one idemlake day window (its -v summary), and the BF_DAYS-day backfill vs the peer's loop
+  7  initial load of the 6-column task (issue 18): idemlake vs (b) the polars floor writing the
+     same 6 columns, and SQLMesh's first plan of an INCREMENTAL_BY_TIME_RANGE model over the
+     same source on DuckDB (one batch into a DuckDB table; SQLMESH_PINS in .venv-sqlmesh)
 
 Environment knobs (defaults in brackets):
   BENCH_BIN       idemlake binary [<repo>/target/release/idemlake]
@@ -36,7 +39,7 @@ Environment knobs (defaults in brackets):
   BENCH_DAY       the day window of scenarios 2 and 5 [1995-06-17]
   BENCH_WORK      scratch directory (wiped at start, except data-*/) [/tmp/idemlake-bench]
   BENCH_DATA      TPC-H data directory [$BENCH_WORK/data-sf$BENCH_SCALE], generated if absent
-  BENCH_SCENARIOS comma list of scenarios to run [1,2,3,4,5,6] (2, 3 and 5 need 1's table)
+  BENCH_SCENARIOS comma list of scenarios to run [1,2,3,4,5,6,7] (2, 3 and 5 need 1's table)
   BENCH_S3_LATENCY_MS  milliseconds the latency proxy adds to each request in scenario 6 [20]
   BENCH_OUT       report path [<repo>/bench/RESULTS.md]
   BENCH_KEEP      1 keeps the tables in BENCH_WORK afterwards [0]
@@ -101,13 +104,15 @@ HISTORY = int(env("BENCH_HISTORY", "1000"))
 DAY = env("BENCH_DAY", "1995-06-17")
 WORK = Path(env("BENCH_WORK", "/tmp/idemlake-bench")).resolve()
 DATA = Path(env("BENCH_DATA", str(WORK / f"data-sf{SCALE}"))).resolve()
-SCENARIOS = {int(s) for s in env("BENCH_SCENARIOS", "1,2,3,4,5,6").split(",") if s.strip()}
+SCENARIOS = {int(s) for s in env("BENCH_SCENARIOS", "1,2,3,4,5,6,7").split(",") if s.strip()}
 S3_LATENCY_MS = int(env("BENCH_S3_LATENCY_MS", "20"))
 OUT = Path(env("BENCH_OUT", str(REPO / "bench" / "RESULTS.md"))).resolve()
 KEEP = env("BENCH_KEEP", "0") == "1"
 BF_DAYS = int(env("BENCH_BACKFILL_DAYS", "365"))
 SETTLE = float(env("BENCH_SETTLE", "35"))
 
+SQLMESH_PINS = "sqlmesh==0.236.0 duckdb==1.4.4"
+SQLMESH_VENV = REPO / ".venv-sqlmesh"
 VENV = REPO / ".venv-bench"
 PY = VENV / "bin" / "python"
 PEER = REPO / "scripts" / "bench_peer.py"
@@ -697,6 +702,92 @@ def scenario6(lo, hi):
     CHECKS["s6.bf.peer"] = checksum("delta", ptable, days[0], days[-1])
 
 
+# ---------------------------------------------------------------- scenario 7: the narrow load
+
+
+def ensure_sqlmesh():
+    py = SQLMESH_VENV / "bin" / "python"
+    stamp = SQLMESH_VENV / ".installed"
+    if not py.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(SQLMESH_VENV)], check=True)
+    if not stamp.exists() or stamp.read_text().strip() != SQLMESH_PINS:
+        say(f"installing {SQLMESH_PINS} into {SQLMESH_VENV}")
+        subprocess.run([str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+                       + SQLMESH_PINS.split(), check=True)
+        stamp.write_text(SQLMESH_PINS + "\n")
+    return SQLMESH_VENV / "bin"
+
+
+def sqlmesh_project(root, lo, hi):
+    """A SQLMesh project whose one model is the 6-column task as INCREMENTAL_BY_TIME_RANGE."""
+    (root / "models").mkdir(parents=True)
+    (root / "config.yaml").write_text(
+        "gateways:\n  local:\n    connection:\n      type: duckdb\n"
+        f"      database: {root / 'db.duckdb'}\n"
+        "default_gateway: local\nmodel_defaults:\n  dialect: duckdb\n")
+    (root / "models" / "lineitem_narrow.sql").write_text(f"""MODEL (
+  name bench.lineitem_narrow,
+  kind INCREMENTAL_BY_TIME_RANGE (time_column ship_date),
+  start '{lo}',
+  end '{hi}',
+  cron '@daily',
+  grain (l_orderkey, l_linenumber)
+);
+SELECT l_orderkey, l_linenumber, l_shipdate AS ship_date, l_extendedprice, l_quantity, l_shipmode
+FROM read_parquet('{SOURCE}')
+WHERE l_shipdate BETWEEN @start_ds AND @end_ds
+""")
+    return root
+
+
+def sqlmesh_checksum(bin_dir, root):
+    code = (
+        "import duckdb, json, sys\n"
+        "c = duckdb.connect(sys.argv[1], read_only=True)\n"
+        "r = c.sql('select count(*), sum(l_extendedprice)::varchar, "
+        "sum(l_orderkey::bigint * l_linenumber::bigint)::varchar, count(distinct ship_date) "
+        "from bench.lineitem_narrow').fetchone()\n"
+        "print(json.dumps({'rows': r[0], 'price': r[1], 'keys': r[2], 'days': str(r[3])}))\n")
+    _, _, text = run([bin_dir / "python", "-c", code, root / "db.duckdb"], "checksum")
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def scenario7(lo, hi):
+    say(f"scenario 7: initial load of the 6-column task {lo}..{hi}, {LOAD_REPS} reps")
+    bin_dir = ensure_sqlmesh()
+    s7 = WORK / "s7"
+    s7.mkdir()
+    load = ["backfill", NARROW_TASK, "--from", lo, "--to", hi, "--parallel", PARALLEL]
+    COMMANDS.append(f"idemlake --project P --lake L --output json {' '.join(load)}")
+    COMMANDS.append("python scripts/bench_peer.py floor SOURCE OUT --narrow   # the same 6 columns")
+    COMMANDS.append("sqlmesh -p S plan --auto-apply --no-prompts   # S: a fresh project, see sqlmesh_project()")
+    for i in range(LOAD_REPS):
+        if i > 0:
+            for tool in ("idemlake", "floor", "sqlmesh"):
+                fresh(s7 / f"{tool}-{i - 1}")
+        settle()
+        secs, rss, text = run(idem(s7 / f"idemlake-{i}", *load), "s7-idemlake")
+        check_reports(text, "narrow load")
+        record("s7.idemlake", "initial load, 6 columns", "idemlake backfill --parallel " + PARALLEL, secs, rss)
+        settle()
+        secs_f, rss_f, _ = run(peer("floor", SOURCE, s7 / f"floor-{i}", "--narrow"), "s7-floor")
+        record("s7.floor", "initial load, 6 columns", "polars write_parquet(partition_by)", secs_f, rss_f)
+        root = sqlmesh_project(s7 / f"sqlmesh-{i}", lo, hi)
+        settle()
+        secs_s, rss_s, _ = run([bin_dir / "sqlmesh", "-p", root, "plan", "--auto-apply", "--no-prompts"], "s7-sqlmesh")
+        record("s7.sqlmesh", "initial load, 6 columns", "SQLMesh plan (DuckDB)", secs_s, rss_s)
+        say(f"  rep {i + 1}: idemlake {secs:.1f} s, floor {secs_f:.1f} s, SQLMesh {secs_s:.1f} s")
+    i = LOAD_REPS - 1
+    CHECKS["s7.source"] = checksum("source", SOURCE, lo, hi)
+    CHECKS["s7.idemlake"] = checksum("delta", s7 / f"idemlake-{i}" / NARROW_TASK)
+    CHECKS["s7.floor"] = checksum("parquet", s7 / f"floor-{i}")
+    CHECKS["s7.sqlmesh"] = sqlmesh_checksum(bin_dir, s7 / f"sqlmesh-{i}")
+    NOTES.append("Scenario 7: SQLMesh's first plan runs the model's whole range as one batch "
+                 "(`INCREMENTAL_BY_TIME_RANGE` without `batch_size`), an INSERT into one DuckDB table in one "
+                 "transaction; idemlake publishes one atomic Delta commit per day window (group commits) "
+                 "as day-partitioned Parquet, and the floor writes the same partitions without a transaction.")
+
+
 # ---------------------------------------------------------------- report
 
 
@@ -780,6 +871,13 @@ def target_rows():
     if "s6.bf.idemlake" in RESULTS:
         r = med("s6.bf.peer") / med("s6.bf.idemlake")
         add(f"S3 {BF_DAYS}-day backfill ahead of the peer's loop", True, f"{r:.1f}× faster", r > 1, "—" if r > 1 else "behind")
+    if "s7.idemlake" in RESULTS:
+        r = med("s7.idemlake") / med("s7.floor")
+        add("initial load, 6 columns, ≤ 1.25× its floor", True, f"{r:.2f}×", r <= 1.25,
+            "—" if r <= 1.25 else f"needs {r / 1.25:.2f}× faster ({med('s7.idemlake'):.1f} s → ≤ {1.25 * med('s7.floor'):.1f} s)")
+        r = med("s7.idemlake") / med("s7.sqlmesh")
+        add("initial load, 6 columns, faster than SQLMesh on DuckDB", True, f"{r:.2f}×", r < 1,
+            "—" if r < 1 else f"needs {r:.2f}× faster ({med('s7.idemlake'):.1f} s → < {med('s7.sqlmesh'):.1f} s)")
     if "s2.idemlake" in RESULTS:
         peak = stats("s2.idemlake", 1)[2] / 1024
         add(f"peak RSS of a day window < 512 MiB (SF {SCALE})", True, f"{peak:.0f} MiB (max of reps)",
@@ -835,6 +933,10 @@ def report(total, partial=False):
         "s1.idemlake", "s1.dfserial", "s1.source", "source")
     row(1, "initial load, whole table", "s1.idemlake", "s1.deltaload", "write_deltalake, whole table in 1 commit",
         "s1.idemlake", "s1.deltaload", "s1.source", "source")
+    row(7, "initial load, 6 columns", "s7.idemlake", "s7.floor", "(b) polars write_parquet(partition_by), 6 columns — floor",
+        "s7.idemlake", "s7.floor", "s7.source")
+    row(7, "initial load, 6 columns", "s7.idemlake", "s7.sqlmesh", "SQLMesh 0.236 plan, INCREMENTAL_BY_TIME_RANGE on DuckDB 1.4.4",
+        "s7.idemlake", "s7.sqlmesh", "s7.source")
     row(2, f"day window {DAY}, loaded table", "s2.idemlake", "s2.peer", "(a) polars + write_deltalake(predicate)",
         "s2.day.idemlake", "s2.day.peer", "s2.day.source")
     row(3, f"{BF_DAYS}-day backfill (from 1995-01-01)", "s3.idemlake", "s3.peer", f"(a) loop of {BF_DAYS} processes",
@@ -915,6 +1017,9 @@ def main():
         report(time.monotonic() - T0, partial=True)
     if ptable is not None and 3 in SCENARIOS:
         scenario3(table, ptable)
+        report(time.monotonic() - T0, partial=True)
+    if 7 in SCENARIOS:
+        scenario7(lo, hi)
         report(time.monotonic() - T0, partial=True)
     if 6 in SCENARIOS:
         scenario6(lo, hi)
