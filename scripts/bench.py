@@ -691,6 +691,9 @@ def scenario6(lo, hi):
         record("s6.bf.peer", f"S3 {BF_DAYS}-day backfill", f"polars + write_deltalake, {BF_DAYS} processes", secs_p, peak)
         say(f"  S3 {BF_DAYS}-day backfill rep {i + 1}: idemlake {secs:.1f} s, peer loop {secs_p:.1f} s")
 
+    NOTES.append(f"Scenario 6: the S3 server is SeaweedFS (`weed mini`) on loopback; the source stays on local "
+                 f"disk; the peer's table is a server-side copy of idemlake's, written with AWS_CONDITIONAL_PUT=etag. "
+                 f"The latency proxy delays the first bytes of each request by {S3_LATENCY_MS} ms.")
     CHECKS["s6.source"] = checksum("source", SOURCE, lo, hi)
     CHECKS["s6.idemlake"] = checksum("delta", table)
     CHECKS["s6.peer"] = checksum("delta", ptable)
@@ -894,7 +897,8 @@ def report(total, partial=False):
     L.append(f"- Machine: {machine()}")
     L.append(f"- Versions: {versions()}")
     L.append(f"- Data: TPC-H lineitem SF {SCALE} from `idemlake gen-tpch --scale {SCALE}`: "
-             f"{src['rows']:,} rows, {src['days']} ship days = partitions; 15 columns written by every tool.")
+             f"{src['rows']:,} rows, {src['days']} ship days = partitions; 15 columns written by every tool "
+             "(6 in scenarios 6 and 7, the narrow task).")
     L.append(f"- Reps: every cell is the median (min–max, n reps) of whole-process wall times; tools "
              f"alternate rep by rep. Scenarios 2 and 4: one warm-up per tool, then BENCH_REPS={REPS}. "
              f"Scenario 1: BENCH_LOAD_REPS={LOAD_REPS} (" + ("warm-up: one rep of each peer and a 30-day idemlake "
@@ -953,14 +957,14 @@ def report(total, partial=False):
     if "s6.load" in RESULTS:
         L.append(f"| 6 | S3, 6 columns: initial load | {fmt_t('s6.load')} | | | | {cs_cell('s6.idemlake', 's6.source')} | "
                  f"{cs_cell('s6.peer', 's6.source')} (a server-side copy of idemlake's table) |")
-    if S6_REQUESTS:
-        q = S6_REQUESTS
-        L.append(f"\nS3 requests of one idemlake day window (its `-v` summary; table at version {q['version']}, "
-                 f"checkpoint at {q['checkpoint']}): {q['line']}.")
     if "s2.idemlake" in RESULTS:
         ri, rp = med("s2.idemlake", 1), med("s2.peer", 1)
         L.append(f"| 5 | peak RSS, day window (SF {SCALE}) | {fmt_rss('s2.idemlake')} | (a) polars + write_deltalake "
                  f"| {fmt_rss('s2.peer')} | {ri / rp:.2f} | | |")
+    if S6_REQUESTS:
+        q = S6_REQUESTS
+        L.append(f"\nS3 requests of one idemlake day window (its `-v` summary; table at version {q['version']}, "
+                 f"checkpoint at {q['checkpoint']}): {q['line']}.")
     if f"s4.{HISTORY}.idemlake" in RESULTS:
         a = med(f"s4.{HISTORY}.idemlake") / med("s4.10.idemlake")
         b = med(f"s4.{HISTORY}.peer") / med("s4.10.peer")
