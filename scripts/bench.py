@@ -272,16 +272,19 @@ def med(key, i=0):
 # ---------------------------------------------------------------- setup
 
 
-def ensure_venv():
-    stamp = VENV / ".installed"
-    if not PY.exists():
-        say(f"creating {VENV}")
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-    if not stamp.exists() or stamp.read_text().strip() != PINS:
-        say(f"installing {PINS} into {VENV}")
-        subprocess.run([str(PY), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-                       + PINS.split(), check=True)
-        stamp.write_text(PINS + "\n")
+def ensure_venv(venv=VENV, pins=PINS):
+    """`venv` with `pins` installed (re-installed when the pins change); its bin directory."""
+    py = venv / "bin" / "python"
+    stamp = venv / ".installed"
+    if not py.exists():
+        say(f"creating {venv}")
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    if not stamp.exists() or stamp.read_text().strip() != pins:
+        say(f"installing {pins} into {venv}")
+        subprocess.run([str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+                       + pins.split(), check=True)
+        stamp.write_text(pins + "\n")
+    return venv / "bin"
 
 
 def setup():
@@ -577,39 +580,45 @@ def s3_server():
     return envs
 
 
+S3_PRELUDE = (
+    "import sys, boto3\n"
+    "e = dict(a.split('=', 1) for a in sys.argv[1:] if '=' in a)\n"
+    "args = [a for a in sys.argv[1:] if '=' not in a]\n"
+    "s3 = boto3.client('s3', endpoint_url=e['AWS_ENDPOINT_URL'], region_name=e['AWS_REGION'],"
+    " aws_access_key_id=e['AWS_ACCESS_KEY_ID'], aws_secret_access_key=e['AWS_SECRET_ACCESS_KEY'])\n"
+    "b = e['IDEMLAKE_S3_BUCKET']\n"
+    "keys = lambda prefix: [o['Key'] for p in s3.get_paginator('list_objects_v2').paginate("
+    "Bucket=b, Prefix=prefix) for o in p.get('Contents', [])]\n")
+
+
+def s3py(envs, code, args, log):
+    """Run `code` after S3_PRELUDE (boto3 client `s3`, bucket `b`, `keys(prefix)`, positional
+    `args`) in the S3 server's venv; its stdout. Arguments must not contain `=`."""
+    venv_py = Path(env("IDEMLAKE_S3_VENV", str(REPO / ".venv-s3"))) / "bin" / "python"
+    _, _, text = run([venv_py, "-c", S3_PRELUDE + code] + list(args)
+                     + [f"{k}={v}" for k, v in envs.items()], log)
+    return text
+
+
 def s3_copy(envs, src, dst):
     """Server-side copy of every object under prefix `src` to `dst` (not idemlake's `_idemlake/`)."""
-    code = (
-        "import sys, boto3\n"
+    text = s3py(envs, (
         "from concurrent.futures import ThreadPoolExecutor\n"
-        "e = dict(a.split('=', 1) for a in sys.argv[3:])\n"
-        "s3 = boto3.client('s3', endpoint_url=e['AWS_ENDPOINT_URL'], region_name=e['AWS_REGION'],"
-        " aws_access_key_id=e['AWS_ACCESS_KEY_ID'], aws_secret_access_key=e['AWS_SECRET_ACCESS_KEY'])\n"
-        "b, src, dst = e['IDEMLAKE_S3_BUCKET'], sys.argv[1], sys.argv[2]\n"
-        "keys = [o['Key'] for p in s3.get_paginator('list_objects_v2').paginate(Bucket=b, Prefix=src)"
-        " for o in p.get('Contents', []) if '/_idemlake' not in o['Key']]\n"
+        "src, dst = args\n"
+        "todo = [k for k in keys(src) if '/_idemlake' not in k]\n"
         "cp = lambda k: s3.copy_object(Bucket=b, Key=dst + k[len(src):], CopySource={'Bucket': b, 'Key': k})\n"
-        "with ThreadPoolExecutor(16) as ex: list(ex.map(cp, keys))\n"
-        "print(len(keys))\n")
-    venv_py = Path(env("IDEMLAKE_S3_VENV", str(REPO / ".venv-s3"))) / "bin" / "python"
-    _, _, text = run([venv_py, "-c", code, src, dst] + [f"{k}={v}" for k, v in envs.items()], "s6-copy")
+        "with ThreadPoolExecutor(16) as ex: list(ex.map(cp, todo))\n"
+        "print(len(todo))\n"), [src, dst], "s6-copy")
     return int(text.split()[-1])
 
 
 def s3_log_state(envs, prefix):
     """(latest version, last checkpoint version) of the table whose log is under `prefix`."""
-    code = (
-        "import sys, boto3\n"
-        "e = dict(a.split('=', 1) for a in sys.argv[2:])\n"
-        "s3 = boto3.client('s3', endpoint_url=e['AWS_ENDPOINT_URL'], region_name=e['AWS_REGION'],"
-        " aws_access_key_id=e['AWS_ACCESS_KEY_ID'], aws_secret_access_key=e['AWS_SECRET_ACCESS_KEY'])\n"
-        "names = [o['Key'].rsplit('/', 1)[1] for p in s3.get_paginator('list_objects_v2').paginate("
-        "Bucket=e['IDEMLAKE_S3_BUCKET'], Prefix=sys.argv[1]) for o in p.get('Contents', [])]\n"
+    text = s3py(envs, (
+        "names = [k.rsplit('/', 1)[1] for k in keys(args[0])]\n"
         "v = max(int(n.split('.')[0]) for n in names if n.endswith('.json') and n[0].isdigit())\n"
         "c = max([int(n.split('.')[0]) for n in names if '.checkpoint' in n] or [-1])\n"
-        "print(v, c)\n")
-    venv_py = Path(env("IDEMLAKE_S3_VENV", str(REPO / ".venv-s3"))) / "bin" / "python"
-    _, _, text = run([venv_py, "-c", code, prefix] + [f"{k}={v}" for k, v in envs.items()], "s6-log")
+        "print(v, c)\n"), [prefix], "s6-log")
     v, c = text.split()[-2:]
     return int(v), int(c)
 
@@ -708,19 +717,6 @@ def scenario6(lo, hi):
 # ---------------------------------------------------------------- scenario 7: the narrow load
 
 
-def ensure_sqlmesh():
-    py = SQLMESH_VENV / "bin" / "python"
-    stamp = SQLMESH_VENV / ".installed"
-    if not py.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(SQLMESH_VENV)], check=True)
-    if not stamp.exists() or stamp.read_text().strip() != SQLMESH_PINS:
-        say(f"installing {SQLMESH_PINS} into {SQLMESH_VENV}")
-        subprocess.run([str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-                       + SQLMESH_PINS.split(), check=True)
-        stamp.write_text(SQLMESH_PINS + "\n")
-    return SQLMESH_VENV / "bin"
-
-
 def sqlmesh_project(root, lo, hi):
     """A SQLMesh project whose one model is the 6-column task as INCREMENTAL_BY_TIME_RANGE."""
     (root / "models").mkdir(parents=True)
@@ -757,7 +753,7 @@ def sqlmesh_checksum(bin_dir, root):
 
 def scenario7(lo, hi):
     say(f"scenario 7: initial load of the 6-column task {lo}..{hi}, {LOAD_REPS} reps")
-    bin_dir = ensure_sqlmesh()
+    bin_dir = ensure_venv(SQLMESH_VENV, SQLMESH_PINS)
     s7 = WORK / "s7"
     s7.mkdir()
     load = ["backfill", NARROW_TASK, "--from", lo, "--to", hi, "--parallel", PARALLEL]

@@ -111,26 +111,25 @@ impl LogCache {
 /// Is `location` an immutable Delta log entry: `_delta_log/<20 digits>.json`,
 /// `…/<20 digits>.checkpoint.parquet` or a part `…/<20 digits>.checkpoint.<10>.<10>.parquet`?
 pub fn is_log_entry(location: &Path) -> bool {
-    let mut parts = location.parts().collect::<Vec<_>>().into_iter().rev();
-    let (Some(name), Some(dir)) = (parts.next(), parts.next()) else {
-        return false;
-    };
-    if dir.as_ref() != "_delta_log" {
+    let path = location.as_ref();
+    let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+    if !(dir == "_delta_log" || dir.ends_with("/_delta_log")) {
         return false;
     }
-    let name = name.as_ref();
     let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
     let Some((version, rest)) = name.split_once('.') else {
         return false;
     };
-    if !digits(version, 20) {
-        return false;
-    }
-    match rest.split('.').collect::<Vec<_>>().as_slice() {
-        ["json"] | ["checkpoint", "parquet"] => true,
-        ["checkpoint", part, of, "parquet"] => digits(part, 10) && digits(of, 10),
-        _ => false,
-    }
+    digits(version, 20)
+        && match rest.strip_prefix("checkpoint.") {
+            None => rest == "json",
+            Some("parquet") => true,
+            // A part of a multi-part checkpoint: `<10 digits>.<10 digits>.parquet`.
+            Some(part) => part
+                .strip_suffix(".parquet")
+                .and_then(|p| p.split_once('.'))
+                .is_some_and(|(a, b)| digits(a, 10) && digits(b, 10)),
+        }
 }
 
 /// Does `options` ask for nothing but (a range of) the current object?

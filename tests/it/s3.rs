@@ -140,7 +140,8 @@ impl S3Project {
             .max()
     }
 
-    async fn rows(&self, name: &str, filter: &str) -> Vec<String> {
+    /// The table `name`, loaded through a store of the test's own (not idemlake's).
+    async fn table(&self, name: &str) -> deltalake::DeltaTable {
         let url = self.table_url(name);
         let mut t = DeltaTableBuilder::from_url(url.clone())
             .unwrap()
@@ -148,6 +149,11 @@ impl S3Project {
             .build()
             .unwrap();
         t.load().await.unwrap();
+        t
+    }
+
+    async fn rows(&self, name: &str, filter: &str) -> Vec<String> {
+        let t = self.table(name).await;
         let ctx = datafusion::prelude::SessionContext::new();
         t.update_datafusion_session(&ctx.state()).unwrap();
         ctx.register_table("t", t.table_provider().await.unwrap())
@@ -672,14 +678,9 @@ async fn s3_a_day_window_reads_each_log_file_once_and_remembers_the_probe() {
     let s = S3Project::new().await;
     let task = "lineitem_by_ship_day";
     s.run_ok(task, "1995-06-01");
-    let url = s.table_url(task);
-    let mut t = DeltaTableBuilder::from_url(url.clone())
-        .unwrap()
-        .with_storage_backend(store(), url)
-        .build()
-        .unwrap();
-    t.load().await.unwrap();
-    t.set_tbl_properties()
+    s.table(task)
+        .await
+        .set_tbl_properties()
         .with_properties(HashMap::from([(
             "delta.checkpointInterval".to_string(),
             "3".to_string(),
