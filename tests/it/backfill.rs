@@ -136,9 +136,11 @@ async fn kill_9_at_random_moments_never_leaves_a_partial_or_doubled_window() {
     let mut rng = Lcg(20261129);
     let bin = assert_cmd::cargo::cargo_bin!("idemlake");
     let mut killed = 0;
-    // Kill moments are drawn within the time a full backfill takes here (measured on every
-    // round that completes), so the test keeps killing runs as the engine gets faster.
-    let mut span_ms = 1500u64;
+    // Kill moments are drawn within the time a run of the same kind (full backfill, or
+    // `--missing` resume) takes here, measured on every round of that kind that completes, so
+    // the test keeps killing runs as the engine gets faster (a resume with little left to do
+    // takes a fraction of a full backfill). A run that ends first is timed to within a few ms.
+    let mut span_ms = [1500u64; 2];
     for round in 0..8 {
         // Alternate a full backfill and a --missing resume, killed at a random moment.
         let mut c = std::process::Command::new(bin);
@@ -161,12 +163,18 @@ async fn kill_9_at_random_moments_never_leaves_a_partial_or_doubled_window() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(rng.next() % span_ms));
-        if child.try_wait().unwrap().is_none() {
+        // Wait until the kill moment, watching for an earlier end (whose time is the run's).
+        let kill_at = Duration::from_millis(rng.next() % span_ms[round % 2]);
+        let mut ended = child.try_wait().unwrap().is_some();
+        while !ended && started.elapsed() < kill_at {
+            std::thread::sleep(Duration::from_millis(2));
+            ended = child.try_wait().unwrap().is_some();
+        }
+        if !ended {
             child.kill().unwrap(); // SIGKILL
             killed += 1;
-        } else if round % 2 == 0 {
-            span_ms = (started.elapsed().as_millis() as u64).max(50);
+        } else {
+            span_ms[round % 2] = (started.elapsed().as_millis() as u64).max(20);
         }
         child.wait().unwrap();
         if log_version(&table).is_none() {
