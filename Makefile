@@ -10,7 +10,7 @@ BIN         := $(TARGET_DIR)/$(PROFILE)/idemlake
 SCALE       ?= 0.01
 DEMO_DAYS   := 1995-06-01 1995-06-02 1995-06-03 1995-06-04 1995-06-05 1995-06-06 1995-06-07
 
-.PHONY: build demo test test-orchestrators torture lint fmt py-env s3-start s3-stop clean-demo bench
+.PHONY: build demo test test-orchestrators torture lint fmt py-env s3-start s3-stop clean-demo bench bench-scale
 
 build:
 	$(CARGO) build $(CARGO_FLAGS) --bin idemlake
@@ -65,6 +65,13 @@ test-orchestrators: build py-env
 bench:
 	$(CARGO) build --release --bin idemlake
 	BENCH_BIN=$(TARGET_DIR)/release/idemlake python3 scripts/bench.py
+
+## bench-scale: 1, 2, 4, 8 worker processes (`backfill --shard I/N`) publishing one range into
+## one table on the loopback SeaweedFS; windows/s, commits/s, rebuilt commits, window p50/p99,
+## every window checked against the source with polars. Writes bench/SCALE.md. Not in `make test`.
+bench-scale:
+	$(CARGO) build --release --bin idemlake
+	BENCH_BIN=$(TARGET_DIR)/release/idemlake python3 scripts/bench_scale.py
 
 s3-start:
 	scripts/s3-server start

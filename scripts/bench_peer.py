@@ -17,6 +17,9 @@ One process does one thing, so the driver (scripts/bench.py) can time it as a wh
                                  Delta table (polars scan_delta, i.e. the deltalake reader),
                                  a hive-partitioned Parquet directory, or the source (`source`),
                                  optionally restricted to ship days FROM <= d <= TO; prints JSON.
+  daycounts delta|source PATH FROM TO
+                                 per ship day: rows and sum(l_extendedprice), JSON (the worker
+                                 scaling bench's per-window check, scripts/bench_scale.py).
 
 All writers produce the same 15 columns as tables/lineitem_by_ship_day.toml, in the same order
 and with the same types, with `l_shipdate` renamed `ship_date` (the partition column). With
@@ -141,11 +144,33 @@ def checksum(kind, path, lo=None, hi=None):
     print(json.dumps(out))
 
 
+def daycounts(kind, path, lo, hi):
+    """{day: [rows, sum(l_extendedprice)]} of a Delta table (`delta`) or the source (`source`)
+    over the inclusive range, read with polars."""
+    import polars as pl
+
+    if kind == "delta":
+        lf, col = pl.scan_delta(path), "ship_date"
+    elif kind == "source":
+        lf, col = pl.scan_parquet(path), "l_shipdate"
+    else:
+        raise SystemExit(f"unknown daycounts kind {kind}")
+    lf = lf.filter(
+        (pl.col(col) >= dt.date.fromisoformat(lo)) & (pl.col(col) <= dt.date.fromisoformat(hi))
+    )
+    df = (
+        lf.group_by(pl.col(col).cast(pl.Utf8).alias("day"))
+        .agg(pl.len().alias("rows"), pl.col("l_extendedprice").sum().cast(pl.Utf8).alias("price"))
+        .collect()
+    )
+    print(json.dumps({r["day"]: [int(r["rows"]), r["price"]] for r in df.iter_rows(named=True)}))
+
+
 def main(argv):
     cmd, args = argv[1], [a for a in argv[2:] if a != "--narrow"]
     NARROW[0] = "--narrow" in argv[2:]
     {"window": window, "floor": floor, "dfcopy": dfcopy, "deltaload": deltaload,
-     "checksum": checksum}[cmd](*args)
+     "checksum": checksum, "daycounts": daycounts}[cmd](*args)
 
 
 if __name__ == "__main__":

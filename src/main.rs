@@ -126,5 +126,15 @@ fn main() -> ExitCode {
     if let Some(line) = idemlake::storage::count::summary() {
         tracing::info!("{line}");
     }
+    // And in commits: how many, and how many lost a race to another writer and were rebuilt.
+    let (commits, windows, rebuilds) = idemlake::delta::overwrite::commit_counts();
+    if commits > 0 {
+        tracing::info!(
+            commits,
+            windows,
+            rebuilds,
+            "commits: {commits} ({windows} windows), {rebuilds} rebuilt after another writer took the version"
+        );
+    }
     ExitCode::from(code)
 }

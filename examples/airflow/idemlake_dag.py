@@ -51,6 +51,20 @@ Backfill recipes (each window is one atomic commit, so any of these can be re-ru
             --from 1995-06-01 --to 1995-06-30 --missing --parallel 2
     ``idemlake status lineitem_by_ship_day --from ... --to ... --output json`` shows the result.
 
+Fan-out backfill (a second DAG in this file, ``idemlake_lineitem_by_ship_day_backfill_shards``):
+triggered by hand with a range and a number of workers, it maps one task per shard
+(dynamic task mapping), each running
+
+    idemlake ... backfill lineitem_by_ship_day --from F --to T --missing --shard I/N
+
+Shard I (from 0, Airflow's map index) takes the I-th of N contiguous, balanced blocks of the
+range's windows, so the workers never run the same window; every worker publishes into the same
+table (each window is its own atomic commit; concurrent commits of different windows rebase on
+each other). ``--missing`` makes a retried shard, or a re-triggered run, do only what is left:
+
+    airflow dags trigger idemlake_lineitem_by_ship_day_backfill_shards \
+        --conf '{"from": "1992-01-01", "to": "1998-12-31", "shards": 8, "parallel": 2}'
+
 Retries. Exit code 1 (storage, execution, commit conflict after retries) is worth retrying. Exit
 2 (invalid input: task file, SQL, lint, window) and 3 (reconciliation mismatch: the source and
 the output disagree) will fail the same way on every try, so ``IdemlakeBashOperator`` turns them
@@ -65,11 +79,13 @@ from datetime import datetime, timedelta, timezone
 
 try:  # Airflow 3
     from airflow.providers.standard.operators.bash import BashOperator
-    from airflow.sdk import DAG, CronDataIntervalTimetable
+    from airflow.sdk import DAG, CronDataIntervalTimetable, Param, task
     from airflow.sdk.exceptions import AirflowFailException
 except ImportError:  # Airflow 2.x
     from airflow import DAG
+    from airflow.decorators import task
     from airflow.exceptions import AirflowFailException
+    from airflow.models.param import Param
     from airflow.operators.bash import BashOperator
     from airflow.timetables.interval import CronDataIntervalTimetable
 
@@ -157,3 +173,59 @@ with DAG(
         append_env=True,  # keep the worker's environment: PATH, IDEMLAKE_*, AWS_* for S3 lakes
         # The last stdout line, idemlake's JSON report for the window, is pushed to XCom.
     )
+
+
+# The fan-out backfill: one mapped task per shard. The range and the shard come in through the
+# environment (values mapped from an upstream task are not templated); the Variables are
+# rendered into the command.
+SHARD_COMMAND = """
+set -euo pipefail
+bin="{{ var.value.get('idemlake_bin', '') }}"; bin="${bin:-${IDEMLAKE_BIN:-idemlake}}"
+project="{{ var.value.get('idemlake_project', '') }}"; project="${project:-${IDEMLAKE_PROJECT:-/opt/idemlake}}"
+lake="{{ var.value.get('idemlake_lake', '') }}"; lake="${lake:-${IDEMLAKE_LAKE:-$project/lake}}"
+echo "idemlake: $bin --project $project --lake $lake backfill %(task)s --from $SHARD_FROM --to $SHARD_TO --shard $SHARD --missing" >&2
+exec "$bin" --project "$project" --lake "$lake" --output json backfill %(task)s \
+    --from "$SHARD_FROM" --to "$SHARD_TO" --parallel "$SHARD_PARALLEL" --missing --shard "$SHARD"
+""" % {"task": TASK}
+
+with DAG(
+    dag_id=f"idemlake_{TASK}_backfill_shards",
+    description=f"idemlake: backfill a range of {TASK} with N workers (backfill --shard I/N)",
+    schedule=None,  # triggered by hand (or by another DAG) with the range in its conf
+    # Before any logical date a trigger may carry: Airflow creates no task instances for a
+    # run whose logical date precedes the tasks' start date.
+    start_date=datetime(1970, 1, 1, tzinfo=timezone.utc),
+    catchup=False,
+    params={
+        "from": Param("1995-06-01", type="string", description="first window (inclusive)"),
+        "to": Param("1995-06-30", type="string", description="last window (inclusive)"),
+        "shards": Param(4, type="integer", minimum=1, maximum=256, description="workers"),
+        "parallel": Param(2, type="integer", minimum=1, maximum=64, description="windows at once per worker"),
+    },
+    default_args={
+        "retries": 3,
+        "retry_delay": timedelta(seconds=int(os.environ.get("IDEMLAKE_DAG_RETRY_DELAY_SECONDS", "120"))),
+        "retry_exponential_backoff": True,
+        "max_retry_delay": timedelta(minutes=30),
+        "execution_timeout": timedelta(hours=6),
+    },
+    tags=["idemlake", "delta", "backfill"],
+) as backfill_dag:
+
+    @task
+    def shards(params=None) -> list[dict]:
+        """One environment per worker: the range and the worker's shard I/N."""
+        n = int(params["shards"])
+        common = {
+            "SHARD_FROM": str(params["from"]),
+            "SHARD_TO": str(params["to"]),
+            "SHARD_PARALLEL": str(int(params["parallel"])),
+        }
+        return [{**common, "SHARD": f"{i}/{n}"} for i in range(n)]
+
+    IdemlakeBashOperator.partial(
+        task_id=f"backfill_{TASK}_shard",
+        bash_command=SHARD_COMMAND,
+        append_env=True,  # PATH, IDEMLAKE_*, AWS_* from the worker
+        do_xcom_push=False,
+    ).expand(env=shards())

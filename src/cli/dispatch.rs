@@ -26,6 +26,7 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
             missing,
             stale,
             downstream,
+            shard,
         } => {
             let code = backfill(
                 cli,
@@ -34,6 +35,7 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
                 range,
                 &parallel.parallel,
                 (missing, stale),
+                *shard,
             )
             .await?;
             if !*downstream {
@@ -183,6 +185,7 @@ async fn backfill(
     Range { from, to }: &Range,
     parallel: &u16,
     (missing, stale): (&bool, &bool),
+    shard: Option<crate::commands::backfill::Shard>,
 ) -> Result<u8> {
     let task = project.task(task)?;
     let (a, b) = crate::commands::backfill::range(&task, from, to)?;
@@ -190,10 +193,20 @@ async fn backfill(
         parallel: usize::from(*parallel),
         missing: *missing,
         stale: *stale,
+        shard,
         progress: cli.output == OutputFormat::Text,
     };
     let runner = std::sync::Arc::new(crate::pipeline::runner::Runner::new(project, &task).await?);
     let windows = crate::commands::backfill::select(project, &runner, &a, &b, &opts).await?;
+    if let Some(s) = shard {
+        tracing::info!(
+            shard = %s,
+            windows = windows.len(),
+            first = windows.first().map(Window::label),
+            last = windows.last().map(Window::label),
+            "this worker's share of the range"
+        );
+    }
     backfill_windows(cli, project, &task, runner, windows, &opts).await
 }
 
@@ -224,7 +237,7 @@ async fn backfill_windows(
     let mut reports =
         crate::commands::backfill::run(runner, ready, opts, |r| print_report(format, r)).await;
     reports.append(&mut blocked);
-    let (summary, code) = crate::commands::backfill::summarize(task, &reports);
+    let (summary, code) = crate::commands::backfill::summarize(task, opts.shard, &reports);
     if cli.output == OutputFormat::Text {
         println!("{}", redact(&summary));
     } else {
@@ -255,6 +268,7 @@ async fn backfill_downstream(
             parallel: usize::from(*parallel),
             missing: false,
             stale: false,
+            shard: None,
             progress: cli.output == OutputFormat::Text,
         };
         let runner =

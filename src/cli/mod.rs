@@ -90,7 +90,7 @@ pub enum Command {
     },
     /// Re-run an inclusive range of windows, each atomic, optionally in parallel
     #[command(
-        after_help = "Examples:\n  idemlake backfill lineitem_by_ship_day --from 1995-01-01 --to 1995-12-31 --parallel 4\n  idemlake backfill lineitem_by_ship_day --from 1995-01-01 --to 1995-12-31 --missing   # resume after a crash"
+        after_help = "Examples:\n  idemlake backfill lineitem_by_ship_day --from 1995-01-01 --to 1995-12-31 --parallel 4\n  idemlake backfill lineitem_by_ship_day --from 1995-01-01 --to 1995-12-31 --missing   # resume after a crash\n  idemlake backfill lineitem_by_ship_day --from 1992-01-01 --to 1998-12-31 --shard 2/8 --missing   # worker 2 of 8"
     )]
     Backfill {
         task: String,
@@ -108,6 +108,12 @@ pub enum Command {
         /// directly or further down, that overlaps the range, in dependency order
         #[arg(long)]
         downstream: bool,
+        /// Run only worker I's share of the range, I counted from 0, of N workers publishing
+        /// into the same table (contiguous blocks of windows, sizes differing by at most one;
+        /// composes with --missing/--stale). Not with --downstream: run that once, after the
+        /// shards
+        #[arg(long, value_name = "I/N", conflicts_with = "downstream")]
+        shard: Option<crate::commands::backfill::Shard>,
     },
     /// Run a window twice on the same inputs without publishing and diff the outputs (exit 4 if they differ)
     #[command(

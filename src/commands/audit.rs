@@ -324,6 +324,7 @@ pub async fn repair(
         parallel,
         missing: false,
         stale: false,
+        shard: None,
         progress: false,
     };
     let reports = crate::commands::backfill::run(runner.clone(), damaged, &opts, |_| {}).await;

@@ -25,8 +25,64 @@ pub struct Options {
     pub parallel: usize,
     pub missing: bool,
     pub stale: bool,
+    /// This worker's share of the range (`--shard I/N`); `None`: the whole range.
+    pub shard: Option<Shard>,
     /// Show a progress bar (only when stdout is a terminal).
     pub progress: bool,
+}
+
+/// `--shard I/N`: worker `I` (counted from 0, as Kubernetes' `JOB_COMPLETION_INDEX` and
+/// Airflow's `map_index` are) of `N` workers sharing one range.
+///
+/// The range's windows are cut into `N` contiguous blocks whose sizes differ by at most one
+/// (worker `I` takes windows `⌊I·M/N⌋ .. ⌊(I+1)·M/N⌋` of the `M`): contiguous so that each
+/// worker's shared scans still read its sources once per chunk, deterministic so that a
+/// retried worker takes the same windows. The cut is made on the whole range, before
+/// `--missing`/`--stale` choose among the worker's windows: which worker owns a window never
+/// depends on what is already published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub index: u32,
+    pub count: u32,
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Shard, String> {
+        let bad = || format!("`{s}` is not a shard: write I/N, worker I (from 0) of N, e.g. 0/4");
+        let (i, n) = s.split_once('/').ok_or_else(bad)?;
+        let index: u32 = i.trim().parse().map_err(|_| bad())?;
+        let count: u32 = n.trim().parse().map_err(|_| bad())?;
+        if count == 0 {
+            return Err(format!(
+                "shard `{s}`: the number of workers N must be at least 1"
+            ));
+        }
+        if index >= count {
+            return Err(format!(
+                "shard `{s}`: workers are counted from 0, so I must be below N (0..={})",
+                count - 1
+            ));
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+impl Shard {
+    /// This worker's block of `all` (the range's windows in order).
+    pub fn take<T>(&self, all: Vec<T>) -> Vec<T> {
+        let m = all.len() as u64;
+        let (i, n) = (u64::from(self.index), u64::from(self.count));
+        let (lo, hi) = ((i * m / n) as usize, ((i + 1) * m / n) as usize);
+        all.into_iter().skip(lo).take(hi - lo).collect()
+    }
 }
 
 /// Select the windows of `[from, to]` to run.
@@ -37,13 +93,19 @@ pub async fn select(
     to: &Window,
     opts: &Options,
 ) -> Result<Vec<Window>> {
-    let all = Window::range(from, to)?;
+    let mut all = Window::range(from, to)?;
+    if let Some(shard) = opts.shard {
+        all = shard.take(all);
+    }
     if !opts.missing && !opts.stale {
         return Ok(all);
     }
+    let (Some(first), Some(last)) = (all.first(), all.last()) else {
+        return Ok(all);
+    };
     let task = runner.task();
     let (_, status) =
-        crate::commands::status::status(project, task, Some((from.clone(), to.clone()))).await?;
+        crate::commands::status::status(project, task, Some((first.clone(), last.clone()))).await?;
     Ok(all
         .into_iter()
         .zip(status)
@@ -129,7 +191,7 @@ pub async fn run(
 }
 
 /// The summary line and exit code of a backfill.
-pub fn summarize(task: &Task, reports: &[Report]) -> (String, u8) {
+pub fn summarize(task: &Task, shard: Option<Shard>, reports: &[Report]) -> (String, u8) {
     let count = |s: Status| {
         reports
             .iter()
@@ -137,8 +199,9 @@ pub fn summarize(task: &Task, reports: &[Report]) -> (String, u8) {
             .count()
     };
     let failed: Vec<&Report> = reports.iter().filter(|r| r.exit_code.is_some()).collect();
+    let scope = shard.map(|s| format!(" (shard {s})")).unwrap_or_default();
     let mut line = format!(
-        "backfill {}: {} windows, {} ok, {} skipped, {} published with a reconciliation warning, {} failed",
+        "backfill {}{scope}: {} windows, {} ok, {} skipped, {} published with a reconciliation warning, {} failed",
         task.name,
         reports.len(),
         count(Status::Ok),
@@ -215,4 +278,47 @@ pub fn downstream_of(project: &Project, root: &Task) -> Result<Vec<Task>> {
         order.push(left.remove(k).clone());
     }
     Ok(order)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_shard_is_written_i_slash_n_counted_from_zero() {
+        assert_eq!("0/4".parse(), Ok(Shard { index: 0, count: 4 }));
+        assert_eq!(" 3 / 4 ".parse(), Ok(Shard { index: 3, count: 4 }));
+        assert_eq!("0/1".parse(), Ok(Shard { index: 0, count: 1 }));
+        for (bad, says) in [
+            ("4/4", "counted from 0"),
+            ("1/0", "at least 1"),
+            ("2", "not a shard"),
+            ("a/4", "not a shard"),
+            ("-1/4", "not a shard"),
+            ("1/4/2", "not a shard"),
+            ("", "not a shard"),
+        ] {
+            let err = bad.parse::<Shard>().unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+        assert_eq!(Shard { index: 2, count: 8 }.to_string(), "2/8");
+    }
+
+    proptest! {
+        /// The shards of a range are contiguous blocks in order, together every window exactly
+        /// once, their sizes differing by at most one.
+        #[test]
+        fn shards_cover_the_range_once_in_balanced_contiguous_blocks(m in 0usize..400, n in 1u32..40) {
+            let all: Vec<usize> = (0..m).collect();
+            let blocks: Vec<Vec<usize>> = (0..n)
+                .map(|index| Shard { index, count: n }.take(all.clone()))
+                .collect();
+            let joined: Vec<usize> = blocks.iter().flatten().copied().collect();
+            prop_assert_eq!(&joined, &all);
+            let sizes: Vec<usize> = blocks.iter().map(Vec::len).collect();
+            let (lo, hi) = (*sizes.iter().min().unwrap(), *sizes.iter().max().unwrap());
+            prop_assert!(hi - lo <= 1, "sizes {:?}", sizes);
+        }
+    }
 }

@@ -101,6 +101,25 @@ fn commit_info(windows: &[WindowCommit]) -> HashMap<String, serde_json::Value> {
 /// Exactly once: after *any* failed attempt the table is re-read, and if these files are
 /// already in it (the PUT of the commit succeeded but its response was lost), the commit is
 /// not applied again.
+/// This process's overwrite commits: `(commits, windows, rebuilds)` — commits written, the
+/// windows they published, and attempts rebuilt on top of a version another writer took first.
+static COMMITS: [std::sync::atomic::AtomicU64; 3] = [
+    std::sync::atomic::AtomicU64::new(0),
+    std::sync::atomic::AtomicU64::new(0),
+    std::sync::atomic::AtomicU64::new(0),
+];
+
+/// The commits counted so far: `(commits, windows, rebuilds)`.
+pub fn commit_counts() -> (u64, u64, u64) {
+    let get = |i: usize| COMMITS[i].load(std::sync::atomic::Ordering::Relaxed);
+    (get(0), get(1), get(2))
+}
+
+fn count_commit(windows: usize) {
+    COMMITS[0].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    COMMITS[1].fetch_add(windows as u64, std::sync::atomic::Ordering::Relaxed);
+}
+
 pub async fn commit_windows(
     table: &mut DeltaTable,
     files: &mut Option<FileMap>,
@@ -141,6 +160,7 @@ pub async fn commit_windows(
                 } else {
                     *files = None;
                 }
+                count_commit(windows.len());
                 return Ok(Committed {
                     version: target,
                     files_added,
@@ -153,6 +173,7 @@ pub async fn commit_windows(
         // the map is no longer known to be current; re-read the table.
         *files = None;
         if let Some(version) = after_failure(table, windows, base, &e).await? {
+            count_commit(windows.len());
             return Ok(Committed {
                 version,
                 files_added,
@@ -171,6 +192,7 @@ pub async fn commit_windows(
             ));
         }
         attempt += 1;
+        COMMITS[2].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::debug!(
             "version {target} was taken by another writer; rebuilding on top (attempt {attempt})"
         );

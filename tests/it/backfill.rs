@@ -208,3 +208,128 @@ async fn kill_9_at_random_moments_never_leaves_a_partial_or_doubled_window() {
         "--missing completes the range"
     );
 }
+
+/// Issue 17 §1: `backfill --shard I/N` fans a range out over N worker processes publishing
+/// into one table. Four workers start at once on a table that does not exist yet (they race
+/// to create it); each runs exactly its contiguous block and the table equals a serial run.
+/// Then the range grows and every worker runs again with `--missing`: the blocks are cut from
+/// the whole new range, and each worker runs only the unpublished windows of its block.
+#[tokio::test(flavor = "multi_thread")]
+async fn shards_run_concurrently_each_take_their_block_and_publish_every_window_once() {
+    let p = TestProject::new();
+    let lake = p.path().join("lake");
+    let table = p.table_dir("lineitem_by_ship_day");
+    let days =
+        |a: u32, b: u32| -> Vec<String> { (a..=b).map(|d| format!("1995-06-{d:02}")).collect() };
+    // All four workers of `to`'s range at once, --missing, two windows at a time each.
+    let fan_out = |to: &str| -> Vec<std::process::Output> {
+        let children: Vec<_> = (0..4)
+            .map(|i| {
+                let shard = format!("{i}/4");
+                p.spawn(
+                    &lake,
+                    &[
+                        "--output",
+                        "json",
+                        "backfill",
+                        "lineitem_by_ship_day",
+                        "--from",
+                        "1995-06-01",
+                        "--to",
+                        to,
+                        "--parallel",
+                        "2",
+                        "--missing",
+                        "--shard",
+                        &shard,
+                    ],
+                )
+            })
+            .collect();
+        let outs: Vec<_> = children
+            .into_iter()
+            .map(|c| c.wait_with_output().unwrap())
+            .collect();
+        for (i, out) in outs.iter().enumerate() {
+            assert_eq!(code(out), 0, "shard {i}/4:\n{}", text(out));
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains(&format!("(shard {i}/4)")),
+                "the summary names the shard: {}",
+                text(out)
+            );
+        }
+        outs
+    };
+    let windows_of = |out: &std::process::Output| -> Vec<String> {
+        let mut w: Vec<String> = json_lines(out)
+            .iter()
+            .filter_map(|r| r["window"]["label"].as_str().map(str::to_string))
+            .collect();
+        w.sort();
+        w
+    };
+    let expected = |to: u32| async move {
+        let mut all = Vec::new();
+        for d in 1..=to {
+            all.extend(expected_lineitem_day(&format!("1995-06-{d:02}")).await);
+        }
+        all.sort();
+        all
+    };
+
+    // 14 windows in blocks of 3, 4, 3, 4 (worker I from ⌊I·14/4⌋).
+    let outs = fan_out("1995-06-14");
+    assert_eq!(windows_of(&outs[0]), days(1, 3));
+    assert_eq!(windows_of(&outs[1]), days(4, 7));
+    assert_eq!(windows_of(&outs[2]), days(8, 10));
+    assert_eq!(windows_of(&outs[3]), days(11, 14));
+    assert_eq!(
+        table_rows(&table, "").await,
+        expected(14).await,
+        "equals a serial run: every window once, no row lost or doubled"
+    );
+
+    // 21 windows: blocks of 5, 5, 5, 6. Blocks 0 and 1 are published, block 2 has one new
+    // window (06-15), block 3 six.
+    let version = log_version(&table).unwrap();
+    let outs = fan_out("1995-06-21");
+    assert_eq!(windows_of(&outs[0]), Vec::<String>::new());
+    assert_eq!(windows_of(&outs[1]), Vec::<String>::new());
+    assert_eq!(windows_of(&outs[2]), days(15, 15));
+    assert_eq!(windows_of(&outs[3]), days(16, 21));
+    assert_eq!(table_rows(&table, "").await, expected(21).await);
+    assert!(log_version(&table).unwrap() > version);
+
+    // The whole fan-out retried: nothing left to do, no commit.
+    let version = log_version(&table);
+    let outs = fan_out("1995-06-21");
+    assert!(outs.iter().all(|o| windows_of(o).is_empty()));
+    assert_eq!(log_version(&table), version, "no commit by the re-runs");
+}
+
+/// A shard that does not exist, or a shard with `--downstream` (which every worker would
+/// repeat over the whole range), is refused with exit 2 before anything is written.
+#[test]
+fn a_bad_shard_is_refused_and_nothing_is_written() {
+    let p = TestProject::new();
+    for (args, says) in [
+        (vec!["--shard", "4/4"], "counted from 0"),
+        (vec!["--shard", "1/0"], "at least 1"),
+        (vec!["--shard", "two"], "not a shard"),
+        (vec!["--shard", "0/2", "--downstream"], "--downstream"),
+    ] {
+        let mut all = vec![
+            "backfill",
+            "lineitem_by_ship_day",
+            "--from",
+            "1995-06-01",
+            "--to",
+            "1995-06-03",
+        ];
+        all.extend(args.iter().copied());
+        let out = p.run(&all);
+        assert_eq!(code(&out), 2, "{args:?}: {}", text(&out));
+        assert!(text(&out).contains(says), "{args:?}: {}", text(&out));
+    }
+    assert!(!p.path().join("lake").exists(), "nothing written");
+}

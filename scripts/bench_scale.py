@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""`make bench-scale`: many idemlake workers publishing into one S3 table (issue 17 §1).
+
+For each worker count N (SCALE_WORKERS, default 1,2,4,8) and each rep, a fresh table on the
+loopback SeaweedFS (scripts/s3-server) gets the same range of day windows (SCALE_FROM..SCALE_TO,
+default all of 1995: 365 windows) from N concurrent processes
+
+    idemlake --lake s3://… --output json -v --log-format json backfill TASK
+        --from F --to T --parallel P --shard I/N          (I = 0 … N-1)
+
+started together. Reported per N (medians over reps): wall time from the first start to the
+last exit, windows/s, commits and commits/s (the table's commit rate), windows per commit
+(group commits), commits rebuilt after another worker took the version (per commit), and the
+p50/p99 of the per-window `duration_ms` the reports give. After every run the table is read
+with polars (the deltalake reader, not idemlake) and each window's rows and sum(l_extendedprice)
+must equal the source's: zero lost or doubled rows, or the script fails.
+
+The task is the 6-column narrow task of `make bench` (scripts/bench.py) over TPC-H lineitem
+SF BENCH_SCALE (default 1; the data directory is shared with `make bench`); the source is a
+local file all workers read (as a shared volume would be). Writes bench/SCALE.md (SCALE_OUT).
+
+Knobs: SCALE_WORKERS, SCALE_FROM, SCALE_TO, SCALE_PARALLEL (windows at once per worker,
+default 2), SCALE_REPS (default 3), BENCH_BIN, BENCH_SCALE, BENCH_WORK. Not part of CI.
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench as b  # noqa: E402  (the bench's helpers: data, venv, S3 server, peers)
+
+WORKERS = [int(x) for x in b.env("SCALE_WORKERS", "1,2,4,8").split(",") if x.strip()]
+FROM = b.env("SCALE_FROM", "1995-01-01")
+TO = b.env("SCALE_TO", "1995-12-31")
+PARALLEL = b.env("SCALE_PARALLEL", "2")
+REPS = int(b.env("SCALE_REPS", "3"))
+OUT = Path(b.env("SCALE_OUT", str(b.REPO / "bench" / "SCALE.md"))).resolve()
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    k = min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))
+    return xs[k]
+
+
+def daycounts(kind, path, env_extra=None):
+    _, _, text = b.run([b.PY, b.PEER, "daycounts", kind, path, FROM, TO], "daycounts",
+                       env_extra=env_extra)
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def one_run(envs, n, rep, expected, stamp):
+    """N workers on a fresh table; the run's measurements (raises on any failure or any
+    window whose rows differ from the source's)."""
+    prefix = f"scale-{stamp}/w{n}-r{rep}"
+    lake = f"s3://{envs['IDEMLAKE_S3_BUCKET']}/{prefix}"
+    b.LOGS.mkdir(parents=True, exist_ok=True)
+    procs = []
+    penv = {**os.environ, **envs}
+    t0 = time.perf_counter()
+    for i in range(n):
+        out = open(b.LOGS / f"scale-w{n}-r{rep}-{i}.out", "wb")
+        err = open(b.LOGS / f"scale-w{n}-r{rep}-{i}.err", "wb")
+        cmd = [str(c) for c in b.idem(lake, "backfill", b.NARROW_TASK, "--from", FROM, "--to", TO,
+                                      "--parallel", PARALLEL, "--shard", f"{i}/{n}",
+                                      verbose=True)]
+        cmd.insert(cmd.index("-v") + 1, "--log-format")
+        cmd.insert(cmd.index("--log-format") + 1, "json")
+        procs.append((subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                       env=penv), out, err))
+    ends = []
+    for p, out, err in procs:
+        p.wait()
+        ends.append(time.perf_counter() - t0)
+        out.close()
+        err.close()
+    wall = max(ends)
+    reports, commits, windows_committed, rebuilds, requests = [], 0, 0, 0, 0
+    for i, (p, out, err) in enumerate(procs):
+        text = Path(out.name).read_text(errors="replace")
+        if p.returncode != 0:
+            tail = Path(err.name).read_text(errors="replace")[-2000:]
+            raise b.Failed(f"worker {i}/{n} exited {p.returncode}:\n{tail}")
+        reports += b.check_reports(text, f"worker {i}/{n}")
+        for line in Path(err.name).read_text(errors="replace").splitlines():
+            if not line.startswith("{"):
+                continue
+            fields = json.loads(line).get("fields", {})
+            if "rebuilds" in fields:
+                commits += int(fields["commits"])
+                windows_committed += int(fields["windows"])
+                rebuilds += int(fields["rebuilds"])
+            msg = fields.get("message", "")
+            if msg.startswith("storage requests: "):
+                requests += int(msg.split()[2])
+    got = daycounts("delta", f"{lake}/{b.NARROW_TASK}", envs)
+    if got != expected:
+        lost = sorted(d for d in expected if got.get(d) != expected[d])
+        extra = sorted(d for d in got if d not in expected)
+        raise b.Failed(f"{n} workers: windows differ from the source: {lost[:5]} (of {len(lost)}),"
+                       f" extra {extra[:5]}")
+    durations = [r["duration_ms"] for r in reports]
+    return {
+        "wall": wall,
+        "windows": len(reports),
+        "commits": commits,
+        "windows_committed": windows_committed,
+        "rebuilds": rebuilds,
+        "requests": requests,
+        "p50": pct(durations, 0.5),
+        "p99": pct(durations, 0.99),
+        "spread": max(ends) - min(ends),
+    }
+
+
+def main():
+    b.setup()
+    envs = b.s3_server()
+    source = str(b.SOURCE)
+    expected = daycounts("source", source)
+    b.say(f"scale: {len(expected)} windows with rows in {FROM}..{TO}; workers {WORKERS}, "
+          f"{REPS} reps, --parallel {PARALLEL} each")
+    stamp = time.strftime("%Y%m%d%H%M%S")
+    results = {}
+    for rep in range(REPS):
+        for n in WORKERS:  # alternate worker counts within a rep (the machine's speed drifts)
+            r = one_run(envs, n, rep, expected, stamp)
+            results.setdefault(n, []).append(r)
+            b.say(f"  {n} workers, rep {rep + 1}: {r['wall']:.2f} s, {r['windows'] / r['wall']:.0f} "
+                  f"windows/s, {r['commits']} commits ({r['rebuilds']} rebuilt), "
+                  f"p50 {r['p50']} ms, p99 {r['p99']} ms — every window = source")
+    write(results, len(expected))
+
+
+def med(rs, f):
+    return statistics.median(f(r) for r in rs)
+
+
+def write(results, n_windows):
+    lines = [
+        "# idemlake worker scaling: N processes, one S3 table",
+        "",
+        f"Generated by `make bench-scale` (`scripts/bench_scale.py`) on {time.strftime('%Y-%m-%d')}.",
+        "",
+        f"- Machine: {b.machine()}",
+        f"- Storage: SeaweedFS on loopback (`scripts/s3-server`), one bucket; each run a fresh table.",
+        f"- Work: the 6-column narrow task of `make bench` over TPC-H lineitem SF {b.SCALE}, day windows "
+        f"{FROM}..{TO} ({n_windows} windows), split with `backfill --shard I/N` (contiguous blocks), "
+        f"`--parallel {PARALLEL}` in each worker; all workers start together.",
+        f"- Reps: {REPS} per worker count, worker counts alternating within each rep; cells are medians "
+        "(min–max).",
+        "- Checked after every run: per window, rows and sum(l_extendedprice) read with polars "
+        "(deltalake reader) equal the source's — every run below had zero lost or doubled rows.",
+        "",
+        "| workers | wall s | windows/s | speed-up | commits | commits/s | windows per commit "
+        "| rebuilt per commit | window p50 ms | window p99 ms | S3 requests |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    base = None
+    for n in sorted(results):
+        rs = results[n]
+        wall = med(rs, lambda r: r["wall"])
+        rate = med(rs, lambda r: r["windows"] / r["wall"])
+        base = base or rate
+        lo, hi = min(r["wall"] for r in rs), max(r["wall"] for r in rs)
+        lines.append(
+            f"| {n} | {wall:.2f} ({lo:.2f}–{hi:.2f}) | {rate:.0f} | {rate / base:.2f}× "
+            f"| {med(rs, lambda r: r['commits']):.0f} | {med(rs, lambda r: r['commits'] / r['wall']):.1f} "
+            f"| {med(rs, lambda r: r['windows_committed'] / max(1, r['commits'])):.1f} "
+            f"| {med(rs, lambda r: r['rebuilds'] / max(1, r['commits'])):.2f} "
+            f"| {med(rs, lambda r: r['p50']):.0f} | {med(rs, lambda r: r['p99']):.0f} "
+            f"| {med(rs, lambda r: r['requests']):.0f} |")
+    lines += ["", "Raw runs (JSON, one per line):", "", "```"]
+    for n in sorted(results):
+        for r in results[n]:
+            lines.append(json.dumps({"workers": n, **{k: (round(v, 3) if isinstance(v, float) else v)
+                                                        for k, v in r.items()}}))
+    lines += ["```", ""]
+    OUT.write_text("\n".join(lines))
+    b.say(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except b.Failed as e:
+        print(f"bench-scale: FAILED: {e}", file=sys.stderr)
+        sys.exit(1)
