@@ -20,7 +20,8 @@ SF BENCH_SCALE (default 1; the data directory is shared with `make bench`); the 
 local file all workers read (as a shared volume would be). Writes bench/SCALE.md (SCALE_OUT).
 
 Knobs: SCALE_WORKERS, SCALE_FROM, SCALE_TO, SCALE_PARALLEL (windows at once per worker,
-default 2), SCALE_REPS (default 3), BENCH_BIN, BENCH_SCALE, BENCH_WORK. Not part of CI.
+default 2), SCALE_REPS (default 3), SCALE_WORKLOADS (sf,small,latency), SCALE_SMALL_SF (0.01),
+SCALE_LATENCY_MS (20), BENCH_BIN, BENCH_SCALE, BENCH_WORK. Not part of CI.
 """
 
 import json
@@ -37,6 +38,11 @@ import bench as b  # noqa: E402  (the bench's helpers: data, venv, S3 server, pe
 WORKERS = [int(x) for x in b.env("SCALE_WORKERS", "1,2,4,8").split(",") if x.strip()]
 FROM = b.env("SCALE_FROM", "1995-01-01")
 TO = b.env("SCALE_TO", "1995-12-31")
+# The commit-bound workload: the same task over a small scale factor and its whole range, so
+# that each window costs little CPU and the table's commit rate is what limits the workers.
+SMALL_SF = b.env("SCALE_SMALL_SF", "0.01")
+# The remote-store workload: the small task's FROM..TO through a proxy adding this per request.
+LATENCY_MS = int(b.env("SCALE_LATENCY_MS", "20"))
 PARALLEL = b.env("SCALE_PARALLEL", "2")
 REPS = int(b.env("SCALE_REPS", "3"))
 OUT = Path(b.env("SCALE_OUT", str(b.REPO / "bench" / "SCALE.md"))).resolve()
@@ -50,29 +56,58 @@ def pct(xs, q):
     return xs[k]
 
 
-def daycounts(kind, path, env_extra=None):
-    _, _, text = b.run([b.PY, b.PEER, "daycounts", kind, path, FROM, TO], "daycounts",
+class Workload:
+    """A project (the narrow task over one source) and the range the workers share."""
+
+    def __init__(self, key, what, project, source, lo, hi, latency_ms=0):
+        self.key, self.what, self.project, self.source = key, what, project, source
+        self.lo, self.hi = lo, hi
+        # Workers reach the store through scripts/latency-proxy adding this much per request
+        # (0: directly), as workers on other machines would reach a remote store.
+        self.latency_ms = latency_ms
+
+
+def daycounts(kind, path, lo, hi, env_extra=None):
+    _, _, text = b.run([b.PY, b.PEER, "daycounts", kind, path, lo, hi], "daycounts",
                        env_extra=env_extra)
     return json.loads(text.strip().splitlines()[-1])
 
 
-def one_run(envs, n, rep, expected, stamp):
+def small_workload():
+    """The narrow task over TPC-H SF SMALL_SF (generated on first use), its whole range."""
+    data = b.WORK / f"data-sf{SMALL_SF}"
+    if not (data / "lineitem.parquet").exists():
+        b.run([b.BIN, "gen-tpch", "--scale", SMALL_SF, "--out", data], "gen-tpch-small")
+    project = b.WORK / "project-small"
+    (project / "tables").mkdir(parents=True, exist_ok=True)
+    (project / "tables" / f"{b.NARROW_TASK}.toml").write_text(b.NARROW_TOML)
+    if not (project / "data").exists():
+        (project / "data").symlink_to(data)
+    _, _, text = b.run([b.PY, "-c", (
+        "import polars as pl,sys; d=pl.scan_parquet(sys.argv[1]).select("
+        "pl.col('l_shipdate').min().alias('a'),pl.col('l_shipdate').max().alias('b')).collect();"
+        "print(d['a'][0], d['b'][0])"), data / "lineitem.parquet"], "range-small")
+    lo, hi = text.split()[-2:]
+    return Workload("small", f"SF {SMALL_SF}, whole range (commit-bound)", project,
+                    data / "lineitem.parquet", lo, hi)
+
+
+def one_run(envs, wl, n, rep, expected, stamp):
     """N workers on a fresh table; the run's measurements (raises on any failure or any
     window whose rows differ from the source's)."""
-    prefix = f"scale-{stamp}/w{n}-r{rep}"
+    prefix = f"scale-{stamp}/{wl.key}-w{n}-r{rep}"
     lake = f"s3://{envs['IDEMLAKE_S3_BUCKET']}/{prefix}"
     b.LOGS.mkdir(parents=True, exist_ok=True)
     procs = []
-    penv = {**os.environ, **envs}
+    penv = {**os.environ, **envs, **getattr(wl, "env", {})}
     t0 = time.perf_counter()
     for i in range(n):
-        out = open(b.LOGS / f"scale-w{n}-r{rep}-{i}.out", "wb")
-        err = open(b.LOGS / f"scale-w{n}-r{rep}-{i}.err", "wb")
-        cmd = [str(c) for c in b.idem(lake, "backfill", b.NARROW_TASK, "--from", FROM, "--to", TO,
-                                      "--parallel", PARALLEL, "--shard", f"{i}/{n}",
-                                      verbose=True)]
-        cmd.insert(cmd.index("-v") + 1, "--log-format")
-        cmd.insert(cmd.index("--log-format") + 1, "json")
+        out = open(b.LOGS / f"scale-{wl.key}-w{n}-r{rep}-{i}.out", "wb")
+        err = open(b.LOGS / f"scale-{wl.key}-w{n}-r{rep}-{i}.err", "wb")
+        cmd = [str(c) for c in [b.BIN, "--project", wl.project, "--lake", lake, "--output", "json",
+                                "-v", "--log-format", "json", "backfill", b.NARROW_TASK,
+                                "--from", wl.lo, "--to", wl.hi, "--parallel", PARALLEL,
+                                "--shard", f"{i}/{n}"]]
         procs.append((subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                        env=penv), out, err))
     ends = []
@@ -100,7 +135,7 @@ def one_run(envs, n, rep, expected, stamp):
             msg = fields.get("message", "")
             if msg.startswith("storage requests: "):
                 requests += int(msg.split()[2])
-    got = daycounts("delta", f"{lake}/{b.NARROW_TASK}", envs)
+    got = daycounts("delta", f"{lake}/{b.NARROW_TASK}", wl.lo, wl.hi, envs)
     if got != expected:
         lost = sorted(d for d in expected if got.get(d) != expected[d])
         extra = sorted(d for d in got if d not in expected)
@@ -116,56 +151,64 @@ def one_run(envs, n, rep, expected, stamp):
         "requests": requests,
         "p50": pct(durations, 0.5),
         "p99": pct(durations, 0.99),
-        "spread": max(ends) - min(ends),
     }
 
 
 def main():
     b.setup()
     envs = b.s3_server()
-    source = str(b.SOURCE)
-    expected = daycounts("source", source)
-    b.say(f"scale: {len(expected)} windows with rows in {FROM}..{TO}; workers {WORKERS}, "
-          f"{REPS} reps, --parallel {PARALLEL} each")
+    small = small_workload()
+    workloads = [
+        Workload("sf", f"SF {b.SCALE}, {FROM}..{TO}", b.PROJECT, b.SOURCE, FROM, TO),
+        small,
+        Workload("latency", f"SF {SMALL_SF}, {FROM}..{TO}, +{LATENCY_MS} ms per S3 request",
+                 small.project, small.source, FROM, TO, LATENCY_MS),
+    ]
+    chosen = [k.strip() for k in b.env("SCALE_WORKLOADS", "sf,small,latency").split(",")]
+    workloads = [wl for wl in workloads if wl.key in chosen]
     stamp = time.strftime("%Y%m%d%H%M%S")
     results = {}
-    for rep in range(REPS):
-        for n in WORKERS:  # alternate worker counts within a rep (the machine's speed drifts)
-            r = one_run(envs, n, rep, expected, stamp)
-            results.setdefault(n, []).append(r)
-            b.say(f"  {n} workers, rep {rep + 1}: {r['wall']:.2f} s, {r['windows'] / r['wall']:.0f} "
-                  f"windows/s, {r['commits']} commits ({r['rebuilds']} rebuilt), "
-                  f"p50 {r['p50']} ms, p99 {r['p99']} ms — every window = source")
-    write(results, len(expected))
+    for wl in workloads:
+        expected = daycounts("source", str(wl.source), wl.lo, wl.hi)
+        wl.windows = len(expected)
+        proxy = None
+        if wl.latency_ms:
+            port = b.free_port()
+            upstream = envs["AWS_ENDPOINT_URL"].split("://", 1)[1].rstrip("/")
+            proxy = subprocess.Popen([sys.executable, str(b.REPO / "scripts" / "latency-proxy"),
+                                      str(port), upstream, str(wl.latency_ms)],
+                                     stdout=subprocess.PIPE, text=True)
+            proxy.stdout.readline()  # "listening on …"
+            wl.env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
+        b.say(f"scale: {wl.what}: {len(expected)} windows with rows in {wl.lo}..{wl.hi}; "
+              f"workers {WORKERS}, {REPS} reps, --parallel {PARALLEL} each")
+        for rep in range(REPS):
+            for n in WORKERS:  # alternate worker counts within a rep (the machine drifts)
+                r = one_run(envs, wl, n, rep, expected, stamp)
+                results.setdefault(wl.key, {}).setdefault(n, []).append(r)
+                b.say(f"  {n} workers, rep {rep + 1}: {r['wall']:.2f} s, "
+                      f"{r['windows'] / r['wall']:.0f} windows/s, {r['commits']} commits "
+                      f"({r['rebuilds']} rebuilt), p50 {r['p50']} ms, p99 {r['p99']} ms "
+                      "— every window = source")
+        if proxy:
+            proxy.terminate()
+            proxy.wait()
+    write(workloads, results)
 
 
 def med(rs, f):
     return statistics.median(f(r) for r in rs)
 
 
-def write(results, n_windows):
+def table(rs_by_n):
     lines = [
-        "# idemlake worker scaling: N processes, one S3 table",
-        "",
-        f"Generated by `make bench-scale` (`scripts/bench_scale.py`) on {time.strftime('%Y-%m-%d')}.",
-        "",
-        f"- Machine: {b.machine()}",
-        f"- Storage: SeaweedFS on loopback (`scripts/s3-server`), one bucket; each run a fresh table.",
-        f"- Work: the 6-column narrow task of `make bench` over TPC-H lineitem SF {b.SCALE}, day windows "
-        f"{FROM}..{TO} ({n_windows} windows), split with `backfill --shard I/N` (contiguous blocks), "
-        f"`--parallel {PARALLEL}` in each worker; all workers start together.",
-        f"- Reps: {REPS} per worker count, worker counts alternating within each rep; cells are medians "
-        "(min–max).",
-        "- Checked after every run: per window, rows and sum(l_extendedprice) read with polars "
-        "(deltalake reader) equal the source's — every run below had zero lost or doubled rows.",
-        "",
         "| workers | wall s | windows/s | speed-up | commits | commits/s | windows per commit "
         "| rebuilt per commit | window p50 ms | window p99 ms | S3 requests |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     base = None
-    for n in sorted(results):
-        rs = results[n]
+    for n in sorted(rs_by_n):
+        rs = rs_by_n[n]
         wall = med(rs, lambda r: r["wall"])
         rate = med(rs, lambda r: r["windows"] / r["wall"])
         base = base or rate
@@ -177,11 +220,42 @@ def write(results, n_windows):
             f"| {med(rs, lambda r: r['rebuilds'] / max(1, r['commits'])):.2f} "
             f"| {med(rs, lambda r: r['p50']):.0f} | {med(rs, lambda r: r['p99']):.0f} "
             f"| {med(rs, lambda r: r['requests']):.0f} |")
-    lines += ["", "Raw runs (JSON, one per line):", "", "```"]
-    for n in sorted(results):
-        for r in results[n]:
-            lines.append(json.dumps({"workers": n, **{k: (round(v, 3) if isinstance(v, float) else v)
-                                                        for k, v in r.items()}}))
+    return lines
+
+
+def write(workloads, results):
+    lines = [
+        "# idemlake worker scaling: N processes, one S3 table",
+        "",
+        f"Generated by `make bench-scale` (`scripts/bench_scale.py`) on {time.strftime('%Y-%m-%d')}.",
+        "",
+        f"- Machine: {b.machine()}",
+        "- Storage: SeaweedFS on loopback (`scripts/s3-server`), one bucket; each run a fresh table.",
+        "- Work: the 6-column narrow task of `make bench` (day windows), the range split with "
+        f"`backfill --shard I/N` (contiguous blocks), `--parallel {PARALLEL}` in each worker; all "
+        "workers start together. Windows/s counts every window of the range over the wall time from "
+        "the first start to the last exit.",
+        f"- Reps: {REPS} per worker count, worker counts alternating within each rep; cells are "
+        "medians (min–max).",
+        "- Checked after every run: per window, rows and sum(l_extendedprice) read with polars "
+        "(deltalake reader) equal the source's — every run below had zero lost or doubled rows.",
+        "",
+    ]
+    # The findings are written by hand from a run's numbers; a new run keeps them (to be
+    # revised by whoever reads the new numbers).
+    marker = "## Findings (by hand)"
+    if OUT.exists() and marker in OUT.read_text():
+        kept = OUT.read_text().split(marker, 1)[1].split("\n## ", 1)[0]
+        lines += [marker + kept.rstrip(), ""]
+    for wl in workloads:
+        lines += [f"## {wl.what}: {wl.windows} windows", ""] + table(results[wl.key]) + [""]
+    lines += ["## Raw runs (JSON, one per line)", "", "```"]
+    for wl in workloads:
+        for n in sorted(results[wl.key]):
+            for r in results[wl.key][n]:
+                lines.append(json.dumps({"workload": wl.key, "workers": n,
+                                         **{k: (round(v, 3) if isinstance(v, float) else v)
+                                            for k, v in r.items()}}))
     lines += ["```", ""]
     OUT.write_text("\n".join(lines))
     b.say(f"wrote {OUT}")

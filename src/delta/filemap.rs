@@ -8,9 +8,12 @@
 //! idemlake writes updates it with exactly the removes and adds that commit holds.
 //!
 //! Invariant: a map is the exact set of live files with a window-typed partition value at
-//! `version`. It is only ever advanced by a commit this process wrote as *exactly* the next
-//! version (put-if-absent); whenever another writer may have committed in between (a lost
-//! race, an ambiguous failure), the caller discards it and rebuilds from a fresh snapshot.
+//! `version`. It is only ever advanced by exactly the next version: a commit this process
+//! wrote (put-if-absent, [`FileMap::apply`]), or, after a lost race, each commit other writers
+//! wrote since, replayed from its log lines as read from storage ([`FileMap::replay`]: adds
+//! and removes only; anything else — new metadata or protocol, another action kind — and the
+//! caller discards the map and rebuilds from a fresh snapshot, as it always does with
+//! `IDEMLAKE_ACCELERATE=0` and after an ambiguous failure with nothing new in the log).
 
 use std::collections::BTreeMap;
 
@@ -106,6 +109,94 @@ impl FileMap {
     }
 }
 
+/// What [`FileMap::replay`] made of one commit another writer wrote.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Replayed {
+    /// Its adds and removes are applied; the map is at its version.
+    Applied,
+    /// It names `run_id` in its commitInfo: the commit being retried landed after all.
+    Ours,
+    /// It holds what the map cannot follow (new metadata or protocol, an action of another
+    /// kind, a line that does not parse, a partition value that does not read): the map is
+    /// unusable and the caller rebuilds from a fresh snapshot.
+    Unknown,
+}
+
+impl FileMap {
+    /// Advance the map by commit `version` (exactly the next one) written by another writer,
+    /// given as its log lines: removes first (by path), then adds, keyed by partition value as
+    /// [`FileMap::from_table`] keys them (`kind`: the windows' partition type; files with a
+    /// NULL partition value are not window files and are not kept, as there).
+    pub fn replay(
+        &mut self,
+        version: i64,
+        kind: PartitionRange,
+        lines: &[u8],
+        run_id: &str,
+    ) -> Replayed {
+        debug_assert_eq!(version, self.version + 1);
+        let mut adds: Vec<Add> = Vec::new();
+        let mut removes: Vec<Remove> = Vec::new();
+        for line in lines.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let Ok(action) = serde_json::from_slice::<serde_json::Value>(line) else {
+                return Replayed::Unknown;
+            };
+            let Some((name, body)) = action.as_object().and_then(|o| o.iter().next()) else {
+                return Replayed::Unknown;
+            };
+            match name.as_str() {
+                "commitInfo" => {
+                    if crate::delta::readback::names_run(body, run_id) {
+                        return Replayed::Ours;
+                    }
+                }
+                "txn" => {}
+                "add" => match serde_json::from_value::<Add>(body.clone()) {
+                    Ok(a) => adds.push(a),
+                    Err(_) => return Replayed::Unknown,
+                },
+                "remove" => match serde_json::from_value::<Remove>(body.clone()) {
+                    Ok(r) => removes.push(r),
+                    Err(_) => return Replayed::Unknown,
+                },
+                _ => return Replayed::Unknown,
+            }
+        }
+        for r in &removes {
+            self.forget(&r.path);
+        }
+        for a in &adds {
+            // The same path added again (a new deletion vector) replaces its entry.
+            self.forget(&a.path);
+            if let Some(Some(raw)) = a.partition_values.get(&self.partition_by) {
+                let Some(key) = partition_key(kind, raw) else {
+                    return Replayed::Unknown;
+                };
+                self.files.entry(key).or_default().push(remove_for(a));
+            }
+        }
+        self.version = version;
+        Replayed::Applied
+    }
+
+    /// Drop the live file at `path`, if the map holds it.
+    fn forget(&mut self, path: &str) {
+        let mut emptied = None;
+        for (k, v) in self.files.iter_mut() {
+            if let Some(i) = v.iter().position(|r| r.path == path) {
+                v.remove(i);
+                if v.is_empty() {
+                    emptied = Some(*k);
+                }
+                break;
+            }
+        }
+        if let Some(k) = emptied {
+            self.files.remove(&k);
+        }
+    }
+}
+
 /// The `remove` action that deletes `add` (timestamp filled in when used).
 fn remove_for(add: &Add) -> Remove {
     Remove {
@@ -189,5 +280,74 @@ mod tests {
         // An add whose partition value cannot be read makes the map unusable.
         let bad = add("someday", "e");
         assert!(!m.apply(7, &[day(5)], &[&bad]));
+    }
+
+    /// Issue 17 §1: after a lost race the map follows the winners' commits from their log
+    /// lines instead of a fresh snapshot; it must end exactly where a snapshot would.
+    #[test]
+    fn another_writers_commit_replays_onto_the_map_like_a_snapshot() {
+        let mut m = FileMap {
+            version: 3,
+            partition_by: "d".into(),
+            files: BTreeMap::new(),
+        };
+        let day = |n: i32| PartitionRange::Date(n, n + 1);
+        let (a, b) = (add("1970-01-02", "a"), add("1970-01-03", "b"));
+        assert!(m.apply(4, &[day(1), day(2)], &[&a, &b]));
+        let line = |kind: &str, body: serde_json::Value| {
+            let mut v = serde_json::to_vec(&serde_json::json!({ kind: body })).unwrap();
+            v.push(b'\n');
+            v
+        };
+        let add_json = |d: &str, p: &str| serde_json::to_value(add(d, p)).unwrap();
+        let info = |run: &str| serde_json::json!({"idemlake": {"run_id": run}});
+        // Another writer replaces day 2 ("b" → "c") and adds a file with a NULL partition.
+        let mut commit = line("commitInfo", info("other"));
+        commit.extend(line(
+            "remove",
+            serde_json::json!({"path": "b", "dataChange": true}),
+        ));
+        commit.extend(line("add", add_json("1970-01-03", "c")));
+        let mut null = serde_json::to_value(add("x", "n")).unwrap();
+        null["partitionValues"] = serde_json::json!({"d": null});
+        commit.extend(line("add", null));
+        commit.extend(line("txn", serde_json::json!({"appId": "x", "version": 1})));
+        assert_eq!(
+            m.replay(5, PartitionRange::Date(0, 0), &commit, "me"),
+            Replayed::Applied
+        );
+        let paths = |rs: Vec<Remove>| rs.into_iter().map(|r| r.path).collect::<Vec<_>>();
+        assert_eq!((m.version, m.len()), (5, 2));
+        assert_eq!(paths(m.removes(PartitionRange::Date(0, 10))), ["a", "c"]);
+        // The same path added again (a new deletion vector) stays one entry.
+        let again = line("add", add_json("1970-01-03", "c"));
+        assert_eq!(
+            m.replay(6, PartitionRange::Date(0, 0), &again, "me"),
+            Replayed::Applied
+        );
+        assert_eq!(paths(m.removes(PartitionRange::Date(0, 10))), ["a", "c"]);
+        // A commit naming this run (alone or in a group commit's runs): ours landed.
+        let ours = line(
+            "commitInfo",
+            serde_json::json!({"idemlake": {"runs": [{"run_id": "me"}]}}),
+        );
+        assert_eq!(
+            m.replay(7, PartitionRange::Date(0, 0), &ours, "me"),
+            Replayed::Ours
+        );
+        // What the map cannot follow: new metadata, an unknown action, a bad line, a bad value.
+        for bad in [
+            line("metaData", serde_json::json!({"id": "t"})),
+            line("protocol", serde_json::json!({"minReaderVersion": 1})),
+            line("cdc", serde_json::json!({"path": "z"})),
+            b"not json\n".to_vec(),
+            line("add", add_json("someday", "e")),
+        ] {
+            let mut copy = m.clone();
+            assert_eq!(
+                copy.replay(7, PartitionRange::Date(0, 0), &bad, "me"),
+                Replayed::Unknown
+            );
+        }
     }
 }

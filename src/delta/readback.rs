@@ -15,7 +15,7 @@ use crate::delta::table::open_at;
 use crate::error::{Error, Result};
 
 /// Does a commitInfo entry name `run_id` (alone or among the runs of a group commit)?
-fn names_run(info: &serde_json::Value, run_id: &str) -> bool {
+pub(crate) fn names_run(info: &serde_json::Value, run_id: &str) -> bool {
     let Some(entry) = info.get(crate::report::record::COMMIT_INFO_KEY) else {
         return false;
     };
