@@ -24,7 +24,10 @@ per-window backfill; tools alternate rep by rep: A B A B ...):
      one idemlake day window (its -v summary), and the BF_DAYS-day backfill vs the peer's loop
   7  initial load of the 6-column task (issue 18): idemlake vs (b) the polars floor writing the
      same 6 columns, and SQLMesh's first plan of an INCREMENTAL_BY_TIME_RANGE model over the
-     same source on DuckDB (one batch into a DuckDB table; SQLMESH_PINS in .venv-sqlmesh)
+     same source on DuckDB (one batch into a DuckDB table; SQLMESH_PINS in .venv-sqlmesh);
+     then on the loaded tables a day re-run (idemlake run vs `sqlmesh plan --restate-model
+     --start D --end D`) and a BF_DAYS-day restatement (backfill vs the same over the range),
+     both tables checksummed against the source afterwards (issue 17 §3)
 
 Environment knobs (defaults in brackets):
   BENCH_BIN       idemlake binary [<repo>/target/release/idemlake]
@@ -781,6 +784,42 @@ def scenario7(lo, hi):
     CHECKS["s7.idemlake"] = checksum("delta", s7 / f"idemlake-{i}" / NARROW_TASK)
     CHECKS["s7.floor"] = checksum("parquet", s7 / f"floor-{i}")
     CHECKS["s7.sqlmesh"] = sqlmesh_checksum(bin_dir, s7 / f"sqlmesh-{i}")
+
+    # Re-running windows of the loaded tables (issue 17 §3): one day, then a BF_DAYS-day
+    # restatement; SQLMesh's `plan --restate-model … --start --end` deletes and re-inserts the
+    # range in one transaction, idemlake replaces each window in its own commit.
+    ilake, sroot = s7 / f"idemlake-{i}", s7 / f"sqlmesh-{i}"
+
+    def restate(a, b):
+        return [bin_dir / "sqlmesh", "-p", sroot, "plan", "--restate-model", "bench.lineitem_narrow",
+                "--start", a, "--end", b, "--auto-apply", "--no-prompts"]
+
+    COMMANDS.append("sqlmesh -p S plan --restate-model bench.lineitem_narrow --start D --end D "
+                    "--auto-apply --no-prompts   # the day re-run; the same with a range for the restatement")
+    for r in range(REPS + 1):
+        s_i, r_i, text = run(idem(ilake, "run", NARROW_TASK, "--window", DAY), "s7-day-idemlake")
+        check_reports(text, "s7 day window")
+        s_s, r_s, _ = run(restate(DAY, DAY), "s7-day-sqlmesh")
+        if r == 0:
+            continue
+        record("s7.day.idemlake", "day re-run, 6 columns", "idemlake run", s_i, r_i)
+        record("s7.day.sqlmesh", "day re-run, 6 columns", "SQLMesh plan --restate-model", s_s, r_s)
+        say(f"  day re-run, rep {r}: idemlake {s_i:.2f} s, SQLMesh {s_s:.2f} s")
+    first = "1995-01-01"
+    last = (dt.date(1995, 1, 1) + dt.timedelta(days=BF_DAYS - 1)).isoformat()
+    for r in range(BACKFILL_REPS):
+        s_i, r_i, text = run(idem(ilake, "backfill", NARROW_TASK, "--from", first, "--to", last,
+                                  "--parallel", PARALLEL), "s7-bf-idemlake")
+        check_reports(text, "s7 restatement")
+        s_s, r_s, _ = run(restate(first, last), "s7-bf-sqlmesh")
+        record("s7.bf.idemlake", f"{BF_DAYS}-day restatement, 6 columns",
+               "idemlake backfill --parallel " + PARALLEL, s_i, r_i)
+        record("s7.bf.sqlmesh", f"{BF_DAYS}-day restatement, 6 columns",
+               "SQLMesh plan --restate-model", s_s, r_s)
+        say(f"  {BF_DAYS}-day restatement: idemlake {s_i:.2f} s, SQLMesh {s_s:.2f} s")
+    # After the re-runs both tables must still hold exactly the source's rows.
+    CHECKS["s7.after.idemlake"] = checksum("delta", ilake / NARROW_TASK)
+    CHECKS["s7.after.sqlmesh"] = sqlmesh_checksum(bin_dir, sroot)
     NOTES.append("Scenario 7: SQLMesh's first plan runs the model's whole range as one batch "
                  "(`INCREMENTAL_BY_TIME_RANGE` without `batch_size`), an INSERT into one DuckDB table in one "
                  "transaction; idemlake publishes one atomic Delta commit per day window (group commits) "
@@ -877,6 +916,11 @@ def target_rows():
         r = med("s7.idemlake") / med("s7.sqlmesh")
         add("initial load, 6 columns, faster than SQLMesh on DuckDB", True, f"{r:.2f}×", r < 1,
             "—" if r < 1 else f"needs {r:.2f}× faster ({med('s7.idemlake'):.1f} s → < {med('s7.sqlmesh'):.1f} s)")
+    for key, what in (("s7.day", "day re-run"), ("s7.bf", f"{BF_DAYS}-day restatement")):
+        if f"{key}.idemlake" in RESULTS and f"{key}.sqlmesh" in RESULTS:
+            r = med(f"{key}.idemlake") / med(f"{key}.sqlmesh")
+            add(f"{what}, 6 columns, faster than SQLMesh", True, f"{r:.2f}×", r < 1,
+                "—" if r < 1 else f"needs {r:.2f}× faster")
     if "s2.idemlake" in RESULTS:
         peak = stats("s2.idemlake", 1)[2] / 1024
         add(f"peak RSS of a day window < 512 MiB (SF {SCALE})", True, f"{peak:.0f} MiB (max of reps)",
@@ -937,6 +981,10 @@ def report(total, partial=False):
         "s7.idemlake", "s7.floor", "s7.source")
     row(7, "initial load, 6 columns", "s7.idemlake", "s7.sqlmesh", "SQLMesh 0.236 plan, INCREMENTAL_BY_TIME_RANGE on DuckDB 1.4.4",
         "s7.idemlake", "s7.sqlmesh", "s7.source")
+    row(7, f"day re-run {DAY}, 6 columns, loaded table", "s7.day.idemlake", "s7.day.sqlmesh",
+        "SQLMesh plan --restate-model (one day)", "s7.after.idemlake", "s7.after.sqlmesh", "s7.source")
+    row(7, f"{BF_DAYS}-day restatement (from 1995-01-01), 6 columns", "s7.bf.idemlake", "s7.bf.sqlmesh",
+        f"SQLMesh plan --restate-model ({BF_DAYS} days)", "s7.after.idemlake", "s7.after.sqlmesh", "s7.source")
     row(2, f"day window {DAY}, loaded table", "s2.idemlake", "s2.peer", "(a) polars + write_deltalake(predicate)",
         "s2.day.idemlake", "s2.day.peer", "s2.day.source")
     row(3, f"{BF_DAYS}-day backfill (from 1995-01-01)", "s3.idemlake", "s3.peer", f"(a) loop of {BF_DAYS} processes",
