@@ -776,7 +776,8 @@ def scenario7(lo, hi):
         record("s7.floor", "initial load, 6 columns", "polars write_parquet(partition_by)", secs_f, rss_f)
         root = sqlmesh_project(s7 / f"sqlmesh-{i}", lo, hi)
         settle()
-        secs_s, rss_s, _ = run([bin_dir / "sqlmesh", "-p", root, "plan", "--auto-apply", "--no-prompts"], "s7-sqlmesh")
+        secs_s, rss_s, _ = run([bin_dir / "sqlmesh", "--log-file-dir", LOGS, "-p", root, "plan", "--auto-apply",
+                                  "--no-prompts"], "s7-sqlmesh")
         record("s7.sqlmesh", "initial load, 6 columns", "SQLMesh plan (DuckDB)", secs_s, rss_s)
         say(f"  rep {i + 1}: idemlake {secs:.1f} s, floor {secs_f:.1f} s, SQLMesh {secs_s:.1f} s")
     i = LOAD_REPS - 1
@@ -791,7 +792,8 @@ def scenario7(lo, hi):
     ilake, sroot = s7 / f"idemlake-{i}", s7 / f"sqlmesh-{i}"
 
     def restate(a, b):
-        return [bin_dir / "sqlmesh", "-p", sroot, "plan", "--restate-model", "bench.lineitem_narrow",
+        return [bin_dir / "sqlmesh", "--log-file-dir", LOGS, "-p", sroot, "plan", "--restate-model",
+                "bench.lineitem_narrow",
                 "--start", a, "--end", b, "--auto-apply", "--no-prompts"]
 
     COMMANDS.append("sqlmesh -p S plan --restate-model bench.lineitem_narrow --start D --end D "
