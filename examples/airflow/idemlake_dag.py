@@ -125,6 +125,17 @@ class IdemlakeBashOperator(BashOperator):
             raise
 
 
+def retry_args(timeout: timedelta) -> dict:
+    """3 retries with exponential backoff (exit 2/3/5 are not retried, see above)."""
+    return {
+        "retries": 3,
+        "retry_delay": timedelta(seconds=int(os.environ.get("IDEMLAKE_DAG_RETRY_DELAY_SECONDS", "120"))),
+        "retry_exponential_backoff": True,
+        "max_retry_delay": timedelta(minutes=30),
+        "execution_timeout": timeout,
+    }
+
+
 def _env_flag(name: str, default: bool) -> bool:
     value = os.environ.get(name)
     if value is None:
@@ -153,13 +164,7 @@ with DAG(
     ),
     catchup=_env_flag("IDEMLAKE_DAG_CATCHUP", False),
     max_active_runs=int(os.environ.get("IDEMLAKE_DAG_MAX_ACTIVE_RUNS", "4")),
-    default_args={
-        "retries": 3,
-        "retry_delay": timedelta(seconds=int(os.environ.get("IDEMLAKE_DAG_RETRY_DELAY_SECONDS", "120"))),
-        "retry_exponential_backoff": True,
-        "max_retry_delay": timedelta(minutes=30),
-        "execution_timeout": timedelta(hours=2),
-    },
+    default_args=retry_args(timedelta(hours=2)),
     tags=["idemlake", "delta"],
 ) as dag:
     IdemlakeBashOperator(
@@ -202,13 +207,7 @@ with DAG(
         "shards": Param(4, type="integer", minimum=1, maximum=256, description="workers"),
         "parallel": Param(2, type="integer", minimum=1, maximum=64, description="windows at once per worker"),
     },
-    default_args={
-        "retries": 3,
-        "retry_delay": timedelta(seconds=int(os.environ.get("IDEMLAKE_DAG_RETRY_DELAY_SECONDS", "120"))),
-        "retry_exponential_backoff": True,
-        "max_retry_delay": timedelta(minutes=30),
-        "execution_timeout": timedelta(hours=6),
-    },
+    default_args=retry_args(timedelta(hours=6)),
     tags=["idemlake", "delta", "backfill"],
 ) as backfill_dag:
 

@@ -245,13 +245,18 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_commit_replaces_exactly_its_windows() {
-        let mut m = FileMap {
+    /// A map at version 3 of a table partitioned by the date column `d`, no files yet.
+    fn empty_map() -> FileMap {
+        FileMap {
             version: 3,
             partition_by: "d".into(),
             files: BTreeMap::new(),
-        };
+        }
+    }
+
+    #[test]
+    fn a_commit_replaces_exactly_its_windows() {
+        let mut m = empty_map();
         let day = |n: i32| PartitionRange::Date(n, n + 1);
         let (a, b, c) = (
             add("1970-01-02", "a"),
@@ -286,11 +291,7 @@ mod tests {
     /// lines instead of a fresh snapshot; it must end exactly where a snapshot would.
     #[test]
     fn another_writers_commit_replays_onto_the_map_like_a_snapshot() {
-        let mut m = FileMap {
-            version: 3,
-            partition_by: "d".into(),
-            files: BTreeMap::new(),
-        };
+        let mut m = empty_map();
         let day = |n: i32| PartitionRange::Date(n, n + 1);
         let (a, b) = (add("1970-01-02", "a"), add("1970-01-03", "b"));
         assert!(m.apply(4, &[day(1), day(2)], &[&a, &b]));
