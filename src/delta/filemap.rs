@@ -168,11 +168,18 @@ impl FileMap {
         for a in &adds {
             // The same path added again (a new deletion vector) replaces its entry.
             self.forget(&a.path);
-            if let Some(Some(raw)) = a.partition_values.get(&self.partition_by) {
-                let Some(key) = partition_key(kind, raw) else {
-                    return Replayed::Unknown;
-                };
-                self.files.entry(key).or_default().push(remove_for(a));
+            match a.partition_values.get(&self.partition_by) {
+                // A NULL partition value: not a window file (as in `from_table`).
+                Some(None) => {}
+                Some(Some(raw)) => {
+                    let Some(key) = partition_key(kind, raw) else {
+                        return Replayed::Unknown;
+                    };
+                    self.files.entry(key).or_default().push(remove_for(a));
+                }
+                // No value under the column's name: keyed otherwise (column mapping's physical
+                // names, say); only a snapshot reads it right.
+                None => return Replayed::Unknown,
             }
         }
         self.version = version;
@@ -343,6 +350,11 @@ mod tests {
             line("cdc", serde_json::json!({"path": "z"})),
             b"not json\n".to_vec(),
             line("add", add_json("someday", "e")),
+            line(
+                "add",
+                serde_json::json!({"path": "f", "partitionValues": {"col-5f1a": "1970-01-02"},
+                "size": 1, "modificationTime": 0, "dataChange": true}),
+            ),
         ] {
             let mut copy = m.clone();
             assert_eq!(

@@ -6,7 +6,8 @@
 //! window or the new one, never a mix. The files to remove come from a [`FileMap`] advanced
 //! by each commit (no snapshot refresh per commit); a commit is written put-if-absent as
 //! exactly the next version, and when another writer took it, it is rebuilt on top of the
-//! re-read table (each window replaced whole; the last writer of a window wins). Reading the
+//! other writers' commits, replayed from the log (or the re-read table): each window replaced
+//! whole; the last writer of a window wins. Reading the
 //! commit back is `readback`.
 
 use std::collections::HashMap;
@@ -84,23 +85,6 @@ fn commit_info(windows: &[WindowCommit]) -> HashMap<String, serde_json::Value> {
     HashMap::from([(crate::report::record::COMMIT_INFO_KEY.to_string(), value)])
 }
 
-/// Commit the staged files of `windows` (distinct windows of one task), each replacing its
-/// window's files, in one commit with the run records in commitInfo.
-///
-/// The commit is built from `files` (the live files of the latest version this process knows,
-/// see [`FileMap`]; built from the table's snapshot when `None`) and written as exactly the
-/// next version (put-if-absent); `files` then advances by this commit, so a run of commits
-/// never re-reads or re-materialises the table state. If another writer took that version,
-/// the map is dropped, the table state re-read and the commit rebuilt on top — removing whatever each window holds *in the version right before
-/// ours*, so every window ends up holding exactly its run's rows whatever others committed
-/// meanwhile (other windows are never touched; the last writer of a window wins, never a
-/// union). Because the version is known when the commit is built, it is recorded in the
-/// files' tags. Several windows in one commit are published together: each is still
-/// replaced whole, in exactly one commit.
-///
-/// Exactly once: after *any* failed attempt the table is re-read, and if these files are
-/// already in it (the PUT of the commit succeeded but its response was lost), the commit is
-/// not applied again.
 /// This process's overwrite commits: `(commits, windows, rebuilds)` — commits written, the
 /// windows they published, and attempts rebuilt on top of a version another writer took first.
 static COMMITS: [std::sync::atomic::AtomicU64; 3] = [
@@ -120,6 +104,25 @@ fn count_commit(windows: usize) {
     COMMITS[1].fetch_add(windows as u64, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// Commit the staged files of `windows` (distinct windows of one task), each replacing its
+/// window's files, in one commit with the run records in commitInfo.
+///
+/// The commit is built from `files` (the live files of the latest version this process knows,
+/// see [`FileMap`]; built from the table's snapshot when `None`) and written as exactly the
+/// next version (put-if-absent); `files` then advances by this commit, so a run of commits
+/// never re-reads or re-materialises the table state. If another writer took that version,
+/// the commits written since are replayed onto the map from the log (see [`catch_up`]; or,
+/// for what the replay cannot follow and with `IDEMLAKE_ACCELERATE=0`, the map is dropped and
+/// the table state re-read) and the commit is rebuilt on top — removing whatever each window
+/// holds *in the version right before ours*, so every window ends up holding exactly its
+/// run's rows whatever others committed meanwhile (other windows are never touched; the last
+/// writer of a window wins, never a union). Because the version is known when the commit is built, it is recorded in the
+/// files' tags. Several windows in one commit are published together: each is still
+/// replaced whole, in exactly one commit.
+///
+/// Exactly once: after *any* failed attempt the log is read again (the commits since the
+/// map's version, or the whole re-read table), and if this commit is already in it (the PUT
+/// succeeded but its response was lost), it is not applied again.
 pub async fn commit_windows(
     table: &mut DeltaTable,
     files: &mut Option<FileMap>,
@@ -183,6 +186,8 @@ pub async fn commit_windows(
                         "version {target} was taken by another writer; replayed the log to version {} and rebuilding on top (attempt {attempt})",
                         files.as_ref().map_or(-1, |m| m.version)
                     );
+                    let pause = (attempt as u64 % 8) * 3;
+                    tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
                     continue;
                 }
                 CatchUp::Ours(version) => {
@@ -347,7 +352,9 @@ async fn catch_up(
     };
     let start = map.version;
     let store = table.log_store();
-    loop {
+    // Far behind (a long-idle worker): one snapshot load costs less than this many GETs.
+    const MAX_REPLAYED: i64 = 500;
+    while map.version - start < MAX_REPLAYED {
         let v = map.version + 1;
         let bytes = match store.read_commit_entry(v as u64).await {
             Ok(Some(b)) => b,

@@ -200,12 +200,21 @@ impl LogReplay {
                 .as_deref()
                 .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
                 .and_then(|s| s.get("numRecords").and_then(serde_json::Value::as_u64));
-            let key = add
-                .partition_values
-                .get(&self.partition_by)
-                .cloned()
-                .flatten()
-                .and_then(|raw| partition_key(self.kind, &raw));
+            // A NULL partition value is not a window file; a value missing under the column's
+            // name (keyed by a physical name under column mapping) or one that does not parse
+            // is an error: the caller reads the snapshot through delta-rs instead.
+            let key = match add.partition_values.get(&self.partition_by) {
+                Some(None) => None,
+                Some(Some(raw)) => Some(partition_key(self.kind, raw).ok_or_else(|| {
+                    Error::runtime(format!("commit {v}: partition value {raw:?} does not read"))
+                })?),
+                None => {
+                    return Err(Error::runtime(format!(
+                        "commit {v}: an add without a value for {}",
+                        self.partition_by
+                    )));
+                }
+            };
             self.insert(add.path, key, rows);
         } else if let Some(remove) = action.get("remove") {
             let remove: Remove = serde_json::from_value(remove.clone()).map_err(bad)?;
