@@ -283,3 +283,44 @@ pub fn check_window(
     }
     window_rows(&live)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replay() -> LogReplay {
+        LogReplay {
+            version: 3,
+            partition_by: "d".into(),
+            kind: PartitionRange::Date(0, 0),
+            files: HashMap::new(),
+            by_key: BTreeMap::new(),
+        }
+    }
+
+    fn add(values: serde_json::Value) -> serde_json::Value {
+        serde_json::json!({"add": {"path": "p", "partitionValues": values, "size": 1,
+            "modificationTime": 0, "dataChange": true, "stats": "{\"numRecords\":7}"}})
+    }
+
+    /// Review of 4f98299: an add whose partition value is not under the column's name (the
+    /// physical name of a column-mapped table) was taken for a NULL partition and dropped, so
+    /// the read-back could miss another writer's file in the window. It is an error now (the
+    /// caller reads delta-rs's snapshot instead); a NULL value is still not a window file.
+    #[test]
+    fn an_add_keyed_by_another_name_is_an_error_not_a_null_partition() {
+        let mut r = replay();
+        r.apply(4, &add(serde_json::json!({"d": "1970-01-02"})))
+            .unwrap();
+        assert_eq!(r.window_files(PartitionRange::Date(1, 2)).len(), 1);
+        let mut r = replay();
+        r.apply(4, &add(serde_json::json!({"d": null}))).unwrap();
+        assert!(r.window_files(PartitionRange::Date(-100, 100)).is_empty());
+        for values in [
+            serde_json::json!({"col-5f1a": "1970-01-02"}),
+            serde_json::json!({"d": "someday"}),
+        ] {
+            assert!(replay().apply(4, &add(values.clone())).is_err(), "{values}");
+        }
+    }
+}
