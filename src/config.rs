@@ -48,11 +48,6 @@ pub struct Config {
     pub host: String,
     /// A tracing filter replacing the one `-v` picks (`IDEMLAKE_LOG`).
     pub log_filter: Option<String>,
-    /// mimalloc's purge delay is set by the user (`MIMALLOC_PURGE_DELAY`): idemlake keeps out.
-    pub allocator_tuned_by_user: bool,
-    /// Transparent huge pages are the user's choice (`MIMALLOC_ALLOW_THP` set): idemlake
-    /// leaves the process's THP setting alone.
-    pub thp_tuned_by_user: bool,
 }
 
 /// Windows per grouped check query unless `IDEMLAKE_CHECK_BATCH` says otherwise.
@@ -124,8 +119,6 @@ impl Config {
                 .collect(),
             host,
             log_filter: var("IDEMLAKE_LOG"),
-            allocator_tuned_by_user: std::env::var_os("MIMALLOC_PURGE_DELAY").is_some(),
-            thp_tuned_by_user: std::env::var_os("MIMALLOC_ALLOW_THP").is_some(),
         })
     }
 

@@ -12,43 +12,72 @@ use clap::Parser;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 unsafe extern "C" {
-    /// mimalloc's runtime option setter (in the library `mimalloc` links; `mi_option_t` is a
-    /// C enum).
-    fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
+    /// mimalloc's default setter for a runtime option (`mi_option_t` is a C enum): the value
+    /// holds unless the option's `MIMALLOC_*` environment variable says otherwise.
+    fn mi_option_set_default(option: std::ffi::c_int, value: std::ffi::c_long);
 }
 
-/// `mi_option_purge_delay` in mimalloc's `mi_option_e` (v2 and v3 alike).
+/// `mi_option_purge_delay` in mimalloc v3's `mi_option_e`.
 const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
+/// `mi_option_allow_thp` in mimalloc v3's `mi_option_e`.
+const MI_OPTION_ALLOW_THP: std::ffi::c_int = 43;
 
-/// Keep freed memory for reuse instead of returning it to the kernel (mimalloc's default is
-/// after 10 ms): a backfill frees and allocates chunk- and batch-sized buffers continuously,
-/// and every page returned is faulted and zeroed again on the next allocation. An idemlake
-/// process is one window or one run, its peak bounded by the scan budget, so memory is kept
-/// until exit. SF1 initial load: ~70 k page faults with a 1 s delay, ~14 k with 10 s, ~5 k
-/// never (the kernel zeroing faulted pages was 15 % of the CPU at 1 s).
-/// `MIMALLOC_PURGE_DELAY` still wins.
+/// idemlake's defaults for mimalloc, set before mimalloc initialises (its constructor runs
+/// at default priority and reads its options then; this one runs first, see below). A user's
+/// `MIMALLOC_PURGE_DELAY` or `MIMALLOC_ALLOW_THP` still wins: mimalloc reads them over these
+/// defaults.
 ///
-/// Transparent huge pages are turned off for the process: mimalloc asks for them on its 1 GiB
-/// arenas (`MADV_HUGEPAGE`), and then the first touch of any 4 KiB of a 2 MiB range makes the
-/// kernel zero the whole 2 MiB. An initial load touches its arenas piecemeal across threads;
-/// with THP the kernel's page zeroing was a third of the load's CPU samples and the system
-/// time twice the no-THP run's (SF1 load, 3 alternating pairs: 4.2 s vs 2.0 s system,
-/// 6.1 s vs 5.1 s wall). `prctl` rather than mimalloc's option because the first arena is
-/// reserved before `main` runs. `MIMALLOC_ALLOW_THP` set by the user leaves THP alone.
-fn tune_allocator(config: &idemlake::config::Config) {
-    if !config.allocator_tuned_by_user {
-        // SAFETY: sets a plain integer option; mimalloc allows it at any time.
-        unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
+/// Purge delay -1: keep freed memory for reuse instead of returning it to the kernel
+/// (mimalloc's default is after 10 ms): a backfill frees and allocates chunk- and batch-sized
+/// buffers continuously, and every page returned is faulted and zeroed again on the next
+/// allocation. An idemlake process is one window or one run, its peak bounded by the scan
+/// budget, so memory is kept until exit. SF1 initial load: ~70 k page faults with a 1 s
+/// delay, ~14 k with 10 s, ~5 k never (the kernel zeroing faulted pages was 15 % of the CPU
+/// at 1 s).
+///
+/// THP off (mimalloc then disables transparent huge pages for the process with `prctl`):
+/// mimalloc asks for them on its 1 GiB arenas (`MADV_HUGEPAGE`), and then the first touch of
+/// any 4 KiB of a 2 MiB range makes the kernel zero the whole 2 MiB. An initial load touches
+/// its arenas piecemeal across threads; with THP the kernel's page zeroing was a third of the
+/// load's CPU samples and the system time twice the no-THP run's (SF1 load, 3 alternating
+/// pairs: 4.2 s vs 2.0 s system, 6.1 s vs 5.1 s wall). It has to be off before the first
+/// allocation: mimalloc reserves its first arena then, before `main`. When `main` turned it
+/// off, a day window's first ~10 ms went to zeroing the huge pages the runtime's start-up
+/// allocations had faulted in, on the one thread running then.
+extern "C" fn allocator_defaults() {
+    // SAFETY: plain integer options; mimalloc allows setting defaults at any time, and this
+    // runs before its initialisation reads them.
+    unsafe {
+        mi_option_set_default(MI_OPTION_PURGE_DELAY, -1);
+        mi_option_set_default(MI_OPTION_ALLOW_THP, 0);
     }
-    if !config.thp_tuned_by_user {
-        // SAFETY: a process-wide flag with integer arguments; no memory is passed. On a kernel
-        // without it the call fails with EINVAL, which changes nothing, so its result is
-        // deliberately ignored.
-        #[cfg(target_os = "linux")]
-        unsafe {
-            libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
-        }
-    }
+}
+
+/// `allocator_defaults` as an ELF constructor of priority 100: prioritised constructors run
+/// before the unprioritised ones (mimalloc's, built by gcc), all before `main`.
+#[cfg(target_os = "linux")]
+#[used]
+#[unsafe(link_section = ".init_array.00100")]
+static ALLOCATOR_DEFAULTS: extern "C" fn() = allocator_defaults;
+
+/// Whether the allocator defaults took effect from the start: THP off for the process, and
+/// how much anonymous memory is in huge pages so far (0 unless THP was on for an allocation).
+#[cfg(target_os = "linux")]
+fn allocator_state() -> String {
+    // SAFETY: a query with integer arguments; no memory is passed.
+    let off = unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) } == 1;
+    let huge = std::fs::read_to_string("/proc/self/smaps_rollup")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("AnonHugePages:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        });
+    format!(
+        "allocator: mimalloc, transparent huge pages {}, anonymous huge pages so far: {} kB",
+        if off { "off" } else { "on" },
+        huge.map_or("unknown".to_string(), |k| k.to_string())
+    )
 }
 
 /// Log output with credentials from the environment replaced by `***`.
@@ -77,7 +106,6 @@ fn main() -> ExitCode {
             return ExitCode::from(e.exit_code());
         }
     };
-    tune_allocator(config);
     // delta-rs logs every lost commit race at ERROR ("exceeded maximum commit attempts");
     // idemlake rebuilds such commits itself and reports its own error if it gives up, so
     // those lines are hidden below -vv.
@@ -107,6 +135,10 @@ fn main() -> ExitCode {
         }
     }
     tracing::info!("configuration: {}", config.to_string().replace('\n', ", "));
+    #[cfg(target_os = "linux")]
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        tracing::debug!("{}", allocator_state());
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -327,3 +327,34 @@ fn every_command_prints_a_window_the_same_way_and_whether_to_retry() {
     assert_eq!(c, 2);
     assert_eq!(r[0]["retryable"], false, "{}", r[0]);
 }
+
+/// Bug: transparent huge pages were turned off in `main`, after the runtime's first
+/// allocations had faulted whole 2 MiB pages into mimalloc's arena (the kernel zeroing them
+/// was the first ~10 ms of a day window, on the one thread running then). The allocator's
+/// defaults now apply before anything allocates, and a user's `MIMALLOC_ALLOW_THP` still wins.
+#[test]
+fn huge_pages_are_off_before_the_first_allocation() {
+    let p = TestProject::new();
+    let state = |thp: Option<&str>| {
+        let mut c = p.cmd();
+        if let Some(v) = thp {
+            c.env("MIMALLOC_ALLOW_THP", v);
+        } else {
+            c.env_remove("MIMALLOC_ALLOW_THP");
+        }
+        let out = c.args(["-vv", "validate"]).output().unwrap();
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        err.lines()
+            .find(|l| l.contains("allocator: mimalloc"))
+            .unwrap_or_else(|| panic!("no allocator line in:\n{err}"))
+            .to_string()
+    };
+    let ours = state(None);
+    assert!(
+        ours.contains("transparent huge pages off, anonymous huge pages so far: 0 kB"),
+        "{ours}"
+    );
+    let users = state(Some("1"));
+    assert!(users.contains("transparent huge pages on"), "{users}");
+}
