@@ -130,6 +130,10 @@ pub async fn commit_windows(
     windows: &[WindowCommit],
 ) -> Result<Committed> {
     let schema = table.snapshot()?.schema();
+    let own_schema = windows
+        .iter()
+        .find_map(|w| w.metadata.as_ref())
+        .and_then(|m| m.parse_schema().ok());
     let files_added = windows.iter().map(|w| w.adds.len()).sum();
     let commit = Commit::new(table, partition_by, windows);
     let ranges: Vec<PartitionRange> = windows.iter().map(|w| w.range).collect();
@@ -222,7 +226,10 @@ pub async fn commit_windows(
                 "commit failed, nothing was published: {e}"
             )));
         }
-        if table.snapshot()?.schema() != schema {
+        // A change under this commit fails it; the schema this commit itself writes, already
+        // written by another writer (shards of a task that just gained a column), does not.
+        let now = table.snapshot()?.schema();
+        if now != schema && own_schema.as_ref().is_none_or(|own| *own != *now) {
             return Err(Error::runtime(
                 "the table's schema changed while this run was committing; nothing was published",
             ));
@@ -447,12 +454,18 @@ async fn checkpoint_if_due(table: &mut DeltaTable, version: i64) {
     }
 }
 
-/// If these windows' staged files are in the table, the version of the commit that added them.
+/// If this commit is in the table's log after `base`, its version: the commit that names the
+/// run. The log, not the latest snapshot: a commit that landed and whose windows another
+/// writer has replaced since has landed all the same (committing it again would put the run's
+/// rows over the newer ones and report a second version).
 async fn landed(table: &DeltaTable, windows: &[WindowCommit], base: i64) -> Result<Option<i64>> {
     let run_id = &windows[0].tags.run_id;
+    if let Some(version) = find_run_commit(table, base, run_id).await? {
+        return Ok(Some(version));
+    }
+    // No commit since `base` names the run: its files had better not be in the table.
     let Some(first) = windows.iter().find_map(|w| w.adds.first()) else {
-        // Nothing added (emptied windows): look for the run id in the commits alone.
-        return find_run_commit(table, base, run_id).await;
+        return Ok(None);
     };
     let present = table
         .snapshot()?
@@ -460,14 +473,174 @@ async fn landed(table: &DeltaTable, windows: &[WindowCommit], base: i64) -> Resu
         .log_data()
         .iter()
         .any(|f| f.path() == first.path.as_str());
-    if !present {
-        return Ok(None);
+    if present {
+        return Err(Error::runtime(format!(
+            "run {run_id}'s files are in the table but no commit names the run"
+        )));
     }
-    Ok(Some(
-        find_run_commit(table, base, run_id).await?.ok_or_else(|| {
-            Error::runtime(format!(
-                "run {run_id}'s files are in the table but no commit names the run"
-            ))
-        })?,
-    ))
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    /// A day window of the date column `d`, day `n` since the epoch, staging `path` for `run`.
+    fn window(n: i32, path: &str, run: &str) -> WindowCommit {
+        let day = (jiff::civil::date(1970, 1, 1) + jiff::Span::new().days(n)).to_string();
+        WindowCommit {
+            range: PartitionRange::Date(n, n + 1),
+            predicate: format!("d = '{day}'"),
+            adds: vec![Add {
+                path: format!("d={day}/{path}"),
+                partition_values: HashMap::from([("d".to_string(), Some(day.clone()))]),
+                size: 10,
+                data_change: true,
+                ..Default::default()
+            }],
+            tags: RunTags {
+                run_id: run.into(),
+                window: day,
+                sql_hash: "h".into(),
+                inputs: None,
+            },
+            record: serde_json::json!({"task": "t", "run_id": run}),
+            metadata: None,
+        }
+    }
+
+    async fn new_table(dir: &std::path::Path) -> DeltaTable {
+        let url = url::Url::from_directory_path(dir).unwrap();
+        let schema = Schema::new(vec![
+            Field::new("x", DataType::Int64, true),
+            Field::new("d", DataType::Date32, true),
+        ]);
+        let table = crate::delta::table::open(&url).await.unwrap();
+        crate::delta::table::ensure_exists(table, &schema, "d", "t")
+            .await
+            .unwrap()
+    }
+
+    /// Bug: after a failed attempt, `landed` looked for the run's first file in the latest
+    /// snapshot before reading the log. A commit that landed (its response lost) and whose
+    /// window another writer had replaced since was taken for "not landed": the run would
+    /// commit its window again, over the other writer's newer one, and report the second
+    /// version. The log says which commit names the run, whatever came after it.
+    #[tokio::test]
+    async fn a_landed_commit_replaced_since_is_still_found_in_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut table = new_table(dir.path()).await;
+        let base = table.version().unwrap() as i64;
+        let ours = window(1, "ours.parquet", "run-ours");
+        let c = commit_windows(&mut table, &mut None, "d", std::slice::from_ref(&ours))
+            .await
+            .unwrap();
+        assert_eq!(c.version, base + 1);
+        // Another writer replaces the same window.
+        let mut other = crate::delta::table::open(table.table_url()).await.unwrap();
+        let theirs = window(1, "theirs.parquet", "run-theirs");
+        let c2 = commit_windows(&mut other, &mut None, "d", &[theirs])
+            .await
+            .unwrap();
+        assert_eq!((c2.version, c2.files_removed), (base + 2, 1));
+        table.update_state().await.unwrap();
+        assert_eq!(
+            landed(&table, std::slice::from_ref(&ours), base)
+                .await
+                .unwrap(),
+            Some(base + 1)
+        );
+        // A run that never committed has not landed.
+        let never = window(1, "never.parquet", "run-never");
+        assert_eq!(landed(&table, &[never], base).await.unwrap(), None);
+    }
+
+    /// Bug: a commit that adds a column and loses its version to another writer that added
+    /// the same column (backfill shards of a task whose query just gained it) compared the
+    /// re-read table's schema with the one from before its own change, and failed with "the
+    /// table's schema changed while this run was committing": every shard but the first
+    /// failed its first window. The schema this commit writes is not a change under it.
+    #[tokio::test]
+    async fn a_lost_race_to_the_same_new_column_rebuilds_instead_of_failing() {
+        use delta_kernel::engine::arrow_conversion::TryIntoKernel;
+        use deltalake::kernel::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let mut table = new_table(dir.path()).await;
+        let base = table.version().unwrap() as i64;
+        let wider = |t: &DeltaTable| {
+            let schema = Schema::new(vec![
+                Field::new("x", DataType::Int64, true),
+                Field::new("d", DataType::Date32, true),
+                Field::new("y", DataType::Utf8, true),
+            ]);
+            let kernel: deltalake::kernel::StructType = (&schema).try_into_kernel().unwrap();
+            t.snapshot()
+                .unwrap()
+                .metadata()
+                .clone()
+                .with_schema(&kernel)
+                .unwrap()
+        };
+        // Both writers start from the same version, each adding column y.
+        let mut first = crate::delta::table::open(table.table_url()).await.unwrap();
+        let mut theirs = window(2, "theirs.parquet", "run-theirs");
+        theirs.metadata = Some(wider(&first));
+        let mut ours = window(1, "ours.parquet", "run-ours");
+        ours.metadata = Some(wider(&table));
+        let mut files = Some(FileMap::from_table(&table, "d").unwrap());
+        commit_windows(&mut first, &mut None, "d", &[theirs])
+            .await
+            .unwrap();
+        let c = commit_windows(&mut table, &mut files, "d", &[ours])
+            .await
+            .unwrap();
+        assert_eq!(c.version, base + 2);
+        let reread = crate::delta::table::open(table.table_url()).await.unwrap();
+        let names: Vec<String> = reread
+            .snapshot()
+            .unwrap()
+            .schema()
+            .fields()
+            .map(|f| f.name().to_string())
+            .collect();
+        assert_eq!(names, ["x", "d", "y"]);
+        // A different change under it still fails, and publishes nothing.
+        let mut other = crate::delta::table::open(table.table_url()).await.unwrap();
+        let mut z = window(3, "z.parquet", "run-z");
+        z.metadata = Some({
+            let schema = Schema::new(vec![
+                Field::new("x", DataType::Int64, true),
+                Field::new("d", DataType::Date32, true),
+                Field::new("y", DataType::Utf8, true),
+                Field::new("z", DataType::Int32, true),
+            ]);
+            let kernel: deltalake::kernel::StructType = (&schema).try_into_kernel().unwrap();
+            other
+                .snapshot()
+                .unwrap()
+                .metadata()
+                .clone()
+                .with_schema(&kernel)
+                .unwrap()
+        });
+        let mut stale = crate::delta::table::open(table.table_url()).await.unwrap();
+        let mut stale_files = Some(FileMap::from_table(&stale, "d").unwrap());
+        commit_windows(&mut other, &mut None, "d", &[z])
+            .await
+            .unwrap();
+        let mut late = window(4, "late.parquet", "run-late");
+        late.metadata = Some(wider(&stale));
+        let e = commit_windows(&mut stale, &mut stale_files, "d", &[late])
+            .await
+            .unwrap_err();
+        assert!(e.message().contains("schema changed"), "{}", e.message());
+        assert_eq!(
+            crate::delta::table::open(table.table_url())
+                .await
+                .unwrap()
+                .version(),
+            Some((base + 3) as u64)
+        );
+    }
 }
