@@ -27,7 +27,10 @@ per-window backfill; tools alternate rep by rep: A B A B ...):
      same source on DuckDB (one batch into a DuckDB table; SQLMESH_PINS in .venv-sqlmesh);
      then on the loaded tables a day re-run (idemlake run vs `sqlmesh plan --restate-model
      --start D --end D`) and a BF_DAYS-day restatement (backfill vs the same over the range),
-     both tables checksummed against the source afterwards (issue 17 §3)
+     both tables checksummed against the source afterwards (issue 17 §3); and dbt's
+     microbatch model (day batches, dbt-duckdb, DBT_PINS in .venv-dbt) for the same three: the
+     load once (one query per day: minutes), the day re-run and the restatement with
+     `dbt run --event-time-start/--event-time-end`
 
 Environment knobs (defaults in brackets):
   BENCH_BIN       idemlake binary [<repo>/target/release/idemlake]
@@ -116,6 +119,11 @@ SETTLE = float(env("BENCH_SETTLE", "35"))
 
 SQLMESH_PINS = "sqlmesh==0.236.0 duckdb==1.4.4"
 SQLMESH_VENV = REPO / ".venv-sqlmesh"
+# dbt-core 1.11.x installs here (1.12 needs a package that downloads at build time).
+DBT_PINS = "dbt-core==1.11.16 dbt-duckdb==1.11.1 duckdb==1.4.4"
+DBT_VENV = REPO / ".venv-dbt"
+# dbt phones home unless told not to; the bench runs offline-clean.
+DBT_ENV = {"DO_NOT_TRACK": "1", "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
 VENV = REPO / ".venv-bench"
 PY = VENV / "bin" / "python"
 PEER = REPO / "scripts" / "bench_peer.py"
@@ -742,16 +750,44 @@ WHERE l_shipdate BETWEEN @start_ds AND @end_ds
     return root
 
 
-def sqlmesh_checksum(bin_dir, root):
+def sqlmesh_checksum(bin_dir, root, table="bench.lineitem_narrow"):
     code = (
         "import duckdb, json, sys\n"
         "c = duckdb.connect(sys.argv[1], read_only=True)\n"
         "r = c.sql('select count(*), sum(l_extendedprice)::varchar, "
         "sum(l_orderkey::bigint * l_linenumber::bigint)::varchar, count(distinct ship_date) "
-        "from bench.lineitem_narrow').fetchone()\n"
+        f"from {table}').fetchone()\n"
         "print(json.dumps({'rows': r[0], 'price': r[1], 'keys': r[2], 'days': str(r[3])}))\n")
     _, _, text = run([bin_dir / "python", "-c", code, root / "db.duckdb"], "checksum")
     return json.loads(text.strip().splitlines()[-1])
+
+
+def dbt_project(root, lo):
+    """A dbt project whose model is the 6-column task as a microbatch incremental model
+    (`batch_size='day'`) on DuckDB: a view over the source declares `event_time`, so dbt
+    filters it to each day's batch."""
+    (root / "models").mkdir(parents=True)
+    (root / "dbt_project.yml").write_text(
+        "name: bench\nversion: '1.0'\nconfig-version: 2\nprofile: bench\nmodel-paths: [models]\n")
+    (root / "profiles.yml").write_text(
+        "bench:\n  target: dev\n  outputs:\n    dev:\n      type: duckdb\n"
+        f"      path: {root / 'db.duckdb'}\n      threads: 1\n")
+    (root / "models" / "stg_lineitem.sql").write_text(
+        "{{ config(materialized='view', event_time='l_shipdate') }}\n"
+        f"SELECT * FROM read_parquet('{SOURCE}')\n")
+    (root / "models" / "lineitem_narrow.sql").write_text(f"""{{{{ config(materialized='incremental', incremental_strategy='microbatch',
+          event_time='ship_date', batch_size='day', begin='{lo}', lookback=0) }}}}
+SELECT l_orderkey, l_linenumber, l_shipdate AS ship_date, l_extendedprice, l_quantity, l_shipmode
+FROM {{{{ ref('stg_lineitem') }}}}
+""")
+    return root
+
+
+def dbt_run(bin_dir, root, first, last, *select):
+    """`dbt run` over the days first..last (dbt's end is exclusive)."""
+    end = (dt.date.fromisoformat(last) + dt.timedelta(days=1)).isoformat()
+    return [bin_dir / "dbt", "run", "--profiles-dir", root, "--project-dir", root, *select,
+            "--event-time-start", first, "--event-time-end", end]
 
 
 def scenario7(lo, hi):
@@ -780,8 +816,18 @@ def scenario7(lo, hi):
                                   "--no-prompts"], "s7-sqlmesh")
         record("s7.sqlmesh", "initial load, 6 columns", "SQLMesh plan (DuckDB)", secs_s, rss_s)
         say(f"  rep {i + 1}: idemlake {secs:.1f} s, floor {secs_f:.1f} s, SQLMesh {secs_s:.1f} s")
+    # dbt runs one query per day batch: ~2 minutes for the whole range, so one rep.
+    dbt_dir = ensure_venv(DBT_VENV, DBT_PINS)
+    droot = dbt_project(s7 / "dbt", lo)
+    COMMANDS.append("dbt run --profiles-dir D --project-dir D --event-time-start FROM --event-time-end TO+1   "
+                    "# D: a fresh dbt project, see dbt_project()")
+    settle()
+    secs_d, rss_d, _ = run(dbt_run(dbt_dir, droot, lo, hi), "s7-dbt", env_extra=DBT_ENV)
+    record("s7.dbt", "initial load, 6 columns", "dbt run (microbatch, DuckDB)", secs_d, rss_d)
+    say(f"  dbt microbatch load: {secs_d:.1f} s")
     i = LOAD_REPS - 1
     CHECKS["s7.source"] = checksum("source", SOURCE, lo, hi)
+    CHECKS["s7.dbt"] = sqlmesh_checksum(dbt_dir, droot, "main.lineitem_narrow")
     CHECKS["s7.idemlake"] = checksum("delta", s7 / f"idemlake-{i}" / NARROW_TASK)
     CHECKS["s7.floor"] = checksum("parquet", s7 / f"floor-{i}")
     CHECKS["s7.sqlmesh"] = sqlmesh_checksum(bin_dir, s7 / f"sqlmesh-{i}")
@@ -802,11 +848,14 @@ def scenario7(lo, hi):
         s_i, r_i, text = run(idem(ilake, "run", NARROW_TASK, "--window", DAY), "s7-day-idemlake")
         check_reports(text, "s7 day window")
         s_s, r_s, _ = run(restate(DAY, DAY), "s7-day-sqlmesh")
+        s_d, r_d, _ = run(dbt_run(dbt_dir, droot, DAY, DAY, "--select", "lineitem_narrow"), "s7-day-dbt",
+                          env_extra=DBT_ENV)
         if r == 0:
             continue
         record("s7.day.idemlake", "day re-run, 6 columns", "idemlake run", s_i, r_i)
         record("s7.day.sqlmesh", "day re-run, 6 columns", "SQLMesh plan --restate-model", s_s, r_s)
-        say(f"  day re-run, rep {r}: idemlake {s_i:.2f} s, SQLMesh {s_s:.2f} s")
+        record("s7.day.dbt", "day re-run, 6 columns", "dbt run --event-time-start/--event-time-end", s_d, r_d)
+        say(f"  day re-run, rep {r}: idemlake {s_i:.2f} s, SQLMesh {s_s:.2f} s, dbt {s_d:.2f} s")
     first = "1995-01-01"
     last = (dt.date(1995, 1, 1) + dt.timedelta(days=BF_DAYS - 1)).isoformat()
     for r in range(BACKFILL_REPS):
@@ -814,18 +863,28 @@ def scenario7(lo, hi):
                                   "--parallel", PARALLEL), "s7-bf-idemlake")
         check_reports(text, "s7 restatement")
         s_s, r_s, _ = run(restate(first, last), "s7-bf-sqlmesh")
+        s_d, r_d, _ = run(dbt_run(dbt_dir, droot, first, last, "--select", "lineitem_narrow"), "s7-bf-dbt",
+                          env_extra=DBT_ENV)
         record("s7.bf.idemlake", f"{BF_DAYS}-day restatement, 6 columns",
                "idemlake backfill --parallel " + PARALLEL, s_i, r_i)
         record("s7.bf.sqlmesh", f"{BF_DAYS}-day restatement, 6 columns",
                "SQLMesh plan --restate-model", s_s, r_s)
-        say(f"  {BF_DAYS}-day restatement: idemlake {s_i:.2f} s, SQLMesh {s_s:.2f} s")
+        record("s7.bf.dbt", f"{BF_DAYS}-day restatement, 6 columns",
+               "dbt run --event-time-start/--event-time-end", s_d, r_d)
+        say(f"  {BF_DAYS}-day restatement: idemlake {s_i:.2f} s, SQLMesh {s_s:.2f} s, dbt {s_d:.2f} s")
     # After the re-runs both tables must still hold exactly the source's rows.
     CHECKS["s7.after.idemlake"] = checksum("delta", ilake / NARROW_TASK)
     CHECKS["s7.after.sqlmesh"] = sqlmesh_checksum(bin_dir, sroot)
+    CHECKS["s7.after.dbt"] = sqlmesh_checksum(dbt_dir, droot, "main.lineitem_narrow")
     NOTES.append("Scenario 7: SQLMesh's first plan runs the model's whole range as one batch "
                  "(`INCREMENTAL_BY_TIME_RANGE` without `batch_size`), an INSERT into one DuckDB table in one "
                  "transaction; idemlake publishes one atomic Delta commit per day window (group commits) "
-                 "as day-partitioned Parquet, and the floor writes the same partitions without a transaction.")
+                 "as day-partitioned Parquet, and the floor writes the same partitions without a transaction. "
+                 "dbt's microbatch model (`incremental_strategy='microbatch'`, `batch_size='day'`, dbt-duckdb, "
+                 "threads 1) runs one delete+insert per day batch into one DuckDB table, each batch its own "
+                 "transaction; its source is a view that declares `event_time`, which dbt filters to each batch. "
+                 "The dbt load ran once (it takes minutes); its day re-run and restatement name the days with "
+                 "`--event-time-start`/`--event-time-end`. SQLMesh and dbt write DuckDB tables, not Delta.")
 
 
 # ---------------------------------------------------------------- report
@@ -918,11 +977,16 @@ def target_rows():
         r = med("s7.idemlake") / med("s7.sqlmesh")
         add("initial load, 6 columns, faster than SQLMesh on DuckDB", True, f"{r:.2f}×", r < 1,
             "—" if r < 1 else f"needs {r:.2f}× faster ({med('s7.idemlake'):.1f} s → < {med('s7.sqlmesh'):.1f} s)")
+    if "s7.idemlake" in RESULTS and "s7.dbt" in RESULTS:
+        r = med("s7.idemlake") / med("s7.dbt")
+        add("initial load, 6 columns, faster than dbt (microbatch) on DuckDB", True, f"{r:.2f}×", r < 1,
+            "—" if r < 1 else f"needs {r:.2f}× faster")
     for key, what in (("s7.day", "day re-run"), ("s7.bf", f"{BF_DAYS}-day restatement")):
-        if f"{key}.idemlake" in RESULTS and f"{key}.sqlmesh" in RESULTS:
-            r = med(f"{key}.idemlake") / med(f"{key}.sqlmesh")
-            add(f"{what}, 6 columns, faster than SQLMesh", True, f"{r:.2f}×", r < 1,
-                "—" if r < 1 else f"needs {r:.2f}× faster")
+        for peer_key, peer_name in (("sqlmesh", "SQLMesh"), ("dbt", "dbt")):
+            if f"{key}.idemlake" in RESULTS and f"{key}.{peer_key}" in RESULTS:
+                r = med(f"{key}.idemlake") / med(f"{key}.{peer_key}")
+                add(f"{what}, 6 columns, faster than {peer_name}", True, f"{r:.2f}×", r < 1,
+                    "—" if r < 1 else f"needs {r:.2f}× faster")
     if "s2.idemlake" in RESULTS:
         peak = stats("s2.idemlake", 1)[2] / 1024
         add(f"peak RSS of a day window < 512 MiB (SF {SCALE})", True, f"{peak:.0f} MiB (max of reps)",
@@ -983,10 +1047,16 @@ def report(total, partial=False):
         "s7.idemlake", "s7.floor", "s7.source")
     row(7, "initial load, 6 columns", "s7.idemlake", "s7.sqlmesh", "SQLMesh 0.236 plan, INCREMENTAL_BY_TIME_RANGE on DuckDB 1.4.4",
         "s7.idemlake", "s7.sqlmesh", "s7.source")
+    row(7, "initial load, 6 columns", "s7.idemlake", "s7.dbt",
+        "dbt-core 1.11 run, microbatch (day batches) on DuckDB 1.4.4", "s7.idemlake", "s7.dbt", "s7.source")
     row(7, f"day re-run {DAY}, 6 columns, loaded table", "s7.day.idemlake", "s7.day.sqlmesh",
         "SQLMesh plan --restate-model (one day)", "s7.after.idemlake", "s7.after.sqlmesh", "s7.source")
+    row(7, f"day re-run {DAY}, 6 columns, loaded table", "s7.day.idemlake", "s7.day.dbt",
+        "dbt run --event-time-start D --event-time-end D+1", "s7.after.idemlake", "s7.after.dbt", "s7.source")
     row(7, f"{BF_DAYS}-day restatement (from 1995-01-01), 6 columns", "s7.bf.idemlake", "s7.bf.sqlmesh",
         f"SQLMesh plan --restate-model ({BF_DAYS} days)", "s7.after.idemlake", "s7.after.sqlmesh", "s7.source")
+    row(7, f"{BF_DAYS}-day restatement (from 1995-01-01), 6 columns", "s7.bf.idemlake", "s7.bf.dbt",
+        f"dbt run over {BF_DAYS} days (day batches)", "s7.after.idemlake", "s7.after.dbt", "s7.source")
     row(2, f"day window {DAY}, loaded table", "s2.idemlake", "s2.peer", "(a) polars + write_deltalake(predicate)",
         "s2.day.idemlake", "s2.day.peer", "s2.day.source")
     row(3, f"{BF_DAYS}-day backfill (from 1995-01-01)", "s3.idemlake", "s3.peer", f"(a) loop of {BF_DAYS} processes",
