@@ -95,6 +95,9 @@ impl std::io::Write for RedactingStderr {
 }
 
 fn main() -> ExitCode {
+    // Elsewhere than Linux there is no constructor above: set the defaults as early as `main`.
+    #[cfg(not(target_os = "linux"))]
+    allocator_defaults();
     let cli = idemlake::cli::Cli::parse();
     // The configuration is resolved once, before anything runs: a malformed setting is the
     // user's mistake, reported before anything is read or written.
