@@ -750,7 +750,7 @@ WHERE l_shipdate BETWEEN @start_ds AND @end_ds
     return root
 
 
-def sqlmesh_checksum(bin_dir, root, table="bench.lineitem_narrow"):
+def duckdb_checksum(bin_dir, root, table="bench.lineitem_narrow"):
     code = (
         "import duckdb, json, sys\n"
         "c = duckdb.connect(sys.argv[1], read_only=True)\n"
@@ -827,10 +827,10 @@ def scenario7(lo, hi):
     say(f"  dbt microbatch load: {secs_d:.1f} s")
     i = LOAD_REPS - 1
     CHECKS["s7.source"] = checksum("source", SOURCE, lo, hi)
-    CHECKS["s7.dbt"] = sqlmesh_checksum(dbt_dir, droot, "main.lineitem_narrow")
+    CHECKS["s7.dbt"] = duckdb_checksum(dbt_dir, droot, "main.lineitem_narrow")
     CHECKS["s7.idemlake"] = checksum("delta", s7 / f"idemlake-{i}" / NARROW_TASK)
     CHECKS["s7.floor"] = checksum("parquet", s7 / f"floor-{i}")
-    CHECKS["s7.sqlmesh"] = sqlmesh_checksum(bin_dir, s7 / f"sqlmesh-{i}")
+    CHECKS["s7.sqlmesh"] = duckdb_checksum(bin_dir, s7 / f"sqlmesh-{i}")
 
     # Re-running windows of the loaded tables (issue 17 §3): one day, then a BF_DAYS-day
     # restatement; SQLMesh's `plan --restate-model … --start --end` deletes and re-inserts the
@@ -874,8 +874,8 @@ def scenario7(lo, hi):
         say(f"  {BF_DAYS}-day restatement: idemlake {s_i:.2f} s, SQLMesh {s_s:.2f} s, dbt {s_d:.2f} s")
     # After the re-runs both tables must still hold exactly the source's rows.
     CHECKS["s7.after.idemlake"] = checksum("delta", ilake / NARROW_TASK)
-    CHECKS["s7.after.sqlmesh"] = sqlmesh_checksum(bin_dir, sroot)
-    CHECKS["s7.after.dbt"] = sqlmesh_checksum(dbt_dir, droot, "main.lineitem_narrow")
+    CHECKS["s7.after.sqlmesh"] = duckdb_checksum(bin_dir, sroot)
+    CHECKS["s7.after.dbt"] = duckdb_checksum(dbt_dir, droot, "main.lineitem_narrow")
     NOTES.append("Scenario 7: SQLMesh's first plan runs the model's whole range as one batch "
                  "(`INCREMENTAL_BY_TIME_RANGE` without `batch_size`), an INSERT into one DuckDB table in one "
                  "transaction; idemlake publishes one atomic Delta commit per day window (group commits) "

@@ -522,6 +522,24 @@ mod tests {
             .unwrap()
     }
 
+    /// `t`'s metadata with `extra` columns after its own.
+    fn widened(t: &DeltaTable, extra: &[Field]) -> deltalake::kernel::Metadata {
+        use delta_kernel::engine::arrow_conversion::TryIntoKernel;
+        use deltalake::kernel::MetadataExt;
+        let snapshot = t.snapshot().unwrap();
+        let mut fields: Vec<Field> = snapshot
+            .snapshot()
+            .arrow_schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.extend(extra.iter().cloned());
+        let kernel: deltalake::kernel::StructType =
+            (&Schema::new(fields)).try_into_kernel().unwrap();
+        snapshot.metadata().clone().with_schema(&kernel).unwrap()
+    }
+
     /// Bug: after a failed attempt, `landed` looked for the run's first file in the latest
     /// snapshot before reading the log. A commit that landed (its response lost) and whose
     /// window another writer had replaced since was taken for "not landed": the run would
@@ -563,25 +581,11 @@ mod tests {
     /// failed its first window. The schema this commit writes is not a change under it.
     #[tokio::test]
     async fn a_lost_race_to_the_same_new_column_rebuilds_instead_of_failing() {
-        use delta_kernel::engine::arrow_conversion::TryIntoKernel;
-        use deltalake::kernel::MetadataExt;
         let dir = tempfile::tempdir().unwrap();
         let mut table = new_table(dir.path()).await;
         let base = table.version().unwrap() as i64;
-        let wider = |t: &DeltaTable| {
-            let schema = Schema::new(vec![
-                Field::new("x", DataType::Int64, true),
-                Field::new("d", DataType::Date32, true),
-                Field::new("y", DataType::Utf8, true),
-            ]);
-            let kernel: deltalake::kernel::StructType = (&schema).try_into_kernel().unwrap();
-            t.snapshot()
-                .unwrap()
-                .metadata()
-                .clone()
-                .with_schema(&kernel)
-                .unwrap()
-        };
+        let y = Field::new("y", DataType::Utf8, true);
+        let wider = |t: &DeltaTable| widened(t, std::slice::from_ref(&y));
         // Both writers start from the same version, each adding column y.
         let mut first = crate::delta::table::open(table.table_url()).await.unwrap();
         let mut theirs = window(2, "theirs.parquet", "run-theirs");
@@ -608,29 +612,14 @@ mod tests {
         // A different change under it still fails, and publishes nothing.
         let mut other = crate::delta::table::open(table.table_url()).await.unwrap();
         let mut z = window(3, "z.parquet", "run-z");
-        z.metadata = Some({
-            let schema = Schema::new(vec![
-                Field::new("x", DataType::Int64, true),
-                Field::new("d", DataType::Date32, true),
-                Field::new("y", DataType::Utf8, true),
-                Field::new("z", DataType::Int32, true),
-            ]);
-            let kernel: deltalake::kernel::StructType = (&schema).try_into_kernel().unwrap();
-            other
-                .snapshot()
-                .unwrap()
-                .metadata()
-                .clone()
-                .with_schema(&kernel)
-                .unwrap()
-        });
+        z.metadata = Some(widened(&other, &[Field::new("z", DataType::Int32, true)]));
         let mut stale = crate::delta::table::open(table.table_url()).await.unwrap();
         let mut stale_files = Some(FileMap::from_table(&stale, "d").unwrap());
         commit_windows(&mut other, &mut None, "d", &[z])
             .await
             .unwrap();
         let mut late = window(4, "late.parquet", "run-late");
-        late.metadata = Some(wider(&stale));
+        late.metadata = Some(widened(&stale, &[Field::new("w", DataType::Int32, true)]));
         let e = commit_windows(&mut stale, &mut stale_files, "d", &[late])
             .await
             .unwrap_err();
