@@ -31,6 +31,10 @@ per-window backfill; tools alternate rep by rep: A B A B ...):
      microbatch model (day batches, dbt-duckdb, DBT_PINS in .venv-dbt) for the same three: the
      load once (one query per day: minutes), the day re-run and the restatement with
      `dbt run --event-time-start/--event-time-end`
+  8  scale (issue 17 §3): the same day window as scenario 2 on a BENCH_BIG_SCALE table (TPC-H SF
+     10: 10× the rows per partition, 10× the source), idemlake vs the peer on its own copy, wall
+     time and peak RSS, which must stay flat with table size (compared with scenario 2's); the
+     idemlake load that builds the table is timed too (no peer: it is the setup)
 
 Environment knobs (defaults in brackets):
   BENCH_BIN       idemlake binary [<repo>/target/release/idemlake]
@@ -45,7 +49,9 @@ Environment knobs (defaults in brackets):
   BENCH_DAY       the day window of scenarios 2 and 5 [1995-06-17]
   BENCH_WORK      scratch directory (wiped at start, except data-*/) [/tmp/idemlake-bench]
   BENCH_DATA      TPC-H data directory [$BENCH_WORK/data-sf$BENCH_SCALE], generated if absent
-  BENCH_SCENARIOS comma list of scenarios to run [1,2,3,4,5,6,7] (2, 3 and 5 need 1's table)
+  BENCH_SCENARIOS comma list of scenarios to run [1,2,3,4,5,6,7,8] (2, 3 and 5 need 1's table)
+  BENCH_BIG_SCALE  TPC-H scale factor of scenario 8 [10]; its data goes to $BENCH_WORK/data-sf<it>,
+                  generated if absent (kept between runs like every data-* directory)
   BENCH_S3_LATENCY_MS  milliseconds the latency proxy adds to each request in scenario 6 [20]
   BENCH_OUT       report path [<repo>/bench/RESULTS.md]
   BENCH_KEEP      1 keeps the tables in BENCH_WORK afterwards [0]
@@ -110,7 +116,8 @@ HISTORY = int(env("BENCH_HISTORY", "1000"))
 DAY = env("BENCH_DAY", "1995-06-17")
 WORK = Path(env("BENCH_WORK", "/tmp/idemlake-bench")).resolve()
 DATA = Path(env("BENCH_DATA", str(WORK / f"data-sf{SCALE}"))).resolve()
-SCENARIOS = {int(s) for s in env("BENCH_SCENARIOS", "1,2,3,4,5,6,7").split(",") if s.strip()}
+SCENARIOS = {int(s) for s in env("BENCH_SCENARIOS", "1,2,3,4,5,6,7,8").split(",") if s.strip()}
+BIG_SCALE = env("BENCH_BIG_SCALE", "10")
 S3_LATENCY_MS = int(env("BENCH_S3_LATENCY_MS", "20"))
 OUT = Path(env("BENCH_OUT", str(REPO / "bench" / "RESULTS.md"))).resolve()
 KEEP = env("BENCH_KEEP", "0") == "1"
@@ -172,8 +179,8 @@ def run(cmd, log, check=True, env_extra=None):
     return secs, ru.ru_maxrss, text
 
 
-def idem(lake, *args, json_out=True, verbose=False):
-    cmd = [BIN, "--project", PROJECT, "--lake", lake]
+def idem(lake, *args, json_out=True, verbose=False, project=None):
+    cmd = [BIN, "--project", project or PROJECT, "--lake", lake]
     if json_out:
         cmd += ["--output", "json"]
     if verbose:
@@ -321,11 +328,11 @@ def setup():
     return src
 
 
-def first_last_day():
+def first_last_day(source=SOURCE):
     _, _, text = run([PY, "-c", (
         "import polars as pl,sys; d=pl.scan_parquet(sys.argv[1]).select("
         "pl.col('l_shipdate').min().alias('a'),pl.col('l_shipdate').max().alias('b')).collect();"
-        "print(d['a'][0], d['b'][0])"), SOURCE], "range")
+        "print(d['a'][0], d['b'][0])"), source], "range")
     a, b = text.split()[-2:]
     return a, b
 
@@ -887,6 +894,56 @@ def scenario7(lo, hi):
                  "`--event-time-start`/`--event-time-end`. SQLMesh and dbt write DuckDB tables, not Delta.")
 
 
+# ---------------------------------------------------------------- scenario 8: a 10× table
+
+
+def scenario8():
+    data = WORK / f"data-sf{BIG_SCALE}"
+    source = data / "lineitem.parquet"
+    say(f"scenario 8: day window {DAY} on an SF {BIG_SCALE} table, warm-up + {REPS} reps")
+    if not source.exists():
+        say(f"  generating TPC-H SF {BIG_SCALE} into {data}")
+        secs, _, _ = run([BIN, "gen-tpch", "--scale", BIG_SCALE, "--out", data], "gen-tpch-big")
+        NOTES.append(f"`idemlake gen-tpch --scale {BIG_SCALE}` took {secs:.1f} s in this run.")
+    project = WORK / f"project-sf{BIG_SCALE}"
+    (project / "tables").mkdir(parents=True)
+    shutil.copy(REPO / "tables" / f"{TASK}.toml", project / "tables")
+    (project / "data").symlink_to(data)
+    lo, hi = first_last_day(source)
+    lake = WORK / "s8"
+    big = lambda *a: idem(lake, *a, project=project)
+    load = ["backfill", TASK, "--from", lo, "--to", hi, "--parallel", PARALLEL]
+    settle()
+    secs, rss, text = run(big(*load), "s8-load")
+    reps = check_reports(text, f"SF {BIG_SCALE} load")
+    record("s8.load", "initial load", "idemlake backfill --parallel " + PARALLEL, secs, rss)
+    say(f"  load: {secs:.1f} s, peak RSS {rss / 1024:.0f} MiB ({len(reps)} windows)")
+    table = lake / TASK
+    ptable = copy_table(table, WORK / "s8-peer" / TASK)
+    v0, cps = table_version(table)
+    COMMANDS.append(f"# scenario 8: the same two commands with P, L and SOURCE of TPC-H SF {BIG_SCALE}")
+    for i in range(REPS + 1):
+        s_i, r_i, text = run(big("run", TASK, "--window", DAY), "s8-idemlake")
+        check_reports(text, f"SF {BIG_SCALE} day window")
+        s_p, r_p, _ = run(peer("window", ptable, source, DAY), "s8-peer")
+        if i == 0:
+            continue  # warm-up
+        record("s8.idemlake", "day window", "idemlake run", s_i, r_i)
+        record("s8.peer", "day window", "polars + write_deltalake", s_p, r_p)
+        say(f"  rep {i}: idemlake {s_i:.2f} s ({r_i / 1024:.0f} MiB), peer {s_p:.2f} s ({r_p / 1024:.0f} MiB)")
+    src = checksum("source", source)
+    NOTES.append(f"Scenario 8: TPC-H SF {BIG_SCALE}, {src['rows']:,} rows in {src['days']} ship days = "
+                 f"partitions; the loaded table was at version {v0} ({cps} checkpoints) when the day runs "
+                 "began; the peer ran on a copy of it.")
+    CHECKS["s8.source"] = src
+    CHECKS["s8.idemlake"] = checksum("delta", table)
+    CHECKS["s8.day.source"] = checksum("source", source, DAY, DAY)
+    CHECKS["s8.day.idemlake"] = checksum("delta", table, DAY, DAY)
+    CHECKS["s8.day.peer"] = checksum("delta", ptable, DAY, DAY)
+    fresh(WORK / "s8-peer")
+    fresh(lake)
+
+
 # ---------------------------------------------------------------- report
 
 
@@ -991,6 +1048,17 @@ def target_rows():
         peak = stats("s2.idemlake", 1)[2] / 1024
         add(f"peak RSS of a day window < 512 MiB (SF {SCALE})", True, f"{peak:.0f} MiB (max of reps)",
             peak < 512, "—" if peak < 512 else f"{peak - 512:.0f} MiB over")
+    if "s8.idemlake" in RESULTS:
+        r = med("s8.idemlake") / med("s8.peer")
+        add(f"day window on the SF {BIG_SCALE} table ahead of the Python peer", True, f"{r:.2f}×", r < 1,
+            "—" if r < 1 else f"needs {r:.2f}× faster ({med('s8.idemlake'):.2f} s → < {med('s8.peer'):.2f} s)")
+        big = stats("s8.idemlake", 1)[2] / 1024
+        if "s2.idemlake" in RESULTS:
+            small = stats("s2.idemlake", 1)[2] / 1024
+            g = big / small
+            add(f"peak RSS of a day window flat with table size: SF {BIG_SCALE} ≤ 1.5× SF {SCALE}", True,
+                f"{big:.0f} MiB vs {small:.0f} MiB = {g:.2f}× (max of reps)", g <= 1.5,
+                "—" if g <= 1.5 else f"{g / 1.5:.2f}× over")
     return rows
 
 
@@ -1004,9 +1072,9 @@ def report(total, partial=False):
     L.append(f"- Versions: {versions()}")
     L.append(f"- Data: TPC-H lineitem SF {SCALE} from `idemlake gen-tpch --scale {SCALE}`: "
              f"{src['rows']:,} rows, {src['days']} ship days = partitions; 15 columns written by every tool "
-             "(6 in scenarios 6 and 7, the narrow task).")
+             "(6 in scenarios 6 and 7, the narrow task)" + (f"; scenario 8 uses SF {BIG_SCALE}." if 8 in SCENARIOS else "."))
     L.append(f"- Reps: every cell is the median (min–max, n reps) of whole-process wall times; tools "
-             f"alternate rep by rep. Scenarios 2 and 4: one warm-up per tool, then BENCH_REPS={REPS}. "
+             f"alternate rep by rep. Scenarios 2, 4 and 8: one warm-up per tool, then BENCH_REPS={REPS}. "
              f"Scenario 1: BENCH_LOAD_REPS={LOAD_REPS} (" + ("warm-up: one rep of each peer and a 30-day idemlake "
              "backfill" if LOAD_WARMUP else "no warm-up: BENCH_LOAD_WARMUP=0") + f"; each scenario-1 run starts "
              f"≥ {SETTLE:g} s after the script last deleted files, BENCH_SETTLE — see settle()). "
@@ -1077,6 +1145,15 @@ def report(total, partial=False):
         ri, rp = med("s2.idemlake", 1), med("s2.peer", 1)
         L.append(f"| 5 | peak RSS, day window (SF {SCALE}) | {fmt_rss('s2.idemlake')} | (a) polars + write_deltalake "
                  f"| {fmt_rss('s2.peer')} | {ri / rp:.2f} | | |")
+    row(8, f"SF {BIG_SCALE}: day window {DAY}, loaded table", "s8.idemlake", "s8.peer",
+        "(a) polars + write_deltalake(predicate)", "s8.day.idemlake", "s8.day.peer", "s8.day.source")
+    if "s8.idemlake" in RESULTS:
+        ri, rp = med("s8.idemlake", 1), med("s8.peer", 1)
+        L.append(f"| 8 | peak RSS, day window (SF {BIG_SCALE}) | {fmt_rss('s8.idemlake')} | (a) polars + write_deltalake "
+                 f"| {fmt_rss('s8.peer')} | {ri / rp:.2f} | | |")
+    if "s8.load" in RESULTS:
+        L.append(f"| 8 | SF {BIG_SCALE}: initial load (the scenario's setup, no peer) | {fmt_t('s8.load')}, "
+                 f"peak RSS {stats('s8.load', 1)[2] / 1024:.0f} MiB | | | | {cs_cell('s8.idemlake', 's8.source')} | |")
     if S6_REQUESTS:
         q = S6_REQUESTS
         L.append(f"\nS3 requests of one idemlake day window (its `-v` summary; table at version {q['version']}, "
@@ -1143,6 +1220,9 @@ def main():
         report(time.monotonic() - T0, partial=True)
     if 6 in SCENARIOS:
         scenario6(lo, hi)
+        report(time.monotonic() - T0, partial=True)
+    if 8 in SCENARIOS:
+        scenario8()
     report(time.monotonic() - T0)
     if not KEEP:
         for p in WORK.iterdir():
