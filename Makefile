@@ -10,7 +10,7 @@ BIN         := $(TARGET_DIR)/$(PROFILE)/idemlake
 SCALE       ?= 0.01
 DEMO_DAYS   := 1995-06-01 1995-06-02 1995-06-03 1995-06-04 1995-06-05 1995-06-06 1995-06-07
 
-.PHONY: build demo test test-orchestrators torture lint fmt py-env s3-start s3-stop clean-demo bench bench-scale
+.PHONY: build demo test test-ballista test-orchestrators torture lint fmt py-env s3-start s3-stop clean-demo bench bench-scale
 
 build:
 	$(CARGO) build $(CARGO_FLAGS) --bin idemlake
@@ -52,6 +52,14 @@ torture: py-env
 	IDEMLAKE_TORTURE_CASES=$(TORTURE_CASES) IDEMLAKE_TORTURE_SEED=$(TORTURE_SEED) \
 	IDEMLAKE_TORTURE_JOBS=$(TORTURE_JOBS) \
 	  $(CARGO) test $(CARGO_FLAGS) --test it torture::generated -- --nocapture
+
+## test-ballista: the Ballista engine end to end, with a build that has it (--features ballista):
+## `idemlake cluster scheduler` and two executors on loopback, windows of three sample tasks
+## (one reading a Delta table) run through the cluster and locally, both tables compared with each
+## other and with polars over the source. .ci/run runs it after `make test`.
+test-ballista: py-env
+	$(CARGO) build $(CARGO_FLAGS) --features ballista --bin idemlake
+	IDEMLAKE_BIN=$(BIN) PYTHON=.venv-py/bin/python scripts/test-ballista
 
 ## test-orchestrators: real Airflow (`airflow dags test`) and Dagster (`dagster asset materialize`)
 ## runs of examples/ against a temporary sample project (venvs .venv-airflow, .venv-dagster).

@@ -48,6 +48,9 @@ pub struct Config {
     pub host: String,
     /// A tracing filter replacing the one `-v` picks (`IDEMLAKE_LOG`).
     pub log_filter: Option<String>,
+    /// `--engine` (or `IDEMLAKE_ENGINE`, read with the flags): where every task's queries
+    /// execute, instead of each task's `[engine]`: `local`, or `df://host:port` (Ballista).
+    pub engine: Option<String>,
 }
 
 /// Windows per grouped check query unless `IDEMLAKE_CHECK_BATCH` says otherwise.
@@ -119,6 +122,7 @@ impl Config {
                 .collect(),
             host,
             log_filter: var("IDEMLAKE_LOG"),
+            engine: None,
         })
     }
 
@@ -167,6 +171,13 @@ impl fmt::Display for Config {
             f,
             "test_fault = {}",
             self.test_fault.as_deref().unwrap_or("none")
+        )?;
+        writeln!(
+            f,
+            "engine = {}",
+            self.engine
+                .as_deref()
+                .unwrap_or("per task ([engine], default local)")
         )?;
         write!(f, "secrets_redacted = {}", self.secrets.len())
     }

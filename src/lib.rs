@@ -8,6 +8,7 @@
 //! | [`cli`] | parse flags, resolve them into a [`config::Config`], dispatch, print |
 //! | [`commands`] | run, backfill, verify, audit/repair, status, explain/validate, gen-tpch |
 //! | [`pipeline`] | one window's stages: plan → stage → reconcile → commit → record |
+//! | [`engine`] | where queries execute: this process, or a Ballista cluster (`--features ballista`) |
 //! | [`accel`] | what only makes windows cheaper: shared scans, prepared/derived plans, memory maps |
 //! | [`delta`] | the target table: open/create, overwrite commit, merge, read-back, upkeep, file map |
 //! | [`report`] | run records, the run log, alerts, the status picture, output rendering |
@@ -20,6 +21,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod delta;
+pub mod engine;
 pub mod error;
 pub mod fault;
 pub mod pipeline;

@@ -101,7 +101,13 @@ fn main() -> ExitCode {
     let cli = idemlake::cli::Cli::parse();
     // The configuration is resolved once, before anything runs: a malformed setting is the
     // user's mistake, reported before anything is read or written.
-    let config = match idemlake::config::Config::from_env() {
+    let config = match idemlake::config::Config::from_env().and_then(|mut c| {
+        if let Some(e) = &cli.engine {
+            idemlake::task::engine::Engine::parse(e)?;
+            c.engine = Some(e.clone());
+        }
+        Ok(c)
+    }) {
         Ok(c) => idemlake::config::init(c),
         Err(e) => {
             let _ = idemlake::report::render::LOG_FORMAT.set(cli.log_format);

@@ -16,6 +16,29 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
         clap_complete::generate(*shell, &mut cmd, "idemlake", &mut std::io::stdout());
         return Ok(0);
     }
+    if let Command::Cluster(c) = &cli.command {
+        use crate::cli::ClusterCommand;
+        use crate::commands::cluster::{Process, run};
+        return run(match c {
+            ClusterCommand::Scheduler { bind } => Process::Scheduler { bind: *bind },
+            ClusterCommand::Executor {
+                scheduler,
+                bind_host,
+                flight_port,
+                grpc_port,
+                concurrent_tasks,
+                work_dir,
+            } => Process::Executor {
+                scheduler: scheduler.clone(),
+                bind_host: bind_host.clone(),
+                flight_port: *flight_port,
+                grpc_port: *grpc_port,
+                concurrent_tasks: *concurrent_tasks,
+                work_dir: work_dir.clone(),
+            },
+        })
+        .await;
+    }
     let project = Project::resolve(cli.project.as_deref(), cli.lake.as_deref())?;
     match &cli.command {
         Command::Run { task, window } => run(cli, &project, task, window).await,
@@ -145,7 +168,9 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
             vacuum(cli, &project, task, opts).await
         }
         Command::GenTpch { scale, out, force } => gen_tpch(cli, &project, scale, out, force).await,
-        Command::Completions { .. } => unreachable!("handled before the project is resolved"),
+        Command::Completions { .. } | Command::Cluster(_) => {
+            unreachable!("handled before the project is resolved")
+        }
     }
 }
 

@@ -52,6 +52,10 @@ pub struct Cli {
     /// Log line format on stderr: text, or json (one object per line, for log shippers)
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Where tasks' queries execute, instead of each task's [engine]: `local`, or a Ballista
+    /// scheduler as df://host:port (a build with --features ballista) [env: IDEMLAKE_ENGINE]
+    #[arg(long, global = true, env = "IDEMLAKE_ENGINE", hide_env = true)]
+    pub engine: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -271,6 +275,44 @@ pub enum Command {
         /// Regenerate even if the files exist
         #[arg(long)]
         force: bool,
+    },
+    /// Run a process of a Ballista cluster for `[engine] kind = "ballista"` (a build with --features ballista)
+    #[command(
+        subcommand,
+        after_help = "Example (one machine):\n  idemlake cluster scheduler --bind 127.0.0.1:50050 &\n  idemlake cluster executor --scheduler 127.0.0.1:50050 --flight-port 50051 --grpc-port 50052 &\n  idemlake --engine df://127.0.0.1:50050 run daily_revenue --window 2026-11-28"
+    )]
+    Cluster(ClusterCommand),
+}
+
+/// The processes of a Ballista cluster.
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// The scheduler: plans jobs into stages and hands tasks to executors (runs until stopped)
+    Scheduler {
+        /// Address to listen on
+        #[arg(long, default_value = "127.0.0.1:50050")]
+        bind: std::net::SocketAddr,
+    },
+    /// An executor: registers with the scheduler and runs its tasks (runs until stopped)
+    Executor {
+        /// The scheduler, host:port
+        #[arg(long, default_value = "127.0.0.1:50050")]
+        scheduler: String,
+        /// Host to listen on and to be reached at
+        #[arg(long, default_value = "127.0.0.1")]
+        bind_host: String,
+        /// Arrow Flight port (query results and shuffle data are fetched from it)
+        #[arg(long, default_value_t = 50051)]
+        flight_port: u16,
+        /// gRPC port (the scheduler sends tasks to it)
+        #[arg(long, default_value_t = 50052)]
+        grpc_port: u16,
+        /// Tasks run at once [default: one per core]
+        #[arg(long, default_value_t = 0)]
+        concurrent_tasks: usize,
+        /// Directory for shuffle files [default: a temporary directory]
+        #[arg(long)]
+        work_dir: Option<String>,
     },
 }
 

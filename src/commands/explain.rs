@@ -16,7 +16,7 @@ use crate::task::window::Window;
 /// exists, check the output's columns against it (`[target] on_schema_change`).
 pub async fn validate(project: &Project, task: &Task) -> Result<()> {
     let ctx = new_session()?;
-    sources::register(&ctx, &task.sources).await?;
+    sources::register(&ctx, &task.sources, &crate::engine::Engine::Local).await?;
     let planned = plan::plan(&ctx, task, None).await?;
     let refs = crate::pipeline::checks::data::References::default();
     crate::pipeline::checks::data::validate(&ctx, task, &planned.schema, &refs).await?;
@@ -33,7 +33,7 @@ pub async fn validate(project: &Project, task: &Task) -> Result<()> {
 /// The bound parameters, plans and replaceWhere predicate of a window, as text.
 pub async fn explain(project: &Project, task: &Task, window: &Window) -> Result<String> {
     let ctx = new_session()?;
-    let versions = sources::register(&ctx, &task.sources).await?;
+    let versions = sources::register(&ctx, &task.sources, &crate::engine::Engine::Local).await?;
     let planned = plan::plan(&ctx, task, Some(window)).await?;
     let mut s = String::new();
     describe_window(&mut s, project, task, window, &planned)?;

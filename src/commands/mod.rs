@@ -4,6 +4,7 @@
 pub mod audit;
 pub mod backfill;
 pub mod check;
+pub mod cluster;
 pub mod explain;
 pub mod optimize;
 pub mod restore;

@@ -52,6 +52,11 @@ pub struct Runner {
     /// The target table and its commit queue.
     pub(super) target: Target,
     ctx: SessionContext,
+    /// Where the task's queries execute (`engine`): this process, or a Ballista cluster.
+    engine: crate::engine::Engine,
+    /// With a remote engine, a local session for what reads this process's own output (the
+    /// `[reconcile].output` tee); `None`: the runner's session is local.
+    local: Option<SessionContext>,
     sources: Vec<sources::SourceVersion>,
     /// The independent check path (see `checks`): its own session over the same inputs.
     checker: Arc<Checker>,
@@ -74,15 +79,25 @@ const DEFAULT_EXEC_PERMITS: usize = 1024;
 impl Runner {
     pub async fn new(project: &Project, task: &Task) -> Result<Runner> {
         let t0 = Instant::now();
-        let ctx = new_session()?;
-        let sources = sources::register(&ctx, &task.sources).await?;
-        let checker = Arc::new(Checker::new(task, &sources).await?);
+        let engine = crate::engine::of(task)?;
+        let config = crate::config::get();
+        let (ctx, local) = match &engine {
+            crate::engine::Engine::Local => (new_session()?, None),
+            remote => {
+                let ctx = crate::engine::session(remote, false, true).await?;
+                tracing::info!(engine = %remote.describe(), "the task's queries execute on the cluster");
+                (ctx, Some(crate::accel::session::session(false, true)?))
+            }
+        };
+        let sources = sources::register(&ctx, &task.sources, &engine).await?;
+        let checker = Arc::new(Checker::new(task, &sources, &engine).await?);
         let sources_ms = t0.elapsed().as_millis();
         let url = project.table_url(task)?;
         // The table loads in the background (its log replay is independent of the sources);
         // until then the runner holds it unloaded (no I/O).
         let target = Target::open(&url, task)?;
-        let planner = Planner::new(task, &ctx, crate::config::get().accelerate).await;
+        // The accelerations hold sources and plans in this process: a cluster gets plain plans.
+        let planner = Planner::new(task, &ctx, config.accelerate && engine.is_local()).await;
         tracing::debug!(
             sources_ms,
             total_ms = t0.elapsed().as_millis(),
@@ -92,6 +107,8 @@ impl Runner {
             task: task.clone(),
             target,
             ctx,
+            engine,
+            local,
             sources,
             checker,
             planner,
@@ -179,7 +196,7 @@ impl Runner {
         let dir = temp_dir("idemlake-verify-")?;
         let (store, config) = temp_sink(&dir, &planned)?;
         let staged = stage(
-            &self.ctx,
+            self.output_session(&self.ctx),
             &self.task,
             window,
             (&planned, None),
@@ -211,6 +228,20 @@ impl Runner {
     /// The session the runner plans in (sources registered).
     pub fn session(&self) -> &SessionContext {
         &self.ctx
+    }
+
+    /// Where the task's queries execute.
+    pub fn engine(&self) -> &crate::engine::Engine {
+        &self.engine
+    }
+
+    /// The session a query over this process's own output runs in: `window_session` (the
+    /// window's, from the planner) with the local engine, a local one with a remote engine.
+    pub(super) fn output_session<'a>(
+        &'a self,
+        window_session: &'a SessionContext,
+    ) -> &'a SessionContext {
+        self.local.as_ref().unwrap_or(window_session)
     }
 
     /// What the runner pinned/fingerprinted of each source when it was created.

@@ -13,6 +13,7 @@ use futures::TryStreamExt;
 use object_store::{ObjectStore, ObjectStoreExt};
 use sha2::{Digest, Sha256};
 
+use crate::engine::Engine;
 use crate::error::{Error, Result, ResultExt};
 pub use crate::report::record::SourceVersion;
 use crate::task::{Format, Source};
@@ -23,10 +24,16 @@ fn listing_url(uri: &str) -> Result<ListingTableUrl> {
 }
 
 /// Register every source of a task in `ctx`; returns what was pinned/fingerprinted.
-pub async fn register(ctx: &SessionContext, sources: &[Source]) -> Result<Vec<SourceVersion>> {
+/// On a remote `engine` a Delta source is registered as its pinned Parquet files (see
+/// [`register_files`]).
+pub async fn register(
+    ctx: &SessionContext,
+    sources: &[Source],
+    engine: &Engine,
+) -> Result<Vec<SourceVersion>> {
     let mut out = Vec::with_capacity(sources.len());
     for s in sources {
-        let v = register_one(ctx, s, None)
+        let v = register_one(ctx, s, None, engine)
             .await
             .map_err(|e| e.context(format!("source `{}` ({})", s.alias, s.uri)))?;
         out.push(v);
@@ -40,20 +47,26 @@ pub async fn register_pinned(
     ctx: &SessionContext,
     sources: &[Source],
     pins: &[SourceVersion],
+    engine: &Engine,
 ) -> Result<()> {
     for s in sources {
         let pin = pins
             .iter()
             .find(|p| p.alias == s.alias)
             .and_then(|p| p.version);
-        register_one(ctx, s, pin)
+        register_one(ctx, s, pin, engine)
             .await
             .map_err(|e| e.context(format!("source `{}` ({})", s.alias, s.uri)))?;
     }
     Ok(())
 }
 
-async fn register_one(ctx: &SessionContext, s: &Source, pin: Option<i64>) -> Result<SourceVersion> {
+async fn register_one(
+    ctx: &SessionContext,
+    s: &Source,
+    pin: Option<i64>,
+    engine: &Engine,
+) -> Result<SourceVersion> {
     if s.uri.contains("://") {
         let url = url::Url::parse(&s.uri)
             .map_err(|e| Error::input(format!("invalid source URL: {e}")))?;
@@ -75,9 +88,13 @@ async fn register_one(ctx: &SessionContext, s: &Source, pin: Option<i64>) -> Res
             _ => Error::runtime(format!("cannot open delta table: {e}")),
         })?;
         let version = table.version();
-        table.update_datafusion_session(&ctx.state())?;
-        let provider = table.table_provider().await?;
-        ctx.register_table(s.alias.as_str(), provider)?;
+        if engine.is_local() {
+            table.update_datafusion_session(&ctx.state())?;
+            let provider = table.table_provider().await?;
+            ctx.register_table(s.alias.as_str(), provider)?;
+        } else {
+            register_files(ctx, &s.alias, &table)?;
+        }
         return Ok(SourceVersion {
             alias: s.alias.clone(),
             format: s.format,
@@ -231,4 +248,105 @@ async fn fingerprint(store: &dyn ObjectStore, url: &ListingTableUrl) -> Result<(
 /// Make `store` the object store for `url`'s scheme and authority in `ctx`.
 pub fn register_store(ctx: &SessionContext, url: &url::Url, store: Arc<dyn ObjectStore>) {
     ctx.runtime_env().register_object_store(url, store);
+}
+
+/// A Delta source for a remote engine: the live files of the pinned version, scanned as
+/// Parquet (delta-rs's scan cannot be sent to a cluster). Partition values come from the log:
+/// the files of each partition are one Parquet listing, with the partition columns added as
+/// constants, and the source is the union of those (a view the cluster plans like a query;
+/// a window's filter on a partition column leaves only its partitions). Refused for tables
+/// whose files do not hold the logical rows on their own: deletion vectors, column mapping.
+fn register_files(ctx: &SessionContext, alias: &str, table: &deltalake::DeltaTable) -> Result<()> {
+    use std::collections::BTreeMap;
+
+    use datafusion::catalog::TableProvider;
+    use datafusion::common::ScalarValue;
+    use datafusion::datasource::file_format::parquet::ParquetFormat;
+    use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig};
+    use datafusion::datasource::{provider_as_source, view::ViewTable};
+    use datafusion::logical_expr::{LogicalPlanBuilder, col, lit};
+
+    let state = table.snapshot()?;
+    let snapshot = state.snapshot();
+    let config = snapshot.metadata().configuration();
+    if config
+        .get("delta.columnMapping.mode")
+        .is_some_and(|m| m != "none")
+    {
+        return Err(Error::input(
+            "a Delta source with column mapping cannot be read by the Ballista engine (its Parquet files name columns by id); run this task with the local engine",
+        ));
+    }
+    let schema = snapshot.arrow_schema();
+    let partition_cols: Vec<String> = snapshot.metadata().partition_columns().to_vec();
+    let file_schema = Arc::new(arrow::datatypes::Schema::new(
+        schema
+            .fields()
+            .iter()
+            .filter(|f| !partition_cols.contains(f.name()))
+            .cloned()
+            .collect::<Vec<_>>(),
+    ));
+    let root = table.table_url().clone();
+    // Files by partition values (in the columns' order), from the log.
+    let mut groups: BTreeMap<Vec<Option<String>>, Vec<ListingTableUrl>> = BTreeMap::new();
+    for view in snapshot.log_data().iter() {
+        if view.deletion_vector_descriptor().is_some() {
+            return Err(Error::input(
+                "a Delta source with deletion vectors cannot be read by the Ballista engine (rows its files hold are deleted); run this task with the local engine, or purge the table (OPTIMIZE/REORG) first",
+            ));
+        }
+        let values = view.partition_values_map();
+        let key = partition_cols
+            .iter()
+            .map(|c| values.get(c).cloned().flatten())
+            .collect::<Vec<_>>();
+        let url = root
+            .join(view.path().as_ref())
+            .map_err(|e| Error::runtime(format!("a file of the Delta source has no URL: {e}")))?;
+        groups
+            .entry(key)
+            .or_default()
+            .push(ListingTableUrl::parse(url.as_str())?);
+    }
+    let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension("");
+    let listing = |paths: Vec<ListingTableUrl>| -> Result<Arc<dyn TableProvider>> {
+        let config = ListingTableConfig::new_with_multi_paths(paths)
+            .with_listing_options(options.clone())
+            .with_schema(file_schema.clone());
+        Ok(Arc::new(ListingTable::try_new(config)?))
+    };
+    let mut plan: Option<LogicalPlanBuilder> = None;
+    let no_files = groups.is_empty();
+    for (values, paths) in groups {
+        let mut exprs: Vec<datafusion::logical_expr::Expr> = Vec::new();
+        for f in schema.fields() {
+            match partition_cols.iter().position(|c| c == f.name()) {
+                None => exprs.push(col(datafusion::common::Column::from_name(f.name()))),
+                Some(i) => {
+                    let v = match &values[i] {
+                        Some(text) => ScalarValue::try_from_string(text.clone(), f.data_type())?,
+                        None => ScalarValue::try_from(f.data_type())?,
+                    };
+                    exprs.push(lit(v).alias(f.name()));
+                }
+            }
+        }
+        let branch = LogicalPlanBuilder::scan(alias, provider_as_source(listing(paths)?), None)?
+            .project(exprs)?;
+        plan = Some(match plan {
+            None => branch,
+            Some(p) => p.union(branch.build()?)?,
+        });
+    }
+    let provider: Arc<dyn TableProvider> = if no_files {
+        Arc::new(datafusion::datasource::empty::EmptyTable::new(
+            schema.clone(),
+        ))
+    } else {
+        let plan = plan.expect("a group per partition").build()?;
+        Arc::new(ViewTable::new(plan, None))
+    };
+    ctx.register_table(alias, provider)?;
+    Ok(())
 }

@@ -211,7 +211,7 @@ impl Runner {
         };
         let (staged, source_side) = tokio::join!(
             stage(
-                &plan.session,
+                self.output_session(&plan.session),
                 task,
                 window,
                 (&plan.planned, plan.plans.as_ref()),

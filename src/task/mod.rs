@@ -3,6 +3,7 @@
 
 pub mod alert;
 pub mod checks;
+pub mod engine;
 pub mod lint;
 pub mod names;
 pub mod plan;

@@ -30,6 +30,7 @@ struct RawTask {
     #[serde(default)]
     lint: RawLint,
     alert: Option<crate::task::alert::RawAlert>,
+    engine: Option<crate::task::engine::RawEngine>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -228,6 +229,8 @@ pub struct Task {
     pub lint_allow: Vec<String>,
     /// The `[alert]` section, if any.
     pub alert: Option<crate::task::alert::AlertSpec>,
+    /// `[engine]`: where the task's queries execute (this process unless it says otherwise).
+    pub engine: crate::task::engine::Engine,
 }
 
 pub use crate::task::names::is_identifier;
@@ -330,6 +333,17 @@ impl Task {
             Some(a) => Some(a.validate(project_dir, fail)?),
         };
 
+        let engine = match raw.engine {
+            None => crate::task::engine::Engine::Local,
+            Some(e) => e.resolve(&fail)?,
+        };
+        if !engine.is_local() && raw.write.mode == Mode::Merge {
+            return Err(fail(
+                "[engine]",
+                "the Ballista engine publishes overwrite windows only (mode = \"overwrite\"); run merge tasks locally".into(),
+            ));
+        }
+
         Ok(Task {
             name: name.to_string(),
             file: file.to_path_buf(),
@@ -356,6 +370,7 @@ impl Task {
                 .map(|f| f.to_ascii_lowercase())
                 .collect(),
             alert,
+            engine,
         })
     }
 }

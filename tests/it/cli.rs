@@ -358,3 +358,57 @@ fn huge_pages_are_off_before_the_first_allocation() {
     let users = state(Some("1"));
     assert!(users.contains("transparent huge pages on"), "{users}");
 }
+
+/// Issue 17 §2: the Ballista engine is a cargo feature. A build without it refuses every way of
+/// asking for it (`[engine]`, `--engine`, `idemlake cluster`) with exit 2 and how to get it,
+/// writing nothing; a malformed scheduler URL is refused the same way in any build.
+#[test]
+fn the_ballista_engine_is_refused_clearly_where_it_is_not_built() {
+    let p = TestProject::new();
+    let built = cfg!(feature = "ballista");
+    let out = p.run(&[
+        "--engine",
+        "http://127.0.0.1:1",
+        "run",
+        "lineitem_by_ship_day",
+        "--window",
+        "1995-06-01",
+    ]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(text(&out).contains("df://host:port"), "{}", text(&out));
+    assert!(log_version(&p.table_dir("lineitem_by_ship_day")).is_none());
+    if built {
+        return;
+    }
+    p.task(
+        "on_cluster",
+        &lineitem_task(
+            "SELECT l_orderkey, l_shipdate AS ship_date FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end",
+            "[engine]\nkind = \"ballista\"\nscheduler = \"df://127.0.0.1:1\"\n",
+        ),
+    );
+    let cases: [&[&str]; 3] = [
+        &["run", "on_cluster", "--window", "1995-06-01"],
+        &[
+            "--engine",
+            "df://127.0.0.1:1",
+            "run",
+            "lineitem_by_ship_day",
+            "--window",
+            "1995-06-01",
+        ],
+        &["cluster", "scheduler", "--bind", "127.0.0.1:0"],
+    ];
+    for args in cases {
+        let out = p.run(args);
+        assert_eq!(code(&out), 2, "{args:?}: {}", text(&out));
+        assert!(
+            text(&out).contains("--features ballista"),
+            "{args:?}: {}",
+            text(&out)
+        );
+    }
+    for t in ["on_cluster", "lineitem_by_ship_day"] {
+        assert!(log_version(&p.table_dir(t)).is_none(), "{t} was written");
+    }
+}

@@ -19,23 +19,25 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["task", "storage", "report", "config", "error", "fault"],
     ),
     ("accel", &["task", "storage", "config", "error", "fault"]),
+    ("engine", &["accel", "task", "config", "error"]),
     (
         "pipeline",
         &[
-            "accel", "delta", "report", "storage", "task", "config", "error", "fault",
+            "engine", "accel", "delta", "report", "storage", "task", "config", "error", "fault",
         ],
     ),
     (
         "commands",
         &[
-            "pipeline", "accel", "delta", "report", "storage", "task", "config", "error", "fault",
+            "pipeline", "engine", "accel", "delta", "report", "storage", "task", "config", "error",
+            "fault",
         ],
     ),
     (
         "cli",
         &[
-            "commands", "pipeline", "accel", "delta", "report", "storage", "task", "config",
-            "error", "fault",
+            "commands", "pipeline", "engine", "accel", "delta", "report", "storage", "task",
+            "config", "error", "fault",
         ],
     ),
 ];

@@ -90,11 +90,20 @@ pub struct Checker {
 impl Checker {
     /// A session of its own with the task's sources registered plainly (Delta sources at
     /// `pins`, the versions the runner read).
-    pub async fn new(task: &Task, pins: &[SourceVersion]) -> Result<Checker> {
-        let ctx = checks_session()?;
-        sources::register_pinned(&ctx, &task.sources, pins).await?;
+    /// On a remote `engine` the checks' source side runs on the cluster too (the window may
+    /// not fit this machine), window by window.
+    pub async fn new(
+        task: &Task,
+        pins: &[SourceVersion],
+        engine: &crate::engine::Engine,
+    ) -> Result<Checker> {
+        let ctx = match engine {
+            crate::engine::Engine::Local => checks_session()?,
+            remote => crate::engine::session(remote, false, false).await?,
+        };
+        sources::register_pinned(&ctx, &task.sources, pins, engine).await?;
         let config = crate::config::get();
-        let batch_size = if config.accelerate {
+        let batch_size = if config.accelerate && engine.is_local() {
             config.check_batch.max(1) as usize
         } else {
             1

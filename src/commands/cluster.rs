@@ -1,0 +1,84 @@
+//! `idemlake cluster scheduler|executor`: the processes of a Ballista cluster, for tasks
+//! whose `[engine]` is `ballista` (see `engine`). Each runs until it is stopped (SIGTERM or
+//! Ctrl-C), then exits 0.
+
+use crate::error::Result;
+
+/// A cluster process to run.
+#[derive(Debug, Clone)]
+pub enum Process {
+    Scheduler {
+        bind: std::net::SocketAddr,
+    },
+    Executor {
+        scheduler: String,
+        bind_host: String,
+        flight_port: u16,
+        grpc_port: u16,
+        concurrent_tasks: usize,
+        work_dir: Option<String>,
+    },
+}
+
+/// Run `process` until a stop signal; an error if it cannot start or stops by itself.
+pub async fn run(process: Process) -> Result<u8> {
+    crate::task::engine::available()?;
+    serve(process).await
+}
+
+#[cfg(feature = "ballista")]
+async fn serve(process: Process) -> Result<u8> {
+    use crate::engine::ballista;
+    let served = async {
+        match process {
+            Process::Scheduler { bind } => ballista::scheduler(bind).await,
+            Process::Executor {
+                scheduler,
+                bind_host,
+                flight_port,
+                grpc_port,
+                concurrent_tasks,
+                work_dir,
+            } => {
+                ballista::executor(ballista::ExecutorOptions {
+                    scheduler,
+                    bind_host,
+                    flight_port,
+                    grpc_port,
+                    concurrent_tasks,
+                    work_dir,
+                })
+                .await
+            }
+        }
+    };
+    tokio::select! {
+        r = served => r.map(|()| 0),
+        _ = stop_signal() => {
+            tracing::info!("stopping on a signal");
+            Ok(0)
+        }
+    }
+}
+
+#[cfg(not(feature = "ballista"))]
+async fn serve(_: Process) -> Result<u8> {
+    unreachable!("available() fails without the feature")
+}
+
+/// SIGTERM or SIGINT.
+#[cfg(feature = "ballista")]
+async fn stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -1,0 +1,42 @@
+//! Where a task's queries execute: DataFusion embedded in this process (the default), or a
+//! DataFusion Ballista cluster (`[engine] kind = "ballista"`, or `--engine df://host:port`;
+//! built with `--features ballista`). With Ballista the window's query and
+//! `[reconcile].source` are planned here, with the window bound, and executed on the
+//! cluster; their rows stream back, and idemlake writes, checks and commits them as it does
+//! locally. Whatever reads this process's own output (the `[reconcile].output` tee, the
+//! `[checks]`) runs here. Imports `accel` (the local session), `task`, `config` and `error`.
+
+use datafusion::prelude::SessionContext;
+
+use crate::error::Result;
+use crate::task::Task;
+pub use crate::task::engine::Engine;
+
+#[cfg(feature = "ballista")]
+pub mod ballista;
+
+/// The engine a run of `task` uses: `--engine` (or `IDEMLAKE_ENGINE`) when given, else the
+/// task's `[engine]`.
+pub fn of(task: &Task) -> Result<Engine> {
+    match &crate::config::get().engine {
+        Some(text) => Engine::parse(text),
+        None => Ok(task.engine.clone()),
+    }
+}
+
+/// The session a task's queries plan and run in on `engine`: the local session (see
+/// `accel::session`, `mapped` and `pushdown` as there), or a client session of the cluster
+/// with the same SQL settings (sources are read by the cluster's executors, so never through
+/// this process's memory maps).
+pub async fn session(engine: &Engine, mapped: bool, pushdown: bool) -> Result<SessionContext> {
+    match engine {
+        Engine::Local => crate::accel::session::session(mapped, pushdown),
+        #[cfg(feature = "ballista")]
+        Engine::Ballista { scheduler } => ballista::client(scheduler, pushdown).await,
+        #[cfg(not(feature = "ballista"))]
+        Engine::Ballista { .. } => {
+            crate::task::engine::available()?;
+            unreachable!("available() fails without the feature")
+        }
+    }
+}
