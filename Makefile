@@ -10,7 +10,7 @@ BIN         := $(TARGET_DIR)/$(PROFILE)/idemlake
 SCALE       ?= 0.01
 DEMO_DAYS   := 1995-06-01 1995-06-02 1995-06-03 1995-06-04 1995-06-05 1995-06-06 1995-06-07
 
-.PHONY: build demo test test-ballista test-orchestrators torture lint fmt py-env s3-start s3-stop clean-demo bench bench-scale
+.PHONY: build demo test test-ballista test-orchestrators torture lint fmt py-env s3-start s3-stop clean-demo bench bench-scale bench-ballista
 
 build:
 	$(CARGO) build $(CARGO_FLAGS) --bin idemlake
@@ -80,6 +80,13 @@ bench:
 bench-scale:
 	$(CARGO) build --release --bin idemlake
 	BENCH_BIN=$(TARGET_DIR)/release/idemlake python3 scripts/bench_scale.py
+
+## bench-ballista: one day and one month window of the lineitem task on a local Ballista cluster
+## (scheduler + two executors, loopback) vs the embedded engine, with the time split; writes
+## bench/BALLISTA.md. Release build with --features ballista. Not in `make test`.
+bench-ballista:
+	$(CARGO) build --release --features ballista --bin idemlake
+	BENCH_BIN=$(TARGET_DIR)/release/idemlake python3 scripts/bench_ballista.py
 
 s3-start:
 	scripts/s3-server start
