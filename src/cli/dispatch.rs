@@ -391,7 +391,7 @@ async fn audit(
 ) -> Result<u8> {
     let task = project.task(task)?;
     let (a, b) = crate::commands::backfill::range(&task, from, to)?;
-    let runner = crate::pipeline::runner::Runner::new(project, &task).await?;
+    let runner = crate::pipeline::runner::Runner::new_local(project, &task).await?;
     let audits = crate::commands::audit::audit(&runner, &a, &b, *reconcile).await?;
     print_audits(cli.output, &audits);
     let damaged = audits.iter().filter(|a| a.status != "ok").count();
@@ -415,7 +415,7 @@ async fn audit(
 async fn check(cli: &Cli, project: &Project, task: &str, Range { from, to }: &Range) -> Result<u8> {
     let task = project.task(task)?;
     let (a, b) = crate::commands::backfill::range(&task, from, to)?;
-    let runner = crate::pipeline::runner::Runner::new(project, &task).await?;
+    let runner = crate::pipeline::runner::Runner::new_local(project, &task).await?;
     let checked = crate::commands::check::check(project, &runner, &a, &b).await?;
     for c in &checked {
         match cli.output {

@@ -312,7 +312,7 @@ pub async fn repair(
     Vec<crate::report::record::Report>,
     Vec<WindowAudit>,
 )> {
-    let runner = std::sync::Arc::new(Runner::new(project, task).await?);
+    let runner = std::sync::Arc::new(Runner::new_local(project, task).await?);
     let before = audit(&runner, from, to, with_reconcile).await?;
     let damaged: Vec<Window> = Window::range(from, to)?
         .into_iter()

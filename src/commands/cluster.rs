@@ -1,6 +1,6 @@
 //! `idemlake cluster scheduler|executor`: the processes of a Ballista cluster, for tasks
 //! whose `[engine]` is `ballista` (see `engine`). Each runs until it is stopped (SIGTERM or
-//! Ctrl-C), then exits 0.
+//! Ctrl-C), then exits 0; an executor first tells the scheduler and finishes its tasks.
 
 use crate::error::Result;
 
@@ -29,35 +29,36 @@ pub async fn run(process: Process) -> Result<u8> {
 #[cfg(feature = "ballista")]
 async fn serve(process: Process) -> Result<u8> {
     use crate::engine::ballista;
-    let served = async {
-        match process {
-            Process::Scheduler { bind } => ballista::scheduler(bind).await,
-            Process::Executor {
-                scheduler,
-                bind_host,
-                flight_port,
-                grpc_port,
-                concurrent_tasks,
-                work_dir,
-            } => {
-                ballista::executor(ballista::ExecutorOptions {
-                    scheduler,
-                    bind_host,
-                    flight_port,
-                    grpc_port,
-                    concurrent_tasks,
-                    work_dir,
-                })
-                .await
+    match process {
+        // The scheduler runs until a stop signal.
+        Process::Scheduler { bind } => {
+            tokio::select! {
+                r = ballista::scheduler(bind) => r.map(|()| 0),
+                _ = stop_signal() => {
+                    tracing::info!("stopping on a signal");
+                    Ok(0)
+                }
             }
         }
-    };
-    tokio::select! {
-        r = served => r.map(|()| 0),
-        _ = stop_signal() => {
-            tracing::info!("stopping on a signal");
-            Ok(0)
-        }
+        // The executor handles SIGTERM/SIGINT itself: it tells the scheduler it is stopping
+        // and drains its tasks, then returns.
+        Process::Executor {
+            scheduler,
+            bind_host,
+            flight_port,
+            grpc_port,
+            concurrent_tasks,
+            work_dir,
+        } => ballista::executor(ballista::ExecutorOptions {
+            scheduler,
+            bind_host,
+            flight_port,
+            grpc_port,
+            concurrent_tasks,
+            work_dir,
+        })
+        .await
+        .map(|()| 0),
     }
 }
 

@@ -172,8 +172,18 @@ pub async fn verify(
     window: &Window,
     against_table: bool,
 ) -> Result<Verification> {
-    let runner = Runner::new(project, task).await?;
+    let runner = verify_runner(project, task, against_table).await?;
     verify_with(&runner, window, against_table).await
+}
+
+/// The runner of a verification: on the task's engine, or in this process when it also
+/// reads the published table (delta-rs, which a cluster cannot plan).
+async fn verify_runner(project: &Project, task: &Task, against_table: bool) -> Result<Runner> {
+    if against_table {
+        Runner::new_local(project, task).await
+    } else {
+        Runner::new(project, task).await
+    }
 }
 
 /// Verify every window of `[from, to]` (inclusive) with one shared runner (sources registered
@@ -186,7 +196,7 @@ pub async fn verify_range(
     against_table: bool,
     mut each: impl FnMut(&Verification),
 ) -> Result<Vec<Verification>> {
-    let runner = Runner::new(project, task).await?;
+    let runner = verify_runner(project, task, against_table).await?;
     let mut out = Vec::new();
     for w in Window::range(from, to)? {
         let v = verify_with(&runner, &w, against_table).await?;

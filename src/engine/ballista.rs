@@ -71,6 +71,11 @@ pub async fn executor(o: ExecutorOptions) -> Result<()> {
         .ok_or_else(|| {
             Error::input(format!("--scheduler `{}`: expected host:port", o.scheduler))
         })?;
+    if o.bind_host == "0.0.0.0" || o.bind_host == "::" {
+        return Err(Error::input(
+            "--bind-host must be an address the scheduler and clients can reach (it is advertised to them), not a wildcard",
+        ));
+    }
     let mut config = ExecutorProcessConfig {
         bind_host: o.bind_host.clone(),
         external_host: Some(o.bind_host.clone()),

@@ -18,10 +18,17 @@ pub mod ballista;
 /// The engine a run of `task` uses: `--engine` (or `IDEMLAKE_ENGINE`) when given, else the
 /// task's `[engine]`.
 pub fn of(task: &Task) -> Result<Engine> {
-    match &crate::config::get().engine {
-        Some(text) => Engine::parse(text),
-        None => Ok(task.engine.clone()),
+    let engine = match &crate::config::get().engine {
+        Some(text) => Engine::parse(text)?,
+        None => task.engine.clone(),
+    };
+    if !engine.is_local() && task.mode == crate::task::Mode::Merge {
+        return Err(crate::error::Error::input(format!(
+            "task `{}`: the Ballista engine publishes overwrite windows only; run merge tasks with the local engine (--engine local)",
+            task.name
+        )));
     }
+    Ok(engine)
 }
 
 /// The session a task's queries plan and run in on `engine`: the local session (see

@@ -78,8 +78,22 @@ const DEFAULT_EXEC_PERMITS: usize = 1024;
 
 impl Runner {
     pub async fn new(project: &Project, task: &Task) -> Result<Runner> {
+        Runner::with_engine(project, task, crate::engine::of(task)?).await
+    }
+
+    /// A runner whose queries execute in this process whatever the task's engine: for the
+    /// commands that read the published table with delta-rs next to the source (`audit`,
+    /// `repair`, `check`, `verify --against-table`), which a cluster cannot plan.
+    pub async fn new_local(project: &Project, task: &Task) -> Result<Runner> {
+        Runner::with_engine(project, task, crate::engine::Engine::Local).await
+    }
+
+    async fn with_engine(
+        project: &Project,
+        task: &Task,
+        engine: crate::engine::Engine,
+    ) -> Result<Runner> {
         let t0 = Instant::now();
-        let engine = crate::engine::of(task)?;
         let config = crate::config::get();
         let (ctx, local) = match &engine {
             crate::engine::Engine::Local => (new_session()?, None),

@@ -93,7 +93,7 @@ async fn register_one(
             let provider = table.table_provider().await?;
             ctx.register_table(s.alias.as_str(), provider)?;
         } else {
-            register_files(ctx, &s.alias, &table)?;
+            register_files(ctx, &s.alias, &table).await?;
         }
         return Ok(SourceVersion {
             alias: s.alias.clone(),
@@ -256,7 +256,11 @@ pub fn register_store(ctx: &SessionContext, url: &url::Url, store: Arc<dyn Objec
 /// constants, and the source is the union of those (a view the cluster plans like a query;
 /// a window's filter on a partition column leaves only its partitions). Refused for tables
 /// whose files do not hold the logical rows on their own: deletion vectors, column mapping.
-fn register_files(ctx: &SessionContext, alias: &str, table: &deltalake::DeltaTable) -> Result<()> {
+async fn register_files(
+    ctx: &SessionContext,
+    alias: &str,
+    table: &deltalake::DeltaTable,
+) -> Result<()> {
     use std::collections::BTreeMap;
 
     use datafusion::catalog::TableProvider;
@@ -288,6 +292,17 @@ fn register_files(ctx: &SessionContext, alias: &str, table: &deltalake::DeltaTab
             .collect::<Vec<_>>(),
     ));
     let root = table.table_url().clone();
+    // Every live file must exist: one listing of the table, not a request per file (a missing
+    // file would otherwise read as no rows on the cluster).
+    let store = table.log_store().object_store(None);
+    let present: std::collections::HashSet<object_store::path::Path> = store
+        .list(None)
+        .map_ok(|m| m.location)
+        .try_collect::<Vec<_>>()
+        .await
+        .map_err(|e| Error::runtime(format!("cannot list the Delta source's files: {e}")))?
+        .into_iter()
+        .collect();
     // Files by partition values (in the columns' order), from the log.
     let mut groups: BTreeMap<Vec<Option<String>>, Vec<ListingTableUrl>> = BTreeMap::new();
     for view in snapshot.log_data().iter() {
@@ -297,17 +312,48 @@ fn register_files(ctx: &SessionContext, alias: &str, table: &deltalake::DeltaTab
             ));
         }
         let values = view.partition_values_map();
-        let key = partition_cols
-            .iter()
-            .map(|c| values.get(c).cloned().flatten())
-            .collect::<Vec<_>>();
-        let url = root
-            .join(view.path().as_ref())
-            .map_err(|e| Error::runtime(format!("a file of the Delta source has no URL: {e}")))?;
-        groups
-            .entry(key)
-            .or_default()
-            .push(ListingTableUrl::parse(url.as_str())?);
+        let mut key = Vec::with_capacity(partition_cols.len());
+        for c in &partition_cols {
+            match values.get(c) {
+                // An empty string is a NULL partition value (Delta protocol).
+                Some(v) => key.push(v.clone().filter(|v| !v.is_empty())),
+                None => {
+                    return Err(Error::runtime(format!(
+                        "a file of the Delta source has no value for partition column `{c}`: {}",
+                        view.path()
+                    )));
+                }
+            }
+        }
+        let relative = view.object_store_path();
+        if !present.contains(&relative) {
+            return Err(Error::runtime(format!(
+                "a live file of the Delta source's pinned version is missing from storage (vacuumed?): {relative}"
+            )));
+        }
+        // The URL by segments: each is percent-encoded once here and decoded once by the
+        // listing, so a file named with `%` escapes (timestamp partitions) is found as named.
+        let mut url = root.clone();
+        url.path_segments_mut()
+            .map_err(|()| {
+                Error::runtime(format!("the Delta source's location {root} is not a path"))
+            })?
+            .pop_if_empty()
+            .extend(relative.parts().map(|p| p.as_ref().to_string()));
+        let listed = ListingTableUrl::parse(url.as_str())?;
+        let table_prefix = ListingTableUrl::parse(root.as_str())?;
+        let expected: object_store::path::Path = table_prefix
+            .prefix()
+            .parts()
+            .chain(relative.parts())
+            .collect();
+        if listed.prefix() != &expected {
+            return Err(Error::runtime(format!(
+                "the file {relative} of the Delta source would be read as {} (an encoding problem); nothing was run",
+                listed.prefix()
+            )));
+        }
+        groups.entry(key).or_default().push(listed);
     }
     let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension("");
     let listing = |paths: Vec<ListingTableUrl>| -> Result<Arc<dyn TableProvider>> {

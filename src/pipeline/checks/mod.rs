@@ -91,12 +91,27 @@ impl Checker {
     /// A session of its own with the task's sources registered plainly (Delta sources at
     /// `pins`, the versions the runner read).
     /// On a remote `engine` the checks' source side runs on the cluster too (the window may
-    /// not fit this machine), window by window.
+    /// not fit this machine), window by window; except when the task reads a Delta source:
+    /// the cluster reads it as a file list idemlake resolved, so the check reads it through
+    /// delta-rs here, a route that resolution does not touch.
     pub async fn new(
         task: &Task,
         pins: &[SourceVersion],
         engine: &crate::engine::Engine,
     ) -> Result<Checker> {
+        let reads_delta = task
+            .sources
+            .iter()
+            .any(|s| s.format == crate::task::Format::Delta);
+        let local = crate::engine::Engine::Local;
+        let engine = if reads_delta && !engine.is_local() {
+            tracing::info!(
+                "the checks of this task read its Delta sources with delta-rs in this process, independently of the cluster's file lists"
+            );
+            &local
+        } else {
+            engine
+        };
         let ctx = match engine {
             crate::engine::Engine::Local => checks_session()?,
             remote => crate::engine::session(remote, false, false).await?,
