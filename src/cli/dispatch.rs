@@ -21,21 +21,7 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
         use crate::commands::cluster::{Process, run};
         return run(match c {
             ClusterCommand::Scheduler { bind } => Process::Scheduler { bind: *bind },
-            ClusterCommand::Executor {
-                scheduler,
-                bind_host,
-                flight_port,
-                grpc_port,
-                concurrent_tasks,
-                work_dir,
-            } => Process::Executor {
-                scheduler: scheduler.clone(),
-                bind_host: bind_host.clone(),
-                flight_port: *flight_port,
-                grpc_port: *grpc_port,
-                concurrent_tasks: *concurrent_tasks,
-                work_dir: work_dir.clone(),
-            },
+            ClusterCommand::Executor(o) => Process::Executor(o.clone()),
         })
         .await;
     }

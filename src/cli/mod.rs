@@ -294,26 +294,7 @@ pub enum ClusterCommand {
         bind: std::net::SocketAddr,
     },
     /// An executor: registers with the scheduler and runs its tasks (runs until stopped)
-    Executor {
-        /// The scheduler, host:port
-        #[arg(long, default_value = "127.0.0.1:50050")]
-        scheduler: String,
-        /// Host to listen on and to be reached at
-        #[arg(long, default_value = "127.0.0.1")]
-        bind_host: String,
-        /// Arrow Flight port (query results and shuffle data are fetched from it)
-        #[arg(long, default_value_t = 50051)]
-        flight_port: u16,
-        /// gRPC port (the scheduler sends tasks to it)
-        #[arg(long, default_value_t = 50052)]
-        grpc_port: u16,
-        /// Tasks run at once [default: one per core]
-        #[arg(long, default_value_t = 0)]
-        concurrent_tasks: usize,
-        /// Directory for shuffle files [default: a temporary directory]
-        #[arg(long)]
-        work_dir: Option<String>,
-    },
+    Executor(crate::engine::ExecutorOptions),
 }
 
 pub(crate) fn print_err(e: &Error) {

@@ -7,17 +7,8 @@ use crate::error::Result;
 /// A cluster process to run.
 #[derive(Debug, Clone)]
 pub enum Process {
-    Scheduler {
-        bind: std::net::SocketAddr,
-    },
-    Executor {
-        scheduler: String,
-        bind_host: String,
-        flight_port: u16,
-        grpc_port: u16,
-        concurrent_tasks: usize,
-        work_dir: Option<String>,
-    },
+    Scheduler { bind: std::net::SocketAddr },
+    Executor(crate::engine::ExecutorOptions),
 }
 
 /// Run `process` until a stop signal; an error if it cannot start or stops by itself.
@@ -42,23 +33,7 @@ async fn serve(process: Process) -> Result<u8> {
         }
         // The executor handles SIGTERM/SIGINT itself: it tells the scheduler it is stopping
         // and drains its tasks, then returns.
-        Process::Executor {
-            scheduler,
-            bind_host,
-            flight_port,
-            grpc_port,
-            concurrent_tasks,
-            work_dir,
-        } => ballista::executor(ballista::ExecutorOptions {
-            scheduler,
-            bind_host,
-            flight_port,
-            grpc_port,
-            concurrent_tasks,
-            work_dir,
-        })
-        .await
-        .map(|()| 0),
+        Process::Executor(options) => ballista::executor(options).await.map(|()| 0),
     }
 }
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use ballista::prelude::SessionContextExt;
 use datafusion::prelude::SessionContext;
 
+pub use super::ExecutorOptions;
 use crate::error::{Error, Result};
 
 /// A client session of the scheduler at `scheduler` (`host:port`) with idemlake's SQL
@@ -42,23 +43,6 @@ pub async fn scheduler(bind: SocketAddr) -> Result<()> {
     ballista_scheduler::scheduler_process::start_server(cluster, bind, Arc::new(config))
         .await
         .map_err(|e| Error::runtime(format!("the scheduler stopped: {e}")))
-}
-
-/// What `idemlake cluster executor` starts.
-#[derive(Debug, Clone)]
-pub struct ExecutorOptions {
-    /// The scheduler, `host:port`.
-    pub scheduler: String,
-    /// Host to listen on (and to advertise to the scheduler).
-    pub bind_host: String,
-    /// Arrow Flight port (results and shuffle data are fetched from it).
-    pub flight_port: u16,
-    /// gRPC port (the scheduler pushes tasks to it).
-    pub grpc_port: u16,
-    /// Tasks run at once (0: one per core).
-    pub concurrent_tasks: usize,
-    /// Where shuffle files go (a temporary directory if `None`).
-    pub work_dir: Option<String>,
 }
 
 /// Run an executor registered with its scheduler until the process is stopped.

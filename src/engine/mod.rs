@@ -47,3 +47,26 @@ pub async fn session(engine: &Engine, mapped: bool, pushdown: bool) -> Result<Se
         }
     }
 }
+
+/// What `idemlake cluster executor` starts (its flags).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ExecutorOptions {
+    /// The scheduler, host:port
+    #[arg(long, default_value = "127.0.0.1:50050")]
+    pub scheduler: String,
+    /// Host to listen on and to be reached at (advertised to the scheduler: not a wildcard)
+    #[arg(long, default_value = "127.0.0.1")]
+    pub bind_host: String,
+    /// Arrow Flight port (query results and shuffle data are fetched from it)
+    #[arg(long, default_value_t = 50051)]
+    pub flight_port: u16,
+    /// gRPC port (the scheduler sends tasks to it)
+    #[arg(long, default_value_t = 50052)]
+    pub grpc_port: u16,
+    /// Tasks run at once [default: one per core]
+    #[arg(long, default_value_t = 0)]
+    pub concurrent_tasks: usize,
+    /// Directory for shuffle files [default: a temporary directory]
+    #[arg(long)]
+    pub work_dir: Option<String>,
+}
