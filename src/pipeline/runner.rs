@@ -52,8 +52,6 @@ pub struct Runner {
     /// The target table and its commit queue.
     pub(super) target: Target,
     ctx: SessionContext,
-    /// Where the task's queries execute (`engine`): this process, or a Ballista cluster.
-    engine: crate::engine::Engine,
     /// With a remote engine, a local session for what reads this process's own output (the
     /// `[reconcile].output` tee); `None`: the runner's session is local.
     local: Option<SessionContext>,
@@ -121,7 +119,6 @@ impl Runner {
             task: task.clone(),
             target,
             ctx,
-            engine,
             local,
             sources,
             checker,
@@ -242,11 +239,6 @@ impl Runner {
     /// The session the runner plans in (sources registered).
     pub fn session(&self) -> &SessionContext {
         &self.ctx
-    }
-
-    /// Where the task's queries execute.
-    pub fn engine(&self) -> &crate::engine::Engine {
-        &self.engine
     }
 
     /// The session a query over this process's own output runs in: `window_session` (the

@@ -303,6 +303,7 @@ async fn register_files(
         .map_err(|e| Error::runtime(format!("cannot list the Delta source's files: {e}")))?
         .into_iter()
         .collect();
+    let table_prefix = ListingTableUrl::parse(root.as_str())?;
     // Files by partition values (in the columns' order), from the log.
     let mut groups: BTreeMap<Vec<Option<String>>, Vec<ListingTableUrl>> = BTreeMap::new();
     for view in snapshot.log_data().iter() {
@@ -341,7 +342,6 @@ async fn register_files(
             .pop_if_empty()
             .extend(relative.parts().map(|p| p.as_ref().to_string()));
         let listed = ListingTableUrl::parse(url.as_str())?;
-        let table_prefix = ListingTableUrl::parse(root.as_str())?;
         let expected: object_store::path::Path = table_prefix
             .prefix()
             .parts()
@@ -363,7 +363,6 @@ async fn register_files(
         Ok(Arc::new(ListingTable::try_new(config)?))
     };
     let mut plan: Option<LogicalPlanBuilder> = None;
-    let no_files = groups.is_empty();
     for (values, paths) in groups {
         let mut exprs: Vec<datafusion::logical_expr::Expr> = Vec::new();
         for f in schema.fields() {
@@ -385,13 +384,11 @@ async fn register_files(
             Some(p) => p.union(branch.build()?)?,
         });
     }
-    let provider: Arc<dyn TableProvider> = if no_files {
-        Arc::new(datafusion::datasource::empty::EmptyTable::new(
+    let provider: Arc<dyn TableProvider> = match plan {
+        None => Arc::new(datafusion::datasource::empty::EmptyTable::new(
             schema.clone(),
-        ))
-    } else {
-        let plan = plan.expect("a group per partition").build()?;
-        Arc::new(ViewTable::new(plan, None))
+        )),
+        Some(plan) => Arc::new(ViewTable::new(plan.build()?, None)),
     };
     ctx.register_table(alias, provider)?;
     Ok(())
