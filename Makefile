@@ -56,8 +56,9 @@ torture: py-env
 ## test-ballista: the Ballista engine end to end, with a build that has it (--features ballista):
 ## `idemlake cluster scheduler` and two executors on loopback, windows of three sample tasks
 ## (one reading a Delta table) run through the cluster and locally, both tables compared with each
-## other and with polars over the source. .ci/run runs it after `make test`.
-test-ballista: py-env
+## other and with polars over the source; then Parquet, CSV and Delta sources on the local S3
+## server. .ci/run runs it after `make test`.
+test-ballista: py-env s3-start
 	$(CARGO) build $(CARGO_FLAGS) --features ballista --bin idemlake
 	IDEMLAKE_BIN=$(BIN) PYTHON=.venv-py/bin/python scripts/test-ballista
 

@@ -2,6 +2,12 @@
 //! and the cluster's two kinds of processes for `idemlake cluster scheduler|executor`
 //! (Ballista's scheduler and executor as libraries, so a cluster needs nothing but this
 //! binary on each machine).
+//!
+//! Sources on S3: the scheduler (which plans the physical query, listing the source's files)
+//! and every executor (which reads them) resolve an `s3://bucket/` location the way idemlake
+//! itself does (`storage::store_for`: the standard `AWS_*` environment of *that* process), so
+//! each cluster process needs the same S3 environment as the client; credentials never travel
+//! with the query.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,14 +32,79 @@ pub async fn client(scheduler: &str, pushdown: bool) -> Result<SessionContext> {
         })
 }
 
+/// An object-store registry that makes the store of an `s3://` location on first use, from
+/// this process's environment (`storage::store_for`), and otherwise behaves as DataFusion's.
+#[derive(Debug, Default)]
+struct StoresFromEnv(datafusion::execution::object_store::DefaultObjectStoreRegistry);
+
+impl datafusion::execution::object_store::ObjectStoreRegistry for StoresFromEnv {
+    fn register_store(
+        &self,
+        url: &url::Url,
+        store: Arc<dyn object_store::ObjectStore>,
+    ) -> Option<Arc<dyn object_store::ObjectStore>> {
+        self.0.register_store(url, store)
+    }
+
+    fn deregister_store(
+        &self,
+        url: &url::Url,
+    ) -> datafusion::common::Result<Arc<dyn object_store::ObjectStore>> {
+        self.0.deregister_store(url)
+    }
+
+    fn get_store(
+        &self,
+        url: &url::Url,
+    ) -> datafusion::common::Result<Arc<dyn object_store::ObjectStore>> {
+        if let Ok(store) = self.0.get_store(url) {
+            return Ok(store);
+        }
+        match crate::storage::store_for(url) {
+            Ok(Some((bucket, store))) => {
+                self.0.register_store(&bucket, store.clone());
+                Ok(store)
+            }
+            Ok(None) => self.0.get_store(url),
+            Err(e) => Err(datafusion::error::DataFusionError::External(Box::new(e))),
+        }
+    }
+}
+
+/// The runtime of a cluster process's sessions: S3 stores from the environment, spill files
+/// under `spill` when given.
+fn runtime(
+    registry: &Arc<StoresFromEnv>,
+    spill: Option<&str>,
+) -> datafusion::common::Result<Arc<datafusion::execution::runtime_env::RuntimeEnv>> {
+    let mut b = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
+        .with_object_store_registry(registry.clone());
+    if let Some(dir) = spill {
+        b = b.with_temp_file_path(dir);
+    }
+    Ok(Arc::new(b.build()?))
+}
+
 /// Run a scheduler listening on `bind` until the process is stopped.
 pub async fn scheduler(bind: SocketAddr) -> Result<()> {
     use ballista_scheduler::cluster::BallistaCluster;
     use ballista_scheduler::config::SchedulerConfig;
+    // The scheduler plans the physical query, so it lists the sources: its sessions get
+    // Ballista's defaults with the S3-aware runtime.
+    let registry = Arc::new(StoresFromEnv::default());
+    let sessions: ballista_scheduler::scheduler_server::SessionBuilder = Arc::new(move |config| {
+        let state = ballista_core::utils::default_session_builder(config)?;
+        Ok(
+            datafusion::execution::SessionStateBuilder::new_from_existing(state)
+                .with_runtime_env(runtime(&registry, None)?)
+                .build(),
+        )
+    });
     let config = SchedulerConfig {
         bind_host: bind.ip().to_string(),
         bind_port: bind.port(),
         external_host: bind.ip().to_string(),
+        override_session_builder: Some(sessions),
         ..Default::default()
     };
     let cluster = BallistaCluster::new_from_config(&config)
@@ -70,6 +141,10 @@ pub async fn executor(o: ExecutorOptions) -> Result<()> {
         work_dir: o.work_dir.clone(),
         ..Default::default()
     };
+    let registry = Arc::new(StoresFromEnv::default());
+    let spill = o.work_dir.clone();
+    config.override_runtime_producer =
+        Some(Arc::new(move |_| runtime(&registry, spill.as_deref())));
     if o.concurrent_tasks > 0 {
         config.vcores = o.concurrent_tasks;
     }
