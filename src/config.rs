@@ -38,6 +38,10 @@ pub struct Config {
     /// Time budget of a storage request's retries in seconds
     /// (`IDEMLAKE_S3_RETRY_TIMEOUT_SECS`; `None`: object_store's default).
     pub s3_retry_timeout_secs: Option<u64>,
+    /// Every run attempt gets a run-log entry (`IDEMLAKE_RUN_LOG=all`), also the successful
+    /// overwrite publishes the Delta log records whole (by default they get none; see
+    /// `report::runlog`).
+    pub run_log_all: bool,
     /// The fault or mutation to inject (`IDEMLAKE_TEST_FAULT`; a testing aid, see README).
     pub test_fault: Option<String>,
     /// Colours off (`NO_COLOR` set and not empty, or `TERM=dumb`).
@@ -112,6 +116,16 @@ impl Config {
                 .unwrap_or(DEFAULT_PROBE_MAX_AGE_SECS),
             s3_max_retries: whole_number("IDEMLAKE_S3_MAX_RETRIES", strict)?,
             s3_retry_timeout_secs: whole_number("IDEMLAKE_S3_RETRY_TIMEOUT_SECS", strict)?,
+            run_log_all: match var("IDEMLAKE_RUN_LOG").as_deref().map(str::trim) {
+                None | Some("" | "default") => false,
+                Some("all") => true,
+                Some(v) if strict => {
+                    return Err(Error::input(format!(
+                        "IDEMLAKE_RUN_LOG must be `all` or `default`, got `{v}`"
+                    )));
+                }
+                Some(_) => false,
+            },
             test_fault: var("IDEMLAKE_TEST_FAULT").filter(|v| !v.is_empty()),
             no_color: std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
                 || var("TERM").is_some_and(|t| t == "dumb"),
@@ -166,6 +180,11 @@ impl fmt::Display for Config {
             f,
             "s3_retry_timeout_secs = {}",
             opt(self.s3_retry_timeout_secs, "default")
+        )?;
+        writeln!(
+            f,
+            "run_log = {}",
+            if self.run_log_all { "all" } else { "default" }
         )?;
         writeln!(
             f,

@@ -222,7 +222,7 @@ pub async fn restore(
         Err(e) => report.fail(&Error::unverified(e)),
     }
     report.duration_ms = started.elapsed().as_millis() as u64;
-    crate::report::runlog::record(&store, &report).await;
+    crate::report::runlog::record(&store, &report, false).await;
     Ok(report)
 }
 

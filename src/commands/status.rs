@@ -299,7 +299,18 @@ async fn window_status(
     log: &[crate::report::runlog::Attempt],
     store: &Arc<dyn ObjectStore>,
 ) -> WindowStatus {
-    let last_ok = log.iter().rposition(|a| a.status != "failed");
+    // The current files' publish, from their tags: a successful overwrite publish writes no
+    // run-log entry (`runlog::recorded_by_table`), so failures logged before it are not
+    // failures "since" either.
+    let published_ms = acc
+        .runs
+        .values()
+        .next_back()
+        .and_then(|(_, _, at)| at.parse::<jiff::Timestamp>().ok())
+        .map(|t| t.as_millisecond());
+    let last_ok = log
+        .iter()
+        .rposition(|a| a.status != "failed" || published_ms.is_some_and(|p| a.at_ms <= p));
     // The last attempt that published (a skipped run, e.g. a merge with an empty result,
     // changed nothing and is never the window's publisher).
     let last_publish = log.iter().rposition(|a| {

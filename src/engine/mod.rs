@@ -4,7 +4,8 @@
 //! `[reconcile].source` are planned here, with the window bound, and executed on the
 //! cluster; their rows stream back, and idemlake writes, checks and commits them as it does
 //! locally. Whatever reads this process's own output (the `[reconcile].output` tee, the
-//! `[checks]`) runs here. Imports `accel` (the local session), `task`, `config` and `error`.
+//! `[checks]`) runs here. Imports `accel` (the local session), `task`, `storage` (the S3
+//! stores of a cluster process), `config` and `error`.
 
 use datafusion::prelude::SessionContext;
 

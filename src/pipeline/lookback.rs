@@ -43,9 +43,10 @@ impl Runner {
             None => self.publish_all(windows, prepared).await,
         };
         let store = self.target.view().log_store().object_store(None);
+        let overwrite = self.task().mode == crate::task::Mode::Overwrite;
         for report in &mut reports {
             report.duration_ms = started.elapsed().as_millis() as u64;
-            crate::report::runlog::record(&store, report).await;
+            crate::report::runlog::record(&store, report, overwrite).await;
         }
         reports
     }

@@ -42,7 +42,7 @@ impl Runner {
         }
         report.duration_ms = started.elapsed().as_millis() as u64;
         let store = self.target.view().log_store().object_store(None);
-        crate::report::runlog::record(&store, &report).await;
+        crate::report::runlog::record(&store, &report, self.task().mode == Mode::Overwrite).await;
         report
     }
 

@@ -1,8 +1,9 @@
-//! The run log: one small object per run attempt, beside the table's Delta log.
+//! The run log: one small object per run attempt the Delta log does not record, beside it.
 //!
-//! Successful publishes are recorded by the Delta log itself (commitInfo and file tags), but a
-//! failed attempt publishes nothing, and an emptied window leaves no file to tag. Each attempt
-//! therefore also writes `<table>/_idemlake/runs/<window>@<unix ms>-<status>-<run id>.json`
+//! Successful overwrite publishes are recorded by the Delta log itself (commitInfo and file
+//! tags), but a failed attempt publishes nothing, an emptied window leaves no file to tag, and
+//! merge-mode files carry no tags. Each such attempt (every attempt with
+//! `IDEMLAKE_RUN_LOG=all`) therefore writes `<table>/_idemlake/runs/<window>@<unix ms>-<status>-<run id>.json`
 //! holding its report. The name alone says when and how it ended, so `status` needs one
 //! listing and reads only the objects whose error it shows. All entries sit in one directory:
 //! a directory per window cost a second file-system object per window of a load (entries
@@ -34,8 +35,26 @@ fn status_name(s: Status) -> &'static str {
     }
 }
 
-/// Record one attempt (best effort).
-pub async fn record(store: &Arc<dyn ObjectStore>, report: &Report) {
+/// Whether the table's Delta log already records `report` whole, so that its run-log entry
+/// would add nothing: a successful overwrite publish that added files, each tagged with the
+/// run id, SQL hash, table version and time (what `status` reads), next to the commit's
+/// `commitInfo` holding the full report. Skipping these entries saves a load one file-system
+/// object per window (a fifth of the objects a 6-column load creates).
+pub fn recorded_by_table(report: &Report, overwrite: bool) -> bool {
+    overwrite
+        && report.status == Status::Ok
+        && report.published
+        && report.exit_code.is_none()
+        && report.rows_written > 0
+}
+
+/// Record one attempt (best effort), unless the table records it (`recorded_by_table`;
+/// `IDEMLAKE_RUN_LOG=all` records every attempt). `overwrite`: the task's write mode is
+/// overwrite (merge publishes carry no tags).
+pub async fn record(store: &Arc<dyn ObjectStore>, report: &Report, overwrite: bool) {
+    if !crate::config::get().run_log_all && recorded_by_table(report, overwrite) {
+        return;
+    }
     let status = if report.exit_code.is_some() && !report.published {
         "failed"
     } else {

@@ -42,6 +42,7 @@ impl TestProject {
             .env_remove("IDEMLAKE_LAKE")
             .env_remove("IDEMLAKE_PROJECT")
             .env_remove("IDEMLAKE_TEST_FAULT")
+            .env_remove("IDEMLAKE_RUN_LOG")
             .args(args)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -87,7 +88,8 @@ impl TestProject {
         c.arg("--project").arg(self.path());
         c.env_remove("IDEMLAKE_LAKE")
             .env_remove("IDEMLAKE_PROJECT")
-            .env_remove("IDEMLAKE_TEST_FAULT");
+            .env_remove("IDEMLAKE_TEST_FAULT")
+            .env_remove("IDEMLAKE_RUN_LOG");
         c
     }
 

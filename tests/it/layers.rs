@@ -19,7 +19,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["task", "storage", "report", "config", "error", "fault"],
     ),
     ("accel", &["task", "storage", "config", "error", "fault"]),
-    ("engine", &["accel", "task", "config", "error"]),
+    ("engine", &["accel", "task", "storage", "config", "error"]),
     (
         "pipeline",
         &[

@@ -310,3 +310,95 @@ fn status_picture_is_plain_text_off_a_terminal_and_shows_stale_windows() {
     assert_eq!(code(&out), 0, "{}", text(&out));
     insta::assert_snapshot!("picture_all_tasks", String::from_utf8(out.stdout).unwrap());
 }
+
+/// The run log's entries by outcome for `day` (`runs/<window>@<ms>-<status>-<run id>.json`).
+fn run_log(table: &Path, day: &str) -> Vec<String> {
+    let mut entries: Vec<String> = std::fs::read_dir(table.join("_idemlake").join("runs"))
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+                .filter(|n| n.starts_with(&format!("{day}@")))
+                .collect()
+        })
+        .unwrap_or_default();
+    entries.sort();
+    entries
+        .iter()
+        .map(|e| e.split('-').nth(3).unwrap_or_default().to_string())
+        .collect()
+}
+
+/// A successful overwrite publish is recorded whole by the Delta log (commitInfo, and tags on
+/// every file it adds), so it writes no run-log entry unless `IDEMLAKE_RUN_LOG=all`; a failed
+/// attempt and an emptied window (no file to tag) do. `status` tells the same story either way.
+#[test]
+fn the_run_log_holds_only_what_the_delta_log_does_not() {
+    let p = TestProject::new();
+    let table = p.table_dir(TASK);
+    let day = "1995-06-03";
+    let out = p
+        .cmd()
+        .env("IDEMLAKE_TEST_FAULT", "before-commit")
+        .args(["run", TASK, "--window", day])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert_eq!(run_log(&table, day), ["failed"]);
+
+    let out = p.run(&["--output", "json", "run", TASK, "--window", day]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let run_id = json_lines(&out)[0]["run_id"].clone();
+    assert_eq!(
+        run_log(&table, day),
+        ["failed"],
+        "the publish is in the Delta log"
+    );
+    let s = status_json(&p, day, day);
+    assert_eq!(s[0]["state"], "published", "{}", s[0]);
+    assert_eq!(s[0]["run_id"], run_id);
+    assert_eq!(s[0]["run_status"], "ok");
+    assert_eq!(
+        s[0]["failed_since"], 0,
+        "the publish came after the failure"
+    );
+
+    // A failure after the publish counts again.
+    let out = p
+        .cmd()
+        .env("IDEMLAKE_TEST_FAULT", "before-commit")
+        .args(["run", TASK, "--window", day])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    let s = status_json(&p, day, day);
+    assert_eq!(s[0]["failed_since"], 1, "{}", s[0]);
+    assert_eq!(s[0]["run_id"], run_id, "still the first publish");
+
+    // IDEMLAKE_RUN_LOG=all: every attempt gets its entry.
+    let out = p
+        .cmd()
+        .env("IDEMLAKE_RUN_LOG", "all")
+        .args(["run", TASK, "--window", day])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(run_log(&table, day), ["failed", "failed", "ok"]);
+    assert_eq!(status_json(&p, day, day)[0]["failed_since"], 0);
+
+    // An emptied window has no file to tag: its entry is what tells `empty` from `missing`.
+    let empty = "1990-01-01";
+    p.run_ok(TASK, empty);
+    assert_eq!(run_log(&table, empty), ["ok"]);
+    assert_eq!(status_json(&p, empty, empty)[0]["state"], "empty");
+
+    // A value that is neither `all` nor `default` is refused before anything runs.
+    let version = log_version(&table);
+    let out = p
+        .cmd()
+        .env("IDEMLAKE_RUN_LOG", "everything")
+        .args(["run", TASK, "--window", day])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(text(&out).contains("IDEMLAKE_RUN_LOG"), "{}", text(&out));
+    assert_eq!(log_version(&table), version, "nothing written");
+}

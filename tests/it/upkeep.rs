@@ -36,11 +36,21 @@ async fn vacuum_keeps_what_readers_may_need_and_never_the_run_log() {
     let p = TestProject::new();
     let table = p.table_dir(TASK);
     let days = ["1995-06-01", "1995-06-02"];
+    // Every attempt logged (successful publishes are not by default): a run log to keep.
+    let run = |d: &str| {
+        let out = p
+            .cmd()
+            .env("IDEMLAKE_RUN_LOG", "all")
+            .args(["run", TASK, "--window", d])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{}", text(&out));
+    };
     for d in days {
-        p.run_ok(TASK, d);
+        run(d);
     }
     // Re-running a day replaces its files: the first run's files are now removed in the log.
-    p.run_ok(TASK, days[0]);
+    run(days[0]);
     let before = data_files(&table);
     let runlog: Vec<PathBuf> = files_under(&table)
         .into_iter()
