@@ -62,7 +62,7 @@ pub struct Runner {
     pub(super) planner: Planner,
     /// Permits to execute a window (plan, scan, stage, reconcile).
     pub(super) exec: tokio::sync::Semaphore,
-    exec_limit: AtomicUsize,
+    pub(super) exec_limit: AtomicUsize,
     /// Windows announced by [`Runner::share_scans`] (1 until then).
     announced: AtomicUsize,
     /// The tables `[checks] relationships` compare against, pinned for the run.

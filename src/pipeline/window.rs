@@ -61,7 +61,7 @@ impl Runner {
                 let commit = self.window_commit(&ready, window);
                 let published = self
                     .target
-                    .publish(&ready.plan.planned.schema, commit)
+                    .publish(&ready.plan.planned.schema, commit, &|| self.executing())
                     .await;
                 self.overwrite_landed(published, &ready)
             }
@@ -71,6 +71,13 @@ impl Runner {
     }
 
     /// An execution permit (see [`Runner::set_parallel`]).
+    /// Windows of this runner executing now (holding an execution permit).
+    fn executing(&self) -> usize {
+        self.exec_limit
+            .load(std::sync::atomic::Ordering::SeqCst)
+            .saturating_sub(self.exec.available_permits())
+    }
+
     pub(super) async fn permit(&self) -> Result<tokio::sync::SemaphorePermit<'_>> {
         self.exec
             .acquire()
