@@ -98,6 +98,11 @@ impl TestProject {
         self.cmd().args(args).output().unwrap()
     }
 
+    /// Run `idemlake <args>` with the environment variable `var` set to `value`.
+    pub fn run_env(&self, var: &str, value: &str, args: &[&str]) -> Output {
+        self.cmd().env(var, value).args(args).output().unwrap()
+    }
+
     /// Run one window and assert success.
     pub fn run_ok(&self, task: &str, window: &str) -> Output {
         let out = self.run(&["run", task, "--window", window]);

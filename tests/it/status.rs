@@ -335,12 +335,11 @@ fn the_run_log_holds_only_what_the_delta_log_does_not() {
     let p = TestProject::new();
     let table = p.table_dir(TASK);
     let day = "1995-06-03";
-    let out = p
-        .cmd()
-        .env("IDEMLAKE_TEST_FAULT", "before-commit")
-        .args(["run", TASK, "--window", day])
-        .output()
-        .unwrap();
+    let out = p.run_env(
+        "IDEMLAKE_TEST_FAULT",
+        "before-commit",
+        &["run", TASK, "--window", day],
+    );
     assert_eq!(code(&out), 1, "{}", text(&out));
     assert_eq!(run_log(&table, day), ["failed"]);
 
@@ -362,24 +361,18 @@ fn the_run_log_holds_only_what_the_delta_log_does_not() {
     );
 
     // A failure after the publish counts again.
-    let out = p
-        .cmd()
-        .env("IDEMLAKE_TEST_FAULT", "before-commit")
-        .args(["run", TASK, "--window", day])
-        .output()
-        .unwrap();
+    let out = p.run_env(
+        "IDEMLAKE_TEST_FAULT",
+        "before-commit",
+        &["run", TASK, "--window", day],
+    );
     assert_eq!(code(&out), 1, "{}", text(&out));
     let s = status_json(&p, day, day);
     assert_eq!(s[0]["failed_since"], 1, "{}", s[0]);
     assert_eq!(s[0]["run_id"], run_id, "still the first publish");
 
     // IDEMLAKE_RUN_LOG=all: every attempt gets its entry.
-    let out = p
-        .cmd()
-        .env("IDEMLAKE_RUN_LOG", "all")
-        .args(["run", TASK, "--window", day])
-        .output()
-        .unwrap();
+    let out = p.run_env("IDEMLAKE_RUN_LOG", "all", &["run", TASK, "--window", day]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     assert_eq!(run_log(&table, day), ["failed", "failed", "ok"]);
     assert_eq!(status_json(&p, day, day)[0]["failed_since"], 0);
@@ -392,12 +385,11 @@ fn the_run_log_holds_only_what_the_delta_log_does_not() {
 
     // A value that is neither `all` nor `default` is refused before anything runs.
     let version = log_version(&table);
-    let out = p
-        .cmd()
-        .env("IDEMLAKE_RUN_LOG", "everything")
-        .args(["run", TASK, "--window", day])
-        .output()
-        .unwrap();
+    let out = p.run_env(
+        "IDEMLAKE_RUN_LOG",
+        "everything",
+        &["run", TASK, "--window", day],
+    );
     assert_eq!(code(&out), 2, "{}", text(&out));
     assert!(text(&out).contains("IDEMLAKE_RUN_LOG"), "{}", text(&out));
     assert_eq!(log_version(&table), version, "nothing written");

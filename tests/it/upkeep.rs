@@ -38,12 +38,7 @@ async fn vacuum_keeps_what_readers_may_need_and_never_the_run_log() {
     let days = ["1995-06-01", "1995-06-02"];
     // Every attempt logged (successful publishes are not by default): a run log to keep.
     let run = |d: &str| {
-        let out = p
-            .cmd()
-            .env("IDEMLAKE_RUN_LOG", "all")
-            .args(["run", TASK, "--window", d])
-            .output()
-            .unwrap();
+        let out = p.run_env("IDEMLAKE_RUN_LOG", "all", &["run", TASK, "--window", d]);
         assert_eq!(code(&out), 0, "{}", text(&out));
     };
     for d in days {
