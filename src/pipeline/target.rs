@@ -275,7 +275,8 @@ impl Target {
     /// whatever its group's size and a backfill's windows finish ~1 ms apart, so a few ms
     /// here make the groups several times larger and the commits (log files, read-backs,
     /// checkpoints) as many times fewer. A single window, or the last ones of a backfill,
-    /// commit at once: nothing else is executing.
+    /// commit at once: nothing else is executing. A caller whose window went out with an
+    /// earlier group only waits if others are queued (it then commits them).
     async fn gather(&self, executing: &(dyn Fn() -> usize + Sync)) {
         if !crate::config::get().accelerate {
             return;

@@ -70,7 +70,6 @@ impl Runner {
         self.finish(window, ready, committed, report)
     }
 
-    /// An execution permit (see [`Runner::set_parallel`]).
     /// Windows of this runner executing now (holding an execution permit).
     fn executing(&self) -> usize {
         self.exec_limit
@@ -78,6 +77,7 @@ impl Runner {
             .saturating_sub(self.exec.available_permits())
     }
 
+    /// An execution permit (see [`Runner::set_parallel`]).
     pub(super) async fn permit(&self) -> Result<tokio::sync::SemaphorePermit<'_>> {
         self.exec
             .acquire()

@@ -35,10 +35,11 @@ fn status_name(s: Status) -> &'static str {
     }
 }
 
-/// Whether the table's Delta log already records `report` whole, so that its run-log entry
-/// would add nothing: a successful overwrite publish that added files, each tagged with the
-/// run id, SQL hash, table version and time (what `status` reads), next to the commit's
-/// `commitInfo` holding the full report. Skipping these entries saves a load one file-system
+/// Whether the table's Delta log already records `report`, so that its run-log entry would
+/// add nothing `status` needs: a successful overwrite publish that added files, each tagged
+/// with the run id, SQL hash, table version and time (what `status` reads), next to the
+/// commit's `commitInfo` holding the run's record (not the read-back after the commit, nor
+/// the duration; and only as long as the log's retention keeps the commit file). Skipping these entries saves a load one file-system
 /// object per window (a fifth of the objects a 6-column load creates).
 pub fn recorded_by_table(report: &Report, overwrite: bool) -> bool {
     overwrite
