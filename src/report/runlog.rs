@@ -3,8 +3,8 @@
 //! Successful overwrite publishes are recorded by the Delta log itself (commitInfo and file
 //! tags), but a failed attempt publishes nothing, an emptied window leaves no file to tag, and
 //! merge-mode files carry no tags. Each such attempt (every attempt with
-//! `IDEMLAKE_RUN_LOG=all`) therefore writes `<table>/_idemlake/runs/<window>@<unix ms>-<status>-<run id>.json`
-//! holding its report. The name alone says when and how it ended, so `status` needs one
+//! `IDEMLAKE_RUN_LOG=all`) therefore writes
+//! `<table>/_idemlake/runs/<window>@<unix ms>-<status>-<run id>.json` holding its report. The name alone says when and how it ended, so `status` needs one
 //! listing and reads only the objects whose error it shows. All entries sit in one directory:
 //! a directory per window cost a second file-system object per window of a load (entries
 //! written by older versions, `runs/<window>/<unix ms>-…`, are still read). Objects under `_idemlake/` are
@@ -39,8 +39,9 @@ fn status_name(s: Status) -> &'static str {
 /// add nothing `status` needs: a successful overwrite publish that added files, each tagged
 /// with the run id, SQL hash, table version and time (what `status` reads), next to the
 /// commit's `commitInfo` holding the run's record (not the read-back after the commit, nor
-/// the duration; and only as long as the log's retention keeps the commit file). Skipping these entries saves a load one file-system
-/// object per window (a fifth of the objects a 6-column load creates).
+/// the duration; and only as long as the log's retention keeps the commit file). Skipping
+/// these entries saves a load one file-system object per window (a fifth of the objects a
+/// 6-column load creates).
 pub fn recorded_by_table(report: &Report, overwrite: bool) -> bool {
     overwrite
         && report.status == Status::Ok
