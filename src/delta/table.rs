@@ -10,7 +10,7 @@ use deltalake::kernel::transaction::TransactionError;
 use deltalake::kernel::{DataType, Metadata, MetadataExt, StructType};
 use deltalake::operations::write::WriterStatsConfig;
 use deltalake::protocol::SaveMode;
-use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
+use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError, TableProperty};
 use url::Url;
 
 use crate::error::{Error, Result};
@@ -74,6 +74,11 @@ pub async fn ensure_exists(
         .create()
         .with_columns(kernel.fields().cloned())
         .with_partition_columns(vec![partition_by.to_string()])
+        // Checkpoints also hold each file's statistics as a struct (the JSON string stays, for
+        // readers that want it): loading the table then reads them parsed instead of parsing
+        // one JSON string per live file, the largest part of a load (a day window on a table
+        // of 2,500 files: 0.93-0.95x the wall time). Spark, DuckDB and delta-rs read both.
+        .with_configuration_property(TableProperty::CheckpointWriteStatsAsStruct, Some("true"))
         .with_table_name(name)
         .with_save_mode(SaveMode::ErrorIfExists)
         .await;
