@@ -139,6 +139,22 @@ pub fn log_version(table: &Path) -> Option<u64> {
         .max()
 }
 
+/// Set the local table's `delta.checkpointInterval` to `n` (one commit, with delta-rs, not
+/// idemlake): a checkpoint is then written at each version `v` with `v + 1` a multiple of `n`.
+pub async fn set_checkpoint_interval(table: &Path, n: u32) {
+    let url = url::Url::from_directory_path(table).unwrap();
+    deltalake::open_table(url)
+        .await
+        .unwrap()
+        .set_tbl_properties()
+        .with_properties(std::collections::HashMap::from([(
+            "delta.checkpointInterval".to_string(),
+            n.to_string(),
+        )]))
+        .await
+        .unwrap();
+}
+
 /// The actions of commit `version`, one JSON value per line.
 pub fn commit_actions(table: &Path, version: u64) -> Vec<serde_json::Value> {
     let file = table.join("_delta_log").join(format!("{version:020}.json"));

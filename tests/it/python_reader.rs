@@ -102,15 +102,7 @@ async fn checkpoints_carry_parsed_stats_and_independent_readers_read_them() {
         config["delta.checkpoint.writeStatsAsStruct"], "true",
         "{config}"
     );
-    let url = url::Url::from_directory_path(&table).unwrap();
-    let t = deltalake::open_table(url).await.unwrap();
-    t.set_tbl_properties()
-        .with_properties(std::collections::HashMap::from([(
-            "delta.checkpointInterval".to_string(),
-            "4".to_string(),
-        )]))
-        .await
-        .unwrap(); // version 2
+    set_checkpoint_interval(&table, 4).await; // version 2
     for d in ["1995-06-02", "1995-06-01", "1995-06-03"] {
         p.run_ok(name, d); // versions 3 (checkpoint: version + 1 a multiple of 4), 4, 5
     }

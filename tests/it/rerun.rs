@@ -105,15 +105,7 @@ async fn one_process_replaces_windows_repeatedly_across_checkpoints() {
     let name = "lineitem_by_ship_day";
     let table = p.table_dir(name);
     p.run_ok(name, "1995-06-01"); // versions 0 (create) and 1
-    let url = url::Url::from_directory_path(&table).unwrap();
-    let t = deltalake::open_table(url).await.unwrap();
-    t.set_tbl_properties()
-        .with_properties(std::collections::HashMap::from([(
-            "delta.checkpointInterval".to_string(),
-            "3".to_string(),
-        )]))
-        .await
-        .unwrap(); // version 2
+    set_checkpoint_interval(&table, 3).await; // version 2
 
     let project = idemlake::task::project::Project::resolve(Some(p.path()), None).unwrap();
     let task = project.task(name).unwrap();
