@@ -27,7 +27,7 @@ def read_duckdb(path: str) -> pl.DataFrame:
                                    duckdb.__version__.join(["v", ""]), "*", "delta.duckdb_extension"))
     if not found:
         raise SystemExit("read_delta.py: no delta.duckdb_extension in this environment (scripts/py-env)")
-    con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+    con = duckdb.connect()
     con.execute(f"LOAD '{found[0]}'")
     return con.execute("SELECT * FROM delta_scan(?)", [path]).pl()
 

@@ -1,5 +1,5 @@
 //! Tables written by idemlake are read correctly by independent Delta clients: the Python
-//! `deltalake` package and `polars` (installed by scripts/py-env).
+//! `deltalake` package, `polars` and DuckDB's delta extension (installed by scripts/py-env).
 
 use std::process::Command;
 
@@ -77,7 +77,7 @@ async fn python_deltalake_and_polars_read_what_idemlake_wrote() {
     assert_eq!(
         format!("n={}", got["rows"]),
         n[0],
-        "merge re-run read back by polars/deltalake: {got}"
+        "merge re-run read back by deltalake/polars/DuckDB: {got}"
     );
 }
 
