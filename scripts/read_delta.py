@@ -24,7 +24,7 @@ def read_duckdb(path: str) -> pl.DataFrame:
     """The table as DuckDB's delta extension reads it (the extension file the
     duckdb-ext-delta wheel ships, loaded by path: no download at test time)."""
     found = glob.glob(os.path.join(sysconfig.get_paths()["purelib"], "duckdb_ext", "extensions",
-                                   duckdb.__version__.join(["v", ""]), "*", "delta.duckdb_extension"))
+                                   "v" + duckdb.__version__, "*", "delta.duckdb_extension"))
     if not found:
         raise SystemExit("read_delta.py: no delta.duckdb_extension in this environment (scripts/py-env)")
     con = duckdb.connect()

@@ -4,10 +4,11 @@
 //! tags), but a failed attempt publishes nothing, an emptied window leaves no file to tag, and
 //! merge-mode files carry no tags. Each such attempt (every attempt with
 //! `IDEMLAKE_RUN_LOG=all`) therefore writes
-//! `<table>/_idemlake/runs/<window>@<unix ms>-<status>-<run id>.json` holding its report. The name alone says when and how it ended, so `status` needs one
-//! listing and reads only the objects whose error it shows. All entries sit in one directory:
-//! a directory per window cost a second file-system object per window of a load (entries
-//! written by older versions, `runs/<window>/<unix ms>-…`, are still read). Objects under `_idemlake/` are
+//! `<table>/_idemlake/runs/<window>@<unix ms>-<status>-<run id>.json` holding its report. The
+//! name alone says when and how it ended, so `status` needs one listing and reads only the
+//! objects whose error it shows. All entries sit in one directory: a directory per window cost
+//! a second file-system object per window of a load (entries written by older versions,
+//! `runs/<window>/<unix ms>-…`, are still read). Objects under `_idemlake/` are
 //! ignored by Delta readers and VACUUM (hidden paths). Writing is best-effort: a run's
 //! outcome never depends on its log entry.
 
