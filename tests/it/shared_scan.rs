@@ -209,3 +209,68 @@ async fn shared_scans_publish_exactly_what_per_window_scans_do() {
         }
     }
 }
+
+/// Found while profiling the day window: its shared scan read `l_shipdate >= x AND l_shipdate
+/// <= x + 1`, two days of rows for one (the window's upper bound is strict), as two row
+/// filters applied in turn. A day of a DATE column is now scanned as one equality, a chunk of
+/// days as a range without its excluded end; the published rows are the source's either way,
+/// with the accelerations on and off.
+#[tokio::test]
+async fn a_day_window_scans_its_date_as_one_equality_and_publishes_the_same_rows() {
+    for accelerate in ["1", "0"] {
+        let p = TestProject::new();
+        p.task("by_day", BY_DAY);
+        let debug = |args: &[&str]| {
+            let mut cmd = p.cmd();
+            cmd.env("IDEMLAKE_LOG", "idemlake=debug")
+                .env("IDEMLAKE_ACCELERATE", accelerate);
+            let out = cmd.args(args).output().unwrap();
+            assert_eq!(code(&out), 0, "{args:?}: {}", text(&out));
+            String::from_utf8_lossy(&out.stderr).into_owned()
+        };
+        let one = debug(&["run", "by_day", "--window", "1995-06-17"]);
+        let three = debug(&[
+            "backfill",
+            "by_day",
+            "--from",
+            "1995-06-20",
+            "--to",
+            "1995-06-22",
+        ]);
+        if accelerate == "1" {
+            let filters = |log: &str| -> Vec<String> {
+                log.lines()
+                    .filter(|l| l.contains("shared scan filter"))
+                    .map(|l| l[l.find("filter=").expect("a filter field")..].to_string())
+                    .collect()
+            };
+            assert_eq!(
+                filters(&one),
+                [r#"filter=lineitem.l_shipdate = Date32("1995-06-17")"#],
+                "{one}"
+            );
+            assert_eq!(
+                filters(&three),
+                [concat!(
+                    r#"filter=lineitem.l_shipdate >= Date32("1995-06-20") "#,
+                    r#"AND lineitem.l_shipdate < Date32("1995-06-23")"#
+                )],
+                "{three}"
+            );
+        } else {
+            assert!(!one.contains("shared scan"), "{one}");
+        }
+        for day in ["1995-06-17", "1995-06-20", "1995-06-21", "1995-06-22"] {
+            let want = source_rows(&format!(
+                "SELECT l_orderkey, l_linenumber, l_extendedprice, l_shipmode, \
+                 l_shipdate AS ship_date, l_shipdate AS loaded_for FROM lineitem \
+                 WHERE l_shipdate = DATE '{day}'"
+            ))
+            .await;
+            assert!(!want.is_empty(), "{day}");
+            let got =
+                table_rows(&p.table_dir("by_day"), &format!("ship_date = DATE '{day}'")).await;
+            assert_eq!(got, want, "{day}, accelerate={accelerate}");
+        }
+    }
+}

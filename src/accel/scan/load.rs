@@ -102,9 +102,14 @@ impl Shared {
             .filter(|c| self.columns.contains(&c.name) || c.name == b.column)
             .map(Expr::Column)
             .collect();
-        Ok(df
-            .filter(c.clone().gt_eq(lit(lo)).and(c.lt_eq(lit(hi))))?
-            .select(keep)?)
+        let ty = df
+            .schema()
+            .field_with_unqualified_name(&b.column)?
+            .data_type()
+            .clone();
+        let filter = chunk_filter(c, &ty, lo, hi, b.upper_strict);
+        tracing::debug!(source = %b.alias, %filter, "shared scan filter");
+        Ok(df.filter(filter)?.select(keep)?)
     }
 
     /// Read one shared source for `windows`, `used` bytes of the budget already taken by
@@ -281,5 +286,64 @@ impl Accumulated {
             self.merge_small()?;
         }
         Ok((self.parts, self.kept, self.rows))
+    }
+}
+
+/// The filter of a chunk scan of column `c` (of type `ty`) over `[lo, hi]`, `hi` excluded when
+/// `strict` (no window of the chunk reaches it, see `Bound::upper_strict`).
+///
+/// A one-day range of a DATE column (a day window: `c >= x AND c < x + 1`) is the equality
+/// `c = x`. DataFusion pushes each conjunct into the Parquet reader as a row filter of its
+/// own, applied in turn; on a source not sorted by `c` the first (`c >= x`) keeps about half
+/// the rows, scattered, and building and intersecting that selection costs more than the
+/// rest of the filtering. The equality is one filter that keeps only the window's rows, and
+/// prunes row groups and pages as the range does. Only for a DATE column bounded by DATE
+/// values: a timestamp compared with a date is not equal to it all day long.
+fn chunk_filter(c: Expr, ty: &DataType, lo: ScalarValue, hi: ScalarValue, strict: bool) -> Expr {
+    if let (DataType::Date32, ScalarValue::Date32(Some(l)), ScalarValue::Date32(Some(h))) =
+        (ty, &lo, &hi)
+        && (*h == *l || (strict && h.checked_sub(1) == Some(*l)))
+    {
+        return c.eq(lit(lo));
+    }
+    if strict {
+        c.clone().gt_eq(lit(lo)).and(c.lt(lit(hi)))
+    } else {
+        c.clone().gt_eq(lit(lo)).and(c.lt_eq(lit(hi)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filter(ty: DataType, lo: ScalarValue, hi: ScalarValue, strict: bool) -> String {
+        chunk_filter(col("c"), &ty, lo, hi, strict).to_string()
+    }
+
+    #[test]
+    fn a_one_day_date_range_is_an_equality_and_other_ranges_stay_ranges() {
+        let d = |v| ScalarValue::Date32(Some(v));
+        let eq = "c = Date32(\"1995-06-17\")";
+        assert_eq!(filter(DataType::Date32, d(9298), d(9299), true), eq);
+        assert_eq!(filter(DataType::Date32, d(9298), d(9298), false), eq);
+        assert_eq!(
+            filter(DataType::Date32, d(9298), d(9301), true),
+            "c >= Date32(\"1995-06-17\") AND c < Date32(\"1995-06-20\")"
+        );
+        assert_eq!(
+            filter(DataType::Date32, d(9298), d(9299), false),
+            "c >= Date32(\"1995-06-17\") AND c <= Date32(\"1995-06-18\")"
+        );
+        // A timestamp column bounded by dates: `ts = DATE x` would keep only midnight.
+        let ts = DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None);
+        assert_eq!(
+            filter(ts, d(9298), d(9299), true),
+            "c >= Date32(\"1995-06-17\") AND c < Date32(\"1995-06-18\")"
+        );
+        // Bounds of another type than DATE.
+        let t = |v| ScalarValue::TimestampMicrosecond(Some(v), Some("UTC".into()));
+        let ty = DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, Some("UTC".into()));
+        assert!(filter(ty, t(0), t(1), true).contains(" AND "));
     }
 }
