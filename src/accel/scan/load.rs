@@ -66,8 +66,9 @@ impl Shared {
         Ok(Some(Arc::new(out)))
     }
 
-    /// The scan of source `b` for a chunk: its rows within `[lo, hi]` (inclusive), only the
-    /// columns the task mentions.
+    /// The scan of source `b` for a chunk: its rows within `[lo, hi]` (`hi` excluded when
+    /// every reference's upper bound is strict; see [`chunk_filter`]), only the columns the
+    /// task mentions.
     async fn chunk_scan(
         &self,
         base: &SessionContext,
@@ -302,7 +303,11 @@ impl Accumulated {
 fn chunk_filter(c: Expr, ty: &DataType, lo: ScalarValue, hi: ScalarValue, strict: bool) -> Expr {
     if let (DataType::Date32, ScalarValue::Date32(Some(l)), ScalarValue::Date32(Some(h))) =
         (ty, &lo, &hi)
-        && (*h == *l || (strict && h.checked_sub(1) == Some(*l)))
+        && (if strict {
+            h.checked_sub(1) == Some(*l)
+        } else {
+            h == l
+        })
     {
         return c.eq(lit(lo));
     }
@@ -327,6 +332,11 @@ mod tests {
         let eq = "c = Date32(\"1995-06-17\")";
         assert_eq!(filter(DataType::Date32, d(9298), d(9299), true), eq);
         assert_eq!(filter(DataType::Date32, d(9298), d(9298), false), eq);
+        // An empty strict range stays what it is.
+        assert_eq!(
+            filter(DataType::Date32, d(9298), d(9298), true),
+            "c >= Date32(\"1995-06-17\") AND c < Date32(\"1995-06-17\")"
+        );
         assert_eq!(
             filter(DataType::Date32, d(9298), d(9301), true),
             "c >= Date32(\"1995-06-17\") AND c < Date32(\"1995-06-20\")"
