@@ -234,21 +234,35 @@ fn literal(v: &toml::Value) -> std::result::Result<String, String> {
     })
 }
 
+/// The task file's error for a field: `fail(field, message)`.
+type Fail<'a> = &'a dyn Fn(&str, String) -> Error;
+
+/// A built-in check before its severity is known: its name and what it asserts.
+type Named = (String, CheckKind);
+
 /// Resolve the raw section into checks; `fail` builds the task file's error for a field.
-pub(crate) fn resolve(
-    raw: RawChecks,
-    fail: &dyn Fn(&str, String) -> Error,
-) -> Result<Vec<DataCheck>> {
+pub(crate) fn resolve(raw: RawChecks, fail: Fail) -> Result<Vec<DataCheck>> {
+    let mut out = column_checks(&raw, fail)?;
+    out.extend(bound_checks(&raw, fail)?);
+    out.extend(relationship_checks(&raw, fail)?);
+    let checks = with_severity(out, &raw.warn, fail)?;
+    with_sql_checks(checks, raw.sql, fail)
+}
+
+/// A column name of `field`, trimmed; empty is an error.
+fn column(field: &str, c: &str, fail: Fail) -> Result<String> {
+    let c = c.trim();
+    if c.is_empty() {
+        return Err(fail(field, "contains an empty column name".into()));
+    }
+    Ok(c.to_string())
+}
+
+/// `not_null`, `unique` and `accepted_values`.
+fn column_checks(raw: &RawChecks, fail: Fail) -> Result<Vec<Named>> {
     let mut out = Vec::new();
-    let column = |field: &str, c: &str| -> Result<String> {
-        let c = c.trim();
-        if c.is_empty() {
-            return Err(fail(field, "contains an empty column name".into()));
-        }
-        Ok(c.to_string())
-    };
     for c in &raw.not_null {
-        let c = column("[checks].not_null", c)?;
+        let c = column("[checks].not_null", c, fail)?;
         out.push((format!("not_null({c})"), CheckKind::NotNull(c)));
     }
     for set in &raw.unique {
@@ -257,7 +271,7 @@ pub(crate) fn resolve(
         }
         let cols = set
             .iter()
-            .map(|c| column("[checks].unique", c))
+            .map(|c| column("[checks].unique", c, fail))
             .collect::<Result<Vec<_>>>()?;
         out.push((
             format!("unique({})", cols.join(",")),
@@ -266,7 +280,7 @@ pub(crate) fn resolve(
     }
     for (c, values) in &raw.accepted_values {
         let field = format!("[checks].accepted_values.{c}");
-        let c = column(&field, c)?;
+        let c = column(&field, c, fail)?;
         if values.is_empty() {
             return Err(fail(&field, "lists no values".into()));
         }
@@ -279,9 +293,15 @@ pub(crate) fn resolve(
             CheckKind::AcceptedValues(c, values),
         ));
     }
+    Ok(out)
+}
+
+/// `range` per column and `row_count`.
+fn bound_checks(raw: &RawChecks, fail: Fail) -> Result<Vec<Named>> {
+    let mut out = Vec::new();
     for (c, r) in &raw.range {
         let field = format!("[checks].range.{c}");
-        let c = column(&field, c)?;
+        let c = column(&field, c, fail)?;
         let lit = |v: &Option<toml::Value>| {
             v.as_ref()
                 .map(|v| literal(v).map_err(|m| fail(&field, m)))
@@ -331,9 +351,15 @@ pub(crate) fn resolve(
             },
         ));
     }
+    Ok(out)
+}
+
+/// `relationships`: each column's values must exist in `other_task.column`.
+fn relationship_checks(raw: &RawChecks, fail: Fail) -> Result<Vec<Named>> {
+    let mut out = Vec::new();
     for (c, to) in &raw.relationships {
         let field = format!("[checks].relationships.{c}");
-        let c = column(&field, c)?;
+        let c = column(&field, c, fail)?;
         let Some((task, col)) = to
             .split_once('.')
             .filter(|(t, k)| is_identifier(t) && !k.is_empty())
@@ -353,8 +379,14 @@ pub(crate) fn resolve(
             },
         ));
     }
+    Ok(out)
+}
+
+/// The built-in checks with their severity: `warn` names kinds or checks that only warn, and
+/// each name must match one of them.
+fn with_severity(out: Vec<Named>, warn: &[String], fail: Fail) -> Result<Vec<DataCheck>> {
     let kind_of = |name: &str| name.split('(').next().unwrap_or(name).to_string();
-    for w in &raw.warn {
+    for w in warn {
         if !out.iter().any(|(n, _)| n == w || kind_of(n) == *w) {
             return Err(fail(
                 "[checks].warn",
@@ -368,10 +400,10 @@ pub(crate) fn resolve(
             ));
         }
     }
-    let mut checks: Vec<DataCheck> = out
+    Ok(out
         .into_iter()
         .map(|(name, kind)| {
-            let warn = raw.warn.iter().any(|w| *w == name || *w == kind_of(&name));
+            let warn = warn.iter().any(|w| *w == name || *w == kind_of(&name));
             DataCheck {
                 name,
                 kind,
@@ -382,8 +414,16 @@ pub(crate) fn resolve(
                 },
             }
         })
-        .collect();
-    for s in raw.sql {
+        .collect())
+}
+
+/// `checks` followed by the `[[checks.sql]]` checks, each with a name of its own.
+fn with_sql_checks(
+    mut checks: Vec<DataCheck>,
+    sql: Vec<RawSqlCheck>,
+    fail: Fail,
+) -> Result<Vec<DataCheck>> {
+    for s in sql {
         let field = format!("[[checks.sql]] {}", s.name);
         if !is_identifier(&s.name) {
             return Err(fail(
