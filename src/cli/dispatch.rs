@@ -1,14 +1,18 @@
 //! Dispatch: each command's resolved arguments handed to the layer that does the work, and
-//! its results printed and alerted on.
+//! its results printed and alerted on. The commands over a task's windows are here (run,
+//! verify, audit, check, repair, explain, status); `backfill` is in [`super::backfill`], the
+//! maintenance commands in [`super::maintenance`], the alerts in [`super::alerts`].
 
+use super::alerts::{alert_audit, alert_reports};
+use super::maintenance::{gen_tpch, optimize, restore, vacuum, validate};
 use crate::cli::{Cli, Command, Range};
 use crate::error::{Error, Result};
-use crate::report::record::Report;
 use crate::report::render::{OutputFormat, diag, print_audits, print_report, print_status, redact};
 use crate::report::states::WindowAudit;
 use crate::task::project::Project;
 use crate::task::window::Window;
 
+// Long: one match arm per command, each a call to the function below or in a sibling module.
 pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
     if let Command::Completions { shell } = &cli.command {
         use clap::CommandFactory;
@@ -37,29 +41,16 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
             downstream,
             shard,
         } => {
-            let code = backfill(
+            super::backfill::backfill(
                 cli,
                 &project,
                 task,
                 range,
                 &parallel.parallel,
-                (missing, stale),
+                (missing, stale, downstream),
                 *shard,
             )
-            .await?;
-            if !*downstream {
-                return Ok(code);
-            }
-            if code != 0 {
-                diag(
-                    "ERROR",
-                    "the downstream tasks were not run: windows of the upstream range failed",
-                    Some(code),
-                );
-                return Ok(code);
-            }
-            let worst = backfill_downstream(cli, &project, task, range, &parallel.parallel).await?;
-            Ok(code.max(worst))
+            .await
         }
         Command::Verify {
             task,
@@ -130,29 +121,14 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
             window,
             to_version,
             before_run,
-        } => {
-            let to = match (to_version, before_run) {
-                (Some(v), _) => crate::commands::restore::RestoreTo::Version(*v),
-                (None, Some(r)) => crate::commands::restore::RestoreTo::BeforeRun(r.clone()),
-                (None, None) => unreachable!("clap requires one"),
-            };
-            restore(cli, &project, task, window, &to).await
-        }
+        } => restore(cli, &project, task, window, to_version, before_run).await,
         Command::Vacuum {
             task,
             retain_hours,
             dry_run,
             full,
             force,
-        } => {
-            let opts = crate::commands::vacuum::VacuumOptions {
-                retain_hours: *retain_hours,
-                dry_run: *dry_run,
-                full: *full,
-                force: *force,
-            };
-            vacuum(cli, &project, task, opts).await
-        }
+        } => vacuum(cli, &project, task, retain_hours, (dry_run, full, force)).await,
         Command::GenTpch { scale, out, force } => gen_tpch(cli, &project, scale, out, force).await,
         Command::Completions { .. } | Command::Cluster(_) => {
             unreachable!("handled before the project is resolved")
@@ -186,120 +162,6 @@ async fn run(cli: &Cli, project: &Project, task: &str, window: &str) -> Result<u
         .unwrap_or(0);
     alert_reports(project, &task, "run", &reports, code).await;
     Ok(code)
-}
-
-/// `backfill`: a range of windows through one runner.
-async fn backfill(
-    cli: &Cli,
-    project: &Project,
-    task: &str,
-    Range { from, to }: &Range,
-    parallel: &u16,
-    (missing, stale): (&bool, &bool),
-    shard: Option<crate::commands::backfill::Shard>,
-) -> Result<u8> {
-    let task = project.task(task)?;
-    let (a, b) = crate::commands::backfill::range(&task, from, to)?;
-    let opts = crate::commands::backfill::Options {
-        parallel: usize::from(*parallel),
-        missing: *missing,
-        stale: *stale,
-        shard,
-        progress: cli.output == OutputFormat::Text,
-    };
-    let runner = std::sync::Arc::new(crate::pipeline::runner::Runner::new(project, &task).await?);
-    let windows = crate::commands::backfill::select(project, &runner, &a, &b, &opts).await?;
-    if let Some(s) = shard {
-        tracing::info!(
-            shard = %s,
-            windows = windows.len(),
-            first = windows.first().map(Window::label),
-            last = windows.last().map(Window::label),
-            "this worker's share of the range"
-        );
-    }
-    backfill_windows(cli, project, &task, runner, windows, &opts).await
-}
-
-/// Run `windows` of `task` through `runner`: those whose upstream windows are all published
-/// (or not required), the others reported failed without running; prints every report and
-/// the summary, sends the alerts; returns the worst exit code.
-async fn backfill_windows(
-    cli: &Cli,
-    project: &Project,
-    task: &crate::task::Task,
-    runner: std::sync::Arc<crate::pipeline::runner::Runner>,
-    windows: Vec<Window>,
-    opts: &crate::commands::backfill::Options,
-) -> Result<u8> {
-    let missing = crate::commands::status::missing_inputs(project, task, &windows).await?;
-    let (mut ready, mut blocked) = (Vec::new(), Vec::new());
-    for (w, m) in windows.into_iter().zip(missing) {
-        if m.is_empty() {
-            ready.push(w);
-        } else {
-            blocked.push(crate::commands::status::blocked(task, &w, &m));
-        }
-    }
-    let format = cli.output;
-    for r in &blocked {
-        print_report(format, r);
-    }
-    let mut reports =
-        crate::commands::backfill::run(runner, ready, opts, |r| print_report(format, r)).await;
-    reports.append(&mut blocked);
-    let (summary, code) = crate::commands::backfill::summarize(task, opts.shard, &reports);
-    if cli.output == OutputFormat::Text {
-        println!("{}", redact(&summary));
-    } else {
-        diag("INFO", &summary, None);
-    }
-    alert_reports(project, task, "backfill", &reports, code).await;
-    Ok(code)
-}
-
-/// `backfill --downstream`: after the range, every downstream task's windows overlapping it,
-/// in dependency order (each task's windows through one runner, each window atomic).
-async fn backfill_downstream(
-    cli: &Cli,
-    project: &Project,
-    task: &str,
-    Range { from, to }: &Range,
-    parallel: &u16,
-) -> Result<u8> {
-    let root = project.task(task)?;
-    let (a, b) = crate::commands::backfill::range(&root, from, to)?;
-    let (lo, hi) = (a.start_ts(), b.end_ts());
-    let mut worst = 0;
-    for down in crate::commands::backfill::downstream_of(project, &root)? {
-        let Some((first, last)) = crate::commands::status::overlapping(&down, lo, hi)? else {
-            continue;
-        };
-        let opts = crate::commands::backfill::Options {
-            parallel: usize::from(*parallel),
-            missing: false,
-            stale: false,
-            shard: None,
-            progress: cli.output == OutputFormat::Text,
-        };
-        let runner =
-            std::sync::Arc::new(crate::pipeline::runner::Runner::new(project, &down).await?);
-        let windows = Window::range(&first, &last)?;
-        let code = backfill_windows(cli, project, &down, runner, windows, &opts).await?;
-        worst = worst.max(code);
-        if code != 0 {
-            diag(
-                "ERROR",
-                &format!(
-                    "stopping: task {} had failed windows; tasks below it were not run",
-                    down.name
-                ),
-                Some(code),
-            );
-            break;
-        }
-    }
-    Ok(worst)
 }
 
 /// `verify`: one window, or a range, run twice and diffed.
@@ -526,238 +388,4 @@ async fn status(
         }
     }
     Ok(0)
-}
-
-/// `restore`: the window's report, like a run's.
-async fn restore(
-    cli: &Cli,
-    project: &Project,
-    task: &str,
-    window: &str,
-    to: &crate::commands::restore::RestoreTo,
-) -> Result<u8> {
-    let task = project.task(task)?;
-    let window = Window::parse(window, task.grain, &task.timezone)?;
-    let report = crate::commands::restore::restore(project, &task, &window, to).await?;
-    print_report(cli.output, &report);
-    Ok(report.exit_code.unwrap_or(0))
-}
-
-/// `optimize`: a line (or JSON object) per window; the worst window's exit code.
-async fn optimize(
-    cli: &Cli,
-    project: &Project,
-    task: &str,
-    from: Option<&str>,
-    to: Option<&str>,
-    min_files: u32,
-) -> Result<u8> {
-    let task = project.task(task)?;
-    let range = crate::commands::status::parse_range(&task, from, to)?;
-    let windows =
-        crate::commands::optimize::optimize(project, &task, range, min_files as usize).await?;
-    let mut code = 0;
-    let (mut compacted, mut before, mut after) = (0, 0, 0);
-    for w in &windows {
-        code = code.max(w.exit_code());
-        if cli.output == OutputFormat::Json {
-            let line = serde_json::to_string(w).map_err(|e| Error::runtime(e.to_string()))?;
-            println!("{}", redact(&line));
-            continue;
-        }
-        if w.status == "skipped" {
-            continue;
-        }
-        if w.status == "compacted" {
-            compacted += 1;
-            before += w.files_before;
-            after += w.files_after;
-        }
-        println!(
-            "{:<10} {} {}  files {} -> {}  rows={}{}",
-            w.status,
-            w.task,
-            w.window.label,
-            w.files_before,
-            w.files_after,
-            w.rows,
-            w.error
-                .as_deref()
-                .map(|e| format!("  {}", redact(e)))
-                .unwrap_or_default()
-        );
-    }
-    if cli.output != OutputFormat::Json {
-        println!(
-            "optimize {}: {compacted} window(s) compacted, {before} file(s) -> {after}; {} window(s) left as they were",
-            task.name,
-            windows.len() - compacted
-        );
-    }
-    Ok(code)
-}
-
-/// `vacuum`: one JSON object, or a line per file and a summary.
-async fn vacuum(
-    cli: &Cli,
-    project: &Project,
-    task: &str,
-    opts: crate::commands::vacuum::VacuumOptions,
-) -> Result<u8> {
-    let task = project.task(task)?;
-    let report = crate::commands::vacuum::vacuum(project, &task, opts).await?;
-    if cli.output == OutputFormat::Json {
-        let line = serde_json::to_string(&report).map_err(|e| Error::runtime(e.to_string()))?;
-        println!("{}", redact(&line));
-        return Ok(0);
-    }
-    let verb = if report.dry_run {
-        "would delete"
-    } else {
-        "deleted"
-    };
-    for f in &report.files {
-        println!("{verb} {f}");
-    }
-    println!(
-        "vacuum {} ({} mode, retention {} h; the table's minimum is {} h): {verb} {} file(s)",
-        report.task,
-        if report.full { "full" } else { "lite" },
-        report.retention_hours,
-        report.table_retention_hours,
-        report.files.len()
-    );
-    Ok(0)
-}
-
-/// `gen-tpch`: TPC-H sample data.
-async fn gen_tpch(
-    _cli: &Cli,
-    project: &Project,
-    scale: &f64,
-    out: &std::path::Path,
-    force: &bool,
-) -> Result<u8> {
-    let dir = if out.is_absolute() {
-        out.to_path_buf()
-    } else {
-        project.dir.join(out)
-    };
-    let started = std::time::Instant::now();
-    let files = crate::commands::tpch::generate(&dir, *scale, *force)?;
-    for f in files {
-        println!("{}", f.display());
-    }
-    diag(
-        "INFO",
-        &format!(
-            "TPC-H SF {scale} ready in {:.1}s",
-            started.elapsed().as_secs_f64()
-        ),
-        None,
-    );
-    Ok(0)
-}
-
-async fn validate(cli: &Cli, project: &Project, tasks: &[String]) -> Result<u8> {
-    let names = if tasks.is_empty() {
-        project.task_names()?
-    } else {
-        tasks.to_vec()
-    };
-    if names.is_empty() {
-        return Err(Error::input(format!(
-            "no task files in {}",
-            project.tables_dir().display()
-        )));
-    }
-    let mut worst = 0u8;
-    for name in names {
-        let result = match project.task(&name) {
-            Ok(task) => crate::commands::explain::validate(project, &task).await,
-            Err(e) => Err(e),
-        };
-        let (status, error) = match &result {
-            Ok(()) => ("ok", None),
-            Err(e) => {
-                worst = worst.max(e.kind().exit_code());
-                ("invalid", Some(redact(e.message())))
-            }
-        };
-        match cli.output {
-            OutputFormat::Json => println!(
-                "{}",
-                serde_json::json!({"task": name, "status": status, "error": error})
-            ),
-            OutputFormat::Text => match error {
-                None => println!("ok       {name}"),
-                Some(e) => {
-                    println!("invalid  {name}");
-                    diag("ERROR", &e, None);
-                }
-            },
-        }
-    }
-    Ok(worst)
-}
-
-fn table_of(project: &Project, task: &crate::task::Task) -> String {
-    project
-        .table_url(task)
-        .map(|u| u.to_string())
-        .unwrap_or_else(|_| task.name.clone())
-}
-
-/// Send the alerts a command's window reports raise, if the task has an `[alert]` section.
-async fn alert_reports(
-    project: &Project,
-    task: &crate::task::Task,
-    command: &str,
-    reports: &[Report],
-    code: u8,
-) {
-    let Some(spec) = &task.alert else { return };
-    let table = table_of(project, task);
-    for p in crate::report::alert::from_reports(&task.name, command, &table, reports, code) {
-        crate::report::alert::send(spec, &p).await;
-    }
-}
-
-/// Send the damage alert of an audit, if any window is damaged.
-async fn alert_audit(
-    project: &Project,
-    task: &crate::task::Task,
-    command: &str,
-    audits: &[WindowAudit],
-    code: u8,
-) {
-    let Some(spec) = &task.alert else { return };
-    let table = table_of(project, task);
-    if let Some(p) = crate::report::alert::from_audits(task, command, &table, audits, code) {
-        crate::report::alert::send(spec, &p).await;
-    }
-}
-
-/// A command that failed as a whole (storage unreachable, a window that does not parse…):
-/// alert if its task file can be read and asks for failure alerts.
-pub(crate) async fn alert_command_failure(cli: &Cli, e: &Error, code: u8) {
-    let Some((command, name)) = cli.command.task_command() else {
-        return;
-    };
-    let Ok(project) = Project::resolve(cli.project.as_deref(), cli.lake.as_deref()) else {
-        return;
-    };
-    let Ok(task) = project.task(name) else { return };
-    let Some(spec) = &task.alert else { return };
-    let table = table_of(&project, &task);
-    let mut p = crate::report::alert::payload(
-        crate::report::alert::Event::Failure,
-        &task.name,
-        command,
-        &table,
-        Vec::new(),
-        code,
-    );
-    p.error = Some(redact(e.message()));
-    crate::report::alert::send(spec, &p).await;
 }

@@ -13,7 +13,10 @@ use crate::error::Error;
 use crate::report::render::{LOG_FORMAT, diag};
 pub use crate::report::render::{LogFormat, OutputFormat, redact};
 
+mod alerts;
+mod backfill;
 mod dispatch;
+mod maintenance;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -317,7 +320,7 @@ pub async fn execute(cli: Cli) -> u8 {
             }
             print_err(&e);
             let code = e.kind().exit_code();
-            dispatch::alert_command_failure(&cli, &e, code).await;
+            alerts::alert_command_failure(&cli, &e, code).await;
             code
         }
     }

@@ -1,0 +1,194 @@
+//! Maintenance commands: `restore`, `optimize` and `vacuum` on a task's table, `validate` and
+//! `gen-tpch` on the project; their results printed.
+
+use crate::cli::Cli;
+use crate::error::{Error, Result};
+use crate::report::render::{OutputFormat, diag, print_report, redact};
+use crate::task::project::Project;
+use crate::task::window::Window;
+
+/// `restore`: the window's report, like a run's.
+pub(super) async fn restore(
+    cli: &Cli,
+    project: &Project,
+    task: &str,
+    window: &str,
+    to_version: &Option<i64>,
+    before_run: &Option<String>,
+) -> Result<u8> {
+    let to = match (to_version, before_run) {
+        (Some(v), _) => crate::commands::restore::RestoreTo::Version(*v),
+        (None, Some(r)) => crate::commands::restore::RestoreTo::BeforeRun(r.clone()),
+        (None, None) => unreachable!("clap requires one"),
+    };
+    let task = project.task(task)?;
+    let window = Window::parse(window, task.grain, &task.timezone)?;
+    let report = crate::commands::restore::restore(project, &task, &window, &to).await?;
+    print_report(cli.output, &report);
+    Ok(report.exit_code.unwrap_or(0))
+}
+
+/// `optimize`: a line (or JSON object) per window; the worst window's exit code.
+pub(super) async fn optimize(
+    cli: &Cli,
+    project: &Project,
+    task: &str,
+    from: Option<&str>,
+    to: Option<&str>,
+    min_files: u32,
+) -> Result<u8> {
+    let task = project.task(task)?;
+    let range = crate::commands::status::parse_range(&task, from, to)?;
+    let windows =
+        crate::commands::optimize::optimize(project, &task, range, min_files as usize).await?;
+    let mut code = 0;
+    let (mut compacted, mut before, mut after) = (0, 0, 0);
+    for w in &windows {
+        code = code.max(w.exit_code());
+        if cli.output == OutputFormat::Json {
+            let line = serde_json::to_string(w).map_err(|e| Error::runtime(e.to_string()))?;
+            println!("{}", redact(&line));
+            continue;
+        }
+        if w.status == "skipped" {
+            continue;
+        }
+        if w.status == "compacted" {
+            compacted += 1;
+            before += w.files_before;
+            after += w.files_after;
+        }
+        println!(
+            "{:<10} {} {}  files {} -> {}  rows={}{}",
+            w.status,
+            w.task,
+            w.window.label,
+            w.files_before,
+            w.files_after,
+            w.rows,
+            w.error
+                .as_deref()
+                .map(|e| format!("  {}", redact(e)))
+                .unwrap_or_default()
+        );
+    }
+    if cli.output != OutputFormat::Json {
+        println!(
+            "optimize {}: {compacted} window(s) compacted, {before} file(s) -> {after}; {} window(s) left as they were",
+            task.name,
+            windows.len() - compacted
+        );
+    }
+    Ok(code)
+}
+
+/// `vacuum`: one JSON object, or a line per file and a summary.
+pub(super) async fn vacuum(
+    cli: &Cli,
+    project: &Project,
+    task: &str,
+    retain_hours: &Option<u64>,
+    (dry_run, full, force): (&bool, &bool, &bool),
+) -> Result<u8> {
+    let opts = crate::commands::vacuum::VacuumOptions {
+        retain_hours: *retain_hours,
+        dry_run: *dry_run,
+        full: *full,
+        force: *force,
+    };
+    let task = project.task(task)?;
+    let report = crate::commands::vacuum::vacuum(project, &task, opts).await?;
+    if cli.output == OutputFormat::Json {
+        let line = serde_json::to_string(&report).map_err(|e| Error::runtime(e.to_string()))?;
+        println!("{}", redact(&line));
+        return Ok(0);
+    }
+    let verb = if report.dry_run {
+        "would delete"
+    } else {
+        "deleted"
+    };
+    for f in &report.files {
+        println!("{verb} {f}");
+    }
+    println!(
+        "vacuum {} ({} mode, retention {} h; the table's minimum is {} h): {verb} {} file(s)",
+        report.task,
+        if report.full { "full" } else { "lite" },
+        report.retention_hours,
+        report.table_retention_hours,
+        report.files.len()
+    );
+    Ok(0)
+}
+
+/// `gen-tpch`: TPC-H sample data.
+pub(super) async fn gen_tpch(
+    _cli: &Cli,
+    project: &Project,
+    scale: &f64,
+    out: &std::path::Path,
+    force: &bool,
+) -> Result<u8> {
+    let dir = if out.is_absolute() {
+        out.to_path_buf()
+    } else {
+        project.dir.join(out)
+    };
+    let started = std::time::Instant::now();
+    let files = crate::commands::tpch::generate(&dir, *scale, *force)?;
+    for f in files {
+        println!("{}", f.display());
+    }
+    diag(
+        "INFO",
+        &format!(
+            "TPC-H SF {scale} ready in {:.1}s",
+            started.elapsed().as_secs_f64()
+        ),
+        None,
+    );
+    Ok(0)
+}
+
+pub(super) async fn validate(cli: &Cli, project: &Project, tasks: &[String]) -> Result<u8> {
+    let names = if tasks.is_empty() {
+        project.task_names()?
+    } else {
+        tasks.to_vec()
+    };
+    if names.is_empty() {
+        return Err(Error::input(format!(
+            "no task files in {}",
+            project.tables_dir().display()
+        )));
+    }
+    let mut worst = 0u8;
+    for name in names {
+        let result = match project.task(&name) {
+            Ok(task) => crate::commands::explain::validate(project, &task).await,
+            Err(e) => Err(e),
+        };
+        let (status, error) = match &result {
+            Ok(()) => ("ok", None),
+            Err(e) => {
+                worst = worst.max(e.kind().exit_code());
+                ("invalid", Some(redact(e.message())))
+            }
+        };
+        match cli.output {
+            OutputFormat::Json => println!(
+                "{}",
+                serde_json::json!({"task": name, "status": status, "error": error})
+            ),
+            OutputFormat::Text => match error {
+                None => println!("ok       {name}"),
+                Some(e) => {
+                    println!("invalid  {name}");
+                    diag("ERROR", &e, None);
+                }
+            },
+        }
+    }
+    Ok(worst)
+}
