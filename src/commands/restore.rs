@@ -11,12 +11,13 @@
 //! window at the new version holds exactly version `V`'s files and their rows.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use deltalake::DeltaTable;
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake::kernel::{Action, Add, Remove};
 use deltalake::protocol::{DeltaOperation, SaveMode};
-use object_store::ObjectStoreExt;
+use object_store::{ObjectStore, ObjectStoreExt};
 
 use crate::delta::overwrite::TAG_RESTORED_FROM;
 use crate::delta::partition::{PartitionRange, partition_value, window_files, window_rows};
@@ -95,44 +96,11 @@ pub async fn restore(
     let wanted = window_adds(&then, task, range)?;
     let current = window_adds(&latest, task, range)?;
     let store = latest.log_store().object_store(None);
-    let mut gone = Vec::new();
-    for a in &wanted {
-        let path = object_store::path::Path::parse(&a.path)
-            .map_err(|e| Error::runtime(format!("{}: {e}", a.path)))?;
-        if store.head(&path).await.is_err() {
-            gone.push(a.path.clone());
-        }
-    }
-    if !gone.is_empty() {
-        return Err(Error::runtime(format!(
-            "cannot restore window {} to version {v}: {} of its {} file(s) are no longer in storage (vacuumed?): {}; nothing was changed",
-            window.label(),
-            gone.len(),
-            wanted.len(),
-            gone.join(", ")
-        )));
-    }
+    ensure_in_storage(&store, window, v, &wanted).await?;
     let run_id = uuid::Uuid::new_v4().to_string();
     let mut report = Report::new(task, window, &run_id);
     let want_paths: HashSet<&str> = wanted.iter().map(|a| a.path.as_str()).collect();
-    let have_paths: HashSet<&str> = current.iter().map(|a| a.path.as_str()).collect();
-    let removes: Vec<Remove> = current
-        .iter()
-        .filter(|a| !want_paths.contains(a.path.as_str()))
-        .map(remove_of)
-        .collect();
-    let adds: Vec<Add> = wanted
-        .iter()
-        .filter(|a| !have_paths.contains(a.path.as_str()))
-        .cloned()
-        .map(|mut a| {
-            let mut tags = a.tags.take().unwrap_or_default();
-            tags.insert(TAG_RESTORED_FROM.to_string(), Some(v.to_string()));
-            a.tags = Some(tags);
-            a.data_change = true;
-            a
-        })
-        .collect();
+    let (removes, adds) = changes(&current, &wanted, &want_paths, v);
     let rows_then = window_rows(&window_files(&then, &task.partition_by, range)?)?;
     report.sql_hash = wanted.iter().find_map(|a| {
         a.tags
@@ -155,7 +123,88 @@ pub async fn restore(
         report.sql_hash.as_deref().unwrap_or_default(),
     );
     record.rows_written = rows_then;
-    let mut info = serde_json::to_value(&record).expect("serialisable");
+    let version = commit(&latest, task, window, &record, v, removes, adds).await?;
+    report.published = true;
+    report.table_version = Some(version);
+    report.rows_written = rows_then;
+    // Read back: the window at the new version holds exactly version V's files.
+    let check = read_back(&url, task, range, version, v, &want_paths).await?;
+    settle(&mut report, check, rows_then, version, v);
+    report.duration_ms = started.elapsed().as_millis() as u64;
+    crate::report::runlog::record(&store, &report, false).await;
+    Ok(report)
+}
+
+/// Refuse the restore, naming them, if any of the files `wanted` at version `v` is no longer
+/// in storage.
+async fn ensure_in_storage(
+    store: &Arc<dyn ObjectStore>,
+    window: &Window,
+    v: i64,
+    wanted: &[Add],
+) -> Result<()> {
+    let mut gone = Vec::new();
+    for a in wanted {
+        let path = object_store::path::Path::parse(&a.path)
+            .map_err(|e| Error::runtime(format!("{}: {e}", a.path)))?;
+        if store.head(&path).await.is_err() {
+            gone.push(a.path.clone());
+        }
+    }
+    if !gone.is_empty() {
+        return Err(Error::runtime(format!(
+            "cannot restore window {} to version {v}: {} of its {} file(s) are no longer in storage (vacuumed?): {}; nothing was changed",
+            window.label(),
+            gone.len(),
+            wanted.len(),
+            gone.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// The actions turning the window's `current` files into the `wanted` ones of version `v`:
+/// removes for the files only live now, adds (tagged restored from `v`) for those only live
+/// then.
+fn changes(
+    current: &[Add],
+    wanted: &[Add],
+    want_paths: &HashSet<&str>,
+    v: i64,
+) -> (Vec<Remove>, Vec<Add>) {
+    let have_paths: HashSet<&str> = current.iter().map(|a| a.path.as_str()).collect();
+    let removes: Vec<Remove> = current
+        .iter()
+        .filter(|a| !want_paths.contains(a.path.as_str()))
+        .map(remove_of)
+        .collect();
+    let adds: Vec<Add> = wanted
+        .iter()
+        .filter(|a| !have_paths.contains(a.path.as_str()))
+        .cloned()
+        .map(|mut a| {
+            let mut tags = a.tags.take().unwrap_or_default();
+            tags.insert(TAG_RESTORED_FROM.to_string(), Some(v.to_string()));
+            a.tags = Some(tags);
+            a.data_change = true;
+            a
+        })
+        .collect();
+    (removes, adds)
+}
+
+/// The one replaceWhere `WRITE` commit of `removes` and `adds` on the `latest` snapshot, its
+/// commit info the run `record` and the version `v` it brings back; returns the new version.
+async fn commit(
+    latest: &DeltaTable,
+    task: &Task,
+    window: &Window,
+    record: &RunRecord,
+    v: i64,
+    removes: Vec<Remove>,
+    adds: Vec<Add>,
+) -> Result<i64> {
+    let mut info = serde_json::to_value(record).expect("serialisable");
     info["restored_from"] = serde_json::json!(v);
     let mut actions: Vec<Action> = removes.into_iter().map(Action::Remove).collect();
     actions.extend(adds.iter().cloned().map(Action::Add));
@@ -182,17 +231,25 @@ pub async fn restore(
             Error::runtime(format!("the restore's commit failed, nothing was changed: {e}"))
         }
     })?;
-    let version = done.version as i64;
-    report.published = true;
-    report.table_version = Some(version);
-    report.rows_written = rows_then;
-    // Read back: the window at the new version holds exactly version V's files.
-    let after = table::open_at(&url, version as u64).await;
-    let check = match after {
+    Ok(done.version as i64)
+}
+
+/// The window's rows at the new `version`, if it holds exactly the files `want_paths` of
+/// version `v`; else what differs, or why it could not be read.
+async fn read_back(
+    url: &url::Url,
+    task: &Task,
+    range: PartitionRange,
+    version: i64,
+    v: i64,
+    want_paths: &HashSet<&str>,
+) -> Result<std::result::Result<u64, String>> {
+    let after = table::open_at(url, version as u64).await;
+    Ok(match after {
         Ok(after) => {
             let live = window_files(&after, &task.partition_by, range)?;
             let live_paths: HashSet<&str> = live.iter().map(|f| f.path.as_str()).collect();
-            if live_paths != want_paths {
+            if live_paths != *want_paths {
                 Err(format!(
                     "read-back: version {version} holds {} file(s) in the window, version {v} held {}",
                     live_paths.len(),
@@ -205,7 +262,17 @@ pub async fn restore(
         Err(e) => Err(format!(
             "read-back: version {version} could not be loaded: {e}"
         )),
-    };
+    })
+}
+
+/// The report's status after the read-back `check`: restored, or failed unverified.
+fn settle(
+    report: &mut Report,
+    check: std::result::Result<u64, String>,
+    rows_then: u64,
+    version: i64,
+    v: i64,
+) {
     match check {
         Ok(rows) => {
             report
@@ -221,9 +288,6 @@ pub async fn restore(
         }
         Err(e) => report.fail(&Error::unverified(e)),
     }
-    report.duration_ms = started.elapsed().as_millis() as u64;
-    crate::report::runlog::record(&store, &report, false).await;
-    Ok(report)
 }
 
 /// The `remove` action for a live file.
