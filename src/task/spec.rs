@@ -14,6 +14,10 @@ use serde::Deserialize;
 use crate::error::{Error, Result};
 use crate::task::window::{Grain, time_zone};
 
+mod source;
+
+use source::{RawReconcile, RawSource, parse_reconcile, parse_source};
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTask {
@@ -50,22 +54,6 @@ struct RawWindow {
     lookback: Option<i64>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawSource {
-    uri: Option<String>,
-    /// Another task's target table, as a Delta source (instead of `uri`).
-    task: Option<String>,
-    /// With `task`: `complete` (default: a window runs only when every upstream window inside
-    /// it is published) or `any`.
-    require: Option<Require>,
-    format: Option<Format>,
-    /// CSV only: whether the first line is a header (default true).
-    header: Option<bool>,
-    /// CSV only: one-character field delimiter (default `,`).
-    delimiter: Option<String>,
-}
-
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawWrite {
@@ -75,17 +63,6 @@ struct RawWrite {
     key: Vec<String>,
     #[serde(default)]
     on_empty: OnEmpty,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawReconcile {
-    source: String,
-    output: String,
-    #[serde(default)]
-    tolerance: BTreeMap<String, f64>,
-    #[serde(default)]
-    on_mismatch: OnMismatch,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -278,22 +255,8 @@ impl Task {
 
         let (sql, sql_file) = read_sql(raw.sql, file, &fail)?;
 
-        let partition_by = raw.target.partition_by.trim().to_string();
-        if partition_by.is_empty() {
-            return Err(fail(
-                "[target].partition_by",
-                "must name the window column".into(),
-            ));
-        }
-        let lookback = match raw.window.lookback.unwrap_or(0) {
-            n @ 0..=MAX_LOOKBACK => n as u32,
-            n => {
-                return Err(fail(
-                    "[window].lookback",
-                    format!("must be between 0 and {MAX_LOOKBACK} windows, got {n}"),
-                ));
-            }
-        };
+        let partition_by = parse_partition_by(&raw.target.partition_by, &fail)?;
+        let lookback = parse_lookback(raw.window.lookback, &fail)?;
         let timezone_name = raw.window.timezone.unwrap_or_else(|| "UTC".to_string());
         let timezone = time_zone(&timezone_name)
             .map_err(|e| fail("[window].timezone", e.message().to_string()))?;
@@ -307,16 +270,7 @@ impl Task {
             return Err(fail("[sources]", "at least one source is required".into()));
         }
 
-        let key: Vec<String> = raw.write.key.iter().map(|k| k.trim().to_string()).collect();
-        if key.iter().any(String::is_empty) {
-            return Err(fail("[write].key", "contains an empty column name".into()));
-        }
-        if raw.write.mode == Mode::Merge && key.is_empty() {
-            return Err(fail(
-                "[write].key",
-                "required when mode = \"merge\": the deterministic key to upsert on".into(),
-            ));
-        }
+        let key = parse_key(&raw.write, &fail)?;
 
         let reconcile = raw
             .reconcile
@@ -333,16 +287,7 @@ impl Task {
             Some(a) => Some(a.validate(project_dir, fail)?),
         };
 
-        let engine = match raw.engine {
-            None => crate::task::engine::Engine::Local,
-            Some(e) => e.resolve(&fail)?,
-        };
-        if !engine.is_local() && raw.write.mode == Mode::Merge {
-            return Err(fail(
-                "[engine]",
-                "the Ballista engine publishes overwrite windows only (mode = \"overwrite\"); run merge tasks locally".into(),
-            ));
-        }
+        let engine = parse_engine(raw.engine, raw.write.mode, &fail)?;
 
         Ok(Task {
             name: name.to_string(),
@@ -396,6 +341,65 @@ pub const MAX_LOOKBACK: i64 = 100;
 /// Builds the task file's error for a field.
 type Fail<'a> = dyn Fn(&str, String) -> Error + 'a;
 
+/// `[target].partition_by`, trimmed: it must name the window column.
+fn parse_partition_by(raw: &str, fail: &Fail<'_>) -> Result<String> {
+    let partition_by = raw.trim().to_string();
+    if partition_by.is_empty() {
+        return Err(fail(
+            "[target].partition_by",
+            "must name the window column".into(),
+        ));
+    }
+    Ok(partition_by)
+}
+
+/// `[window].lookback` (default 0), between 0 and [`MAX_LOOKBACK`] windows.
+fn parse_lookback(raw: Option<i64>, fail: &Fail<'_>) -> Result<u32> {
+    Ok(match raw.unwrap_or(0) {
+        n @ 0..=MAX_LOOKBACK => n as u32,
+        n => {
+            return Err(fail(
+                "[window].lookback",
+                format!("must be between 0 and {MAX_LOOKBACK} windows, got {n}"),
+            ));
+        }
+    })
+}
+
+/// `[write].key`, each column name trimmed: none may be empty, and merge needs at least one.
+fn parse_key(write: &RawWrite, fail: &Fail<'_>) -> Result<Vec<String>> {
+    let key: Vec<String> = write.key.iter().map(|k| k.trim().to_string()).collect();
+    if key.iter().any(String::is_empty) {
+        return Err(fail("[write].key", "contains an empty column name".into()));
+    }
+    if write.mode == Mode::Merge && key.is_empty() {
+        return Err(fail(
+            "[write].key",
+            "required when mode = \"merge\": the deterministic key to upsert on".into(),
+        ));
+    }
+    Ok(key)
+}
+
+/// `[engine]` (this process without one); a Ballista engine refuses merge tasks.
+fn parse_engine(
+    raw: Option<crate::task::engine::RawEngine>,
+    mode: Mode,
+    fail: &Fail<'_>,
+) -> Result<crate::task::engine::Engine> {
+    let engine = match raw {
+        None => crate::task::engine::Engine::Local,
+        Some(e) => e.resolve(fail)?,
+    };
+    if !engine.is_local() && mode == Mode::Merge {
+        return Err(fail(
+            "[engine]",
+            "the Ballista engine publishes overwrite windows only (mode = \"overwrite\"); run merge tasks locally".into(),
+        ));
+    }
+    Ok(engine)
+}
+
 /// The task's SQL: inline (`sql = """…"""`) or in `<table>.sql` beside the task file, not both.
 fn read_sql(inline: Option<String>, file: &Path, fail: &Fail<'_>) -> Result<(String, PathBuf)> {
     let sql_path = file.with_extension("sql");
@@ -429,150 +433,6 @@ fn read_sql(inline: Option<String>, file: &Path, fail: &Fail<'_>) -> Result<(Str
         return Err(fail("sql", "is empty".into()));
     }
     Ok((sql, sql_file))
-}
-
-/// One `[sources.<alias>]` section, validated.
-fn parse_source(
-    alias: String,
-    s: RawSource,
-    project_dir: &Path,
-    fail: &Fail<'_>,
-) -> Result<Source> {
-    let field = format!("[sources.{alias}]");
-    if !is_identifier(&alias) {
-        return Err(fail(
-            &field,
-            "the alias must be a plain SQL identifier".into(),
-        ));
-    }
-    if alias == "output" {
-        return Err(fail(
-            &field,
-            "`output` is reserved for the run's result in [reconcile]".into(),
-        ));
-    }
-    let uri = match (s.uri, s.task) {
-        (Some(_), Some(_)) => {
-            return Err(fail(
-                &field,
-                "give either `uri` or `task` (another task's table), not both".into(),
-            ));
-        }
-        (None, None) => {
-            return Err(fail(
-                &format!("{field}.uri"),
-                "is required (or `task = \"<name>\"` to read another task's table)".into(),
-            ));
-        }
-        (None, Some(t)) => {
-            let t = t.trim().to_string();
-            if t.is_empty() {
-                return Err(fail(&format!("{field}.task"), "is empty".into()));
-            }
-            if s.format.is_some_and(|f| f != Format::Delta)
-                || s.header.is_some()
-                || s.delimiter.is_some()
-            {
-                return Err(fail(
-                    &field,
-                    "a task source is that task's Delta table: no format, header or delimiter"
-                        .into(),
-                ));
-            }
-            return Ok(Source {
-                alias,
-                uri: String::new(),
-                upstream: Some(t),
-                require: s.require.unwrap_or_default(),
-                format: Format::Delta,
-                csv_header: true,
-                csv_delimiter: b',',
-            });
-        }
-        (Some(u), None) => u,
-    };
-    if uri.trim().is_empty() {
-        return Err(fail(&format!("{field}.uri"), "is empty".into()));
-    }
-    if s.require.is_some() {
-        return Err(fail(
-            &format!("{field}.require"),
-            "applies to task sources (`task = \"…\"`) only".into(),
-        ));
-    }
-    let format = match s.format {
-        Some(f) => f,
-        None => infer_format(&uri).ok_or_else(|| {
-            fail(
-                &format!("{field}.format"),
-                format!(
-                    "cannot tell the format of `{uri}` from its name: set format = parquet | csv | json | delta"
-                ),
-            )
-        })?,
-    };
-    if format != Format::Csv && (s.header.is_some() || s.delimiter.is_some()) {
-        return Err(fail(
-            &field,
-            "`header` and `delimiter` apply to csv sources only".into(),
-        ));
-    }
-    let csv_delimiter = match s.delimiter.as_deref() {
-        None => b',',
-        Some(d) if d.len() == 1 => d.as_bytes()[0],
-        Some(d) => {
-            return Err(fail(
-                &format!("{field}.delimiter"),
-                format!("must be one character, got `{d}`"),
-            ));
-        }
-    };
-    Ok(Source {
-        uri: resolve_location(project_dir, &uri),
-        upstream: None,
-        require: Require::Any,
-        alias,
-        format,
-        csv_header: s.header.unwrap_or(true),
-        csv_delimiter,
-    })
-}
-
-/// The `[reconcile]` section, validated.
-fn parse_reconcile(r: RawReconcile, fail: &Fail<'_>) -> Result<Reconcile> {
-    for (field, sql) in [("source", &r.source), ("output", &r.output)] {
-        if sql.trim().is_empty() {
-            return Err(fail(&format!("[reconcile].{field}"), "is empty".into()));
-        }
-    }
-    for (col, tol) in &r.tolerance {
-        if !tol.is_finite() || *tol < 0.0 {
-            return Err(fail(
-                &format!("[reconcile].tolerance.{col}"),
-                format!("must be a non-negative relative tolerance, got {tol}"),
-            ));
-        }
-    }
-    Ok(Reconcile {
-        source_sql: r.source,
-        output_sql: r.output,
-        tolerance: r.tolerance,
-        on_mismatch: r.on_mismatch,
-    })
-}
-
-fn infer_format(uri: &str) -> Option<Format> {
-    let lower = uri.trim_end_matches('/').to_ascii_lowercase();
-    let ext = lower.rsplit('.').next().unwrap_or_default();
-    match ext {
-        "parquet" => Some(Format::Parquet),
-        "csv" => Some(Format::Csv),
-        "json" | "ndjson" | "jsonl" => Some(Format::Json),
-        _ if !uri.contains("://") && Path::new(uri).join("_delta_log").is_dir() => {
-            Some(Format::Delta)
-        }
-        _ => None,
-    }
 }
 
 #[cfg(test)]
