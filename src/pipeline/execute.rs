@@ -203,27 +203,38 @@ pub async fn stage(
         }
     };
     let adds = writer.close().await?;
+    let output_aggregates = output_aggregates(agg_task, &store, &adds).await?;
+    Ok(Staged {
+        adds,
+        rows,
+        output_aggregates,
+    })
+}
+
+/// The `[reconcile].output` query's result, once the rows are written (`None` without the
+/// query); when it failed, the files staged (`adds`) are discarded.
+async fn output_aggregates(
+    agg_task: Option<tokio::task::JoinHandle<datafusion::common::Result<Vec<RecordBatch>>>>,
+    store: &Arc<dyn ObjectStore>,
+    adds: &[Add],
+) -> Result<Option<Vec<RecordBatch>>> {
     let output_aggregates = match agg_task {
         None => None,
         Some(t) => match t.await {
             Ok(Ok(b)) => Some(b),
             Ok(Err(e)) => {
-                discard(&store, &adds).await;
+                discard(store, adds).await;
                 return Err(Error::runtime(format!("[reconcile].output failed: {e}")));
             }
             Err(e) => {
-                discard(&store, &adds).await;
+                discard(store, adds).await;
                 return Err(Error::runtime(format!(
                     "[reconcile].output task failed: {e}"
                 )));
             }
         },
     };
-    Ok(Staged {
-        adds,
-        rows,
-        output_aggregates,
-    })
+    Ok(output_aggregates)
 }
 
 /// Best-effort delete of staged, never-committed files.
