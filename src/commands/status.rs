@@ -335,30 +335,8 @@ async fn window_status(
         last_error,
         ..WindowStatus::missing(&task.name, record_of(task, label))
     };
-    if let Some((v, (run, hash, at))) = acc.runs.iter().next_back() {
-        st.state = if acc.untagged > 0 || acc.runs.len() > 1 {
-            "published-untracked"
-        } else {
-            "published"
-        }
-        .into();
-        st.table_version = Some(*v);
-        st.run_id = Some(run.clone());
-        st.sql_hash = Some(hash.clone());
-        st.published_at = Some(
-            at.split('.')
-                .next()
-                .unwrap_or(at)
-                .trim_end_matches('Z')
-                .to_string()
-                + "Z",
-        );
-        st.run_status = log
-            .iter()
-            .rev()
-            .find(|a| &a.run_id == run)
-            .map(|a| a.status.clone())
-            .or(Some("ok".into()));
+    if let Some(publish) = acc.runs.iter().next_back() {
+        from_tags(&mut st, &acc, publish, log);
     } else if let (true, Some(i)) = (acc.files > 0, last_publish) {
         // Files without tags (MERGE writes its own): the run log names the publishing run.
         from_run_log(&mut st, "published", &log[i], store).await;
@@ -378,6 +356,39 @@ async fn window_status(
         st.restored_from = restored_from;
     }
     st
+}
+
+/// Fill in `st` from the tags of the window's files (`acc`): `publish` is the newest run they
+/// name (its version, and run id, SQL hash and publish time).
+fn from_tags(
+    st: &mut WindowStatus,
+    acc: &Acc,
+    (v, (run, hash, at)): (&i64, &(String, String, String)),
+    log: &[crate::report::runlog::Attempt],
+) {
+    st.state = if acc.untagged > 0 || acc.runs.len() > 1 {
+        "published-untracked"
+    } else {
+        "published"
+    }
+    .into();
+    st.table_version = Some(*v);
+    st.run_id = Some(run.clone());
+    st.sql_hash = Some(hash.clone());
+    st.published_at = Some(
+        at.split('.')
+            .next()
+            .unwrap_or(at)
+            .trim_end_matches('Z')
+            .to_string()
+            + "Z",
+    );
+    st.run_status = log
+        .iter()
+        .rev()
+        .find(|a| &a.run_id == run)
+        .map(|a| a.status.clone())
+        .or(Some("ok".into()));
 }
 
 /// Fill in `st` from the run log's record of attempt `a` (the window's publisher).
