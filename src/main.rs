@@ -101,13 +101,7 @@ fn main() -> ExitCode {
     let cli = idemlake::cli::Cli::parse();
     // The configuration is resolved once, before anything runs: a malformed setting is the
     // user's mistake, reported before anything is read or written.
-    let config = match idemlake::config::Config::from_env().and_then(|mut c| {
-        if let Some(e) = &cli.engine {
-            idemlake::task::engine::Engine::parse(e)?;
-            c.engine = Some(e.clone());
-        }
-        Ok(c)
-    }) {
+    let config = match resolve_config(&cli) {
         Ok(c) => idemlake::config::init(c),
         Err(e) => {
             let _ = idemlake::report::render::LOG_FORMAT.set(cli.log_format);
@@ -115,6 +109,46 @@ fn main() -> ExitCode {
             return ExitCode::from(e.exit_code());
         }
     };
+    init_logging(&cli, config);
+    tracing::info!("configuration: {}", config.to_string().replace('\n', ", "));
+    #[cfg(target_os = "linux")]
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        tracing::debug!("{}", allocator_state());
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let code = runtime.block_on(async {
+        let code = idemlake::cli::execute(cli).await;
+        idemlake::pipeline::target::finish_background(std::time::Duration::from_secs(60)).await;
+        code
+    });
+    log_costs();
+    ExitCode::from(code)
+}
+
+/// The configuration: the environment's settings, then the flags that override them (the
+/// engine, checked here).
+fn resolve_config(cli: &idemlake::cli::Cli) -> idemlake::Result<idemlake::config::Config> {
+    idemlake::config::Config::from_env().and_then(|mut c| {
+        if let Some(e) = &cli.engine {
+            idemlake::task::engine::Engine::parse(e)?;
+            c.engine = Some(e.clone());
+        }
+        Ok(c)
+    })
+}
+
+/// Log to stderr (redacted) at the level `-v` asks for, or `IDEMLAKE_LOG`'s filter, in the
+/// `--log-format` asked for.
+fn init_logging(cli: &idemlake::cli::Cli, config: &idemlake::config::Config) {
     // delta-rs logs every lost commit race at ERROR ("exceeded maximum commit attempts");
     // idemlake rebuilds such commits itself and reports its own error if it gives up, so
     // those lines are hidden below -vv.
@@ -143,26 +177,10 @@ fn main() -> ExitCode {
             builder.with_ansi(color).init()
         }
     }
-    tracing::info!("configuration: {}", config.to_string().replace('\n', ", "));
-    #[cfg(target_os = "linux")]
-    if tracing::enabled!(tracing::Level::DEBUG) {
-        tracing::debug!("{}", allocator_state());
-    }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let code = runtime.block_on(async {
-        let code = idemlake::cli::execute(cli).await;
-        idemlake::pipeline::target::finish_background(std::time::Duration::from_secs(60)).await;
-        code
-    });
+}
+
+/// Log what the command cost (at `-v`): object-store requests, and commits.
+fn log_costs() {
     // What the command cost in object-store requests (S3 lakes and sources), at -v.
     if let Some(line) = idemlake::storage::count::summary() {
         tracing::info!("{line}");
@@ -177,5 +195,4 @@ fn main() -> ExitCode {
             "commits: {commits} ({windows} windows), {rebuilds} rebuilt after another writer took the version"
         );
     }
-    ExitCode::from(code)
 }
