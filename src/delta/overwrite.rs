@@ -18,11 +18,13 @@ use deltalake::logstore::CommitOrBytes;
 use deltalake::protocol::{DeltaOperation, SaveMode};
 use deltalake::{DeltaTable, DeltaTableError};
 
-use crate::delta::filemap::{FileMap, Replayed};
+use crate::delta::filemap::FileMap;
 use crate::delta::partition::PartitionRange;
-use crate::delta::readback::find_run_commit;
 use crate::delta::table::{checkpoint_due, cleanup_due};
 use crate::error::{Error, Result};
+
+mod recover;
+use recover::{CatchUp, after_failure, catch_up};
 
 /// What one commit did.
 #[derive(Debug, Clone)]
@@ -129,50 +131,22 @@ pub async fn commit_windows(
     partition_by: &str,
     windows: &[WindowCommit],
 ) -> Result<Committed> {
-    let schema = table.snapshot()?.schema();
-    let own_schema = windows
-        .iter()
-        .find_map(|w| w.metadata.as_ref())
-        .and_then(|m| m.parse_schema().ok());
-    let files_added = windows.iter().map(|w| w.adds.len()).sum();
-    let commit = Commit::new(table, partition_by, windows);
-    let ranges: Vec<PartitionRange> = windows.iter().map(|w| w.range).collect();
+    let pending = Pending::new(table, partition_by, windows)?;
     let mut first_base = None;
     let mut attempt = 0;
     loop {
-        if !crate::config::get().accelerate {
-            // The plain twin: the window's files come from a snapshot loaded for this commit.
-            table.update_state().await?;
-            *files = None;
-        }
-        if files.is_none() {
-            *files = Some(FileMap::from_table(table, partition_by)?);
-        }
-        let map = files.as_mut().expect("just built");
+        let map = current_map(table, files, partition_by).await?;
         let attempt_base = map.version;
         let base = *first_base.get_or_insert(attempt_base);
         let target = attempt_base + 1;
         let (actions, files_removed) = actions(map, windows, target);
         // delta-rs's own commit path also cleans up expired logs when this commit writes a
         // checkpoint; decided before the attempt, like its snapshot.
-        let cleanup = !commit.direct && cleanup_due(table, target)?;
-        let e = match commit.write(table, target, actions, cleanup).await {
+        let cleanup = !pending.commit.direct && cleanup_due(table, target)?;
+        let e = match pending.commit.write(table, target, actions, cleanup).await {
             Ok(()) => {
-                if commit.direct {
-                    let adds: Vec<&Add> = windows.iter().flat_map(|w| &w.adds).collect();
-                    if !map.apply(target, &ranges, &adds) {
-                        *files = None;
-                    }
-                    checkpoint_if_due(table, target).await;
-                } else {
-                    *files = None;
-                }
-                count_commit(windows.len());
-                return Ok(Committed {
-                    version: target,
-                    files_added,
-                    files_removed,
-                });
+                pending.advance(table, files, target).await;
+                return Ok(pending.counted(target, files_removed));
             }
             Err(e) => e,
         };
@@ -181,8 +155,8 @@ pub async fn commit_windows(
         // read from the log, and rebuild on top; re-reading the whole table state for every
         // lost race made concurrent workers starve each other (bench/SCALE.md). Anything the
         // replay cannot follow falls back to the full re-read below (the plain twin).
-        if commit.direct && crate::config::get().accelerate {
-            match catch_up(table, files, ranges[0], &windows[0].tags.run_id).await {
+        if pending.commit.direct && crate::config::get().accelerate {
+            match catch_up(table, files, pending.ranges[0], &windows[0].tags.run_id).await {
                 CatchUp::Moved if attempt < REBASE_ATTEMPTS => {
                     attempt += 1;
                     COMMITS[2].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -200,12 +174,7 @@ pub async fn commit_windows(
                     );
                     *files = None;
                     let _ = table.update_state().await;
-                    count_commit(windows.len());
-                    return Ok(Committed {
-                        version,
-                        files_added,
-                        files_removed: 0,
-                    });
+                    return Ok(pending.counted(version, 0));
                 }
                 _ => {}
             }
@@ -213,13 +182,109 @@ pub async fn commit_windows(
         // Re-read the table: the map is no longer known to be current.
         *files = None;
         if let Some(version) = after_failure(table, windows, base, &e).await? {
-            count_commit(windows.len());
-            return Ok(Committed {
-                version,
-                files_added,
-                files_removed: 0,
-            });
+            return Ok(pending.counted(version, 0));
         }
+        pending.may_rebuild(table, attempt_base, attempt, &e)?;
+        attempt += 1;
+        COMMITS[2].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::debug!(
+            "version {target} was taken by another writer; rebuilding on top (attempt {attempt})"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis((attempt as u64 % 8) * 3)).await;
+    }
+}
+
+/// The live files to build an attempt on: `files`, or (when `None`, and always in the plain
+/// twin, after reloading the table's state) a map built from the table's snapshot.
+async fn current_map<'a>(
+    table: &mut DeltaTable,
+    files: &'a mut Option<FileMap>,
+    partition_by: &str,
+) -> Result<&'a mut FileMap> {
+    if !crate::config::get().accelerate {
+        // The plain twin: the window's files come from a snapshot loaded for this commit.
+        table.update_state().await?;
+        *files = None;
+    }
+    if files.is_none() {
+        *files = Some(FileMap::from_table(table, partition_by)?);
+    }
+    Ok(files.as_mut().expect("just built"))
+}
+
+/// What every attempt of one [`commit_windows`] call shares: its windows, the commit as
+/// written, and the table's schema before the first attempt.
+struct Pending<'a> {
+    windows: &'a [WindowCommit],
+    commit: Commit,
+    ranges: Vec<PartitionRange>,
+    files_added: usize,
+    /// The table's schema when the commit began.
+    schema: std::sync::Arc<deltalake::kernel::StructType>,
+    /// The schema this commit itself writes, if it changes the table's.
+    own_schema: Option<deltalake::kernel::StructType>,
+}
+
+impl<'a> Pending<'a> {
+    /// Read the table's schema and prepare the commit of `windows`.
+    fn new(
+        table: &DeltaTable,
+        partition_by: &str,
+        windows: &'a [WindowCommit],
+    ) -> Result<Pending<'a>> {
+        let schema = table.snapshot()?.schema();
+        let own_schema = windows
+            .iter()
+            .find_map(|w| w.metadata.as_ref())
+            .and_then(|m| m.parse_schema().ok());
+        let files_added = windows.iter().map(|w| w.adds.len()).sum();
+        let commit = Commit::new(table, partition_by, windows);
+        let ranges: Vec<PartitionRange> = windows.iter().map(|w| w.range).collect();
+        Ok(Pending {
+            windows,
+            commit,
+            ranges,
+            files_added,
+            schema,
+            own_schema,
+        })
+    }
+
+    /// Count the commit, published as `version`, and say what it did.
+    fn counted(&self, version: i64, files_removed: usize) -> Committed {
+        count_commit(self.windows.len());
+        Committed {
+            version,
+            files_added: self.files_added,
+            files_removed,
+        }
+    }
+
+    /// After the attempt written as `target`: advance `files` by it and write a checkpoint
+    /// when due (direct commits), or drop the map (delta-rs's commit).
+    async fn advance(&self, table: &mut DeltaTable, files: &mut Option<FileMap>, target: i64) {
+        if self.commit.direct {
+            let adds: Vec<&Add> = self.windows.iter().flat_map(|w| &w.adds).collect();
+            let map = files.as_mut().expect("built for this attempt");
+            if !map.apply(target, &self.ranges, &adds) {
+                *files = None;
+            }
+            checkpoint_if_due(table, target).await;
+        } else {
+            *files = None;
+        }
+    }
+
+    /// After a failed attempt built on `attempt_base` that did not land (the table re-read):
+    /// whether it may be rebuilt on top — the table moved, attempts are left, and its schema
+    /// did not change under this commit — or the error that ends the commit.
+    fn may_rebuild(
+        &self,
+        table: &DeltaTable,
+        attempt_base: i64,
+        attempt: usize,
+        e: &DeltaTableError,
+    ) -> Result<()> {
         let moved = table.version().unwrap_or(0) as i64 > attempt_base;
         if !moved || attempt >= REBASE_ATTEMPTS {
             return Err(Error::runtime(format!(
@@ -229,17 +294,12 @@ pub async fn commit_windows(
         // A change under this commit fails it; the schema this commit itself writes, already
         // written by another writer (shards of a task that just gained a column), does not.
         let now = table.snapshot()?.schema();
-        if now != schema && own_schema.as_ref().is_none_or(|own| *own != *now) {
+        if now != self.schema && self.own_schema.as_ref().is_none_or(|own| *own != *now) {
             return Err(Error::runtime(
                 "the table's schema changed while this run was committing; nothing was published",
             ));
         }
-        attempt += 1;
-        COMMITS[2].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        tracing::debug!(
-            "version {target} was taken by another writer; rebuilding on top (attempt {attempt})"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis((attempt as u64 % 8) * 3)).await;
+        Ok(())
     }
 }
 
@@ -335,78 +395,6 @@ fn actions(map: &FileMap, windows: &[WindowCommit], target: i64) -> (Vec<Action>
     (actions, files_removed)
 }
 
-/// What [`catch_up`] found in the log after a failed attempt.
-enum CatchUp {
-    /// Other writers' commits, replayed onto the map: it is at the latest version.
-    Moved,
-    /// The attempt itself is in the log at this version.
-    Ours(i64),
-    /// Nothing new in the log, or something the map cannot follow (the map is dropped): the
-    /// caller re-reads the table.
-    Rebuild,
-}
-
-/// Replay onto `files` every commit in the log after its version (read from storage, one GET
-/// each, until the first version not there), stopping at a commit that names `run_id`.
-async fn catch_up(
-    table: &DeltaTable,
-    files: &mut Option<FileMap>,
-    kind: PartitionRange,
-    run_id: &str,
-) -> CatchUp {
-    let Some(map) = files.as_mut() else {
-        return CatchUp::Rebuild;
-    };
-    let start = map.version;
-    let store = table.log_store();
-    // Far behind (a long-idle worker): one snapshot load costs less than this many GETs.
-    const MAX_REPLAYED: i64 = 500;
-    while map.version - start < MAX_REPLAYED {
-        let v = map.version + 1;
-        let bytes = match store.read_commit_entry(v as u64).await {
-            Ok(Some(b)) => b,
-            Ok(None) if map.version > start => return CatchUp::Moved,
-            _ => break,
-        };
-        match map.replay(v, kind, &bytes, run_id) {
-            Replayed::Applied => {}
-            Replayed::Ours => return CatchUp::Ours(v),
-            Replayed::Unknown => break,
-        }
-    }
-    *files = None;
-    CatchUp::Rebuild
-}
-
-/// After a failed attempt: re-read the table and tell whether the commit landed anyway (its
-/// version) or not (`None`: rebuild on top). Whether it landed cannot be told without
-/// reading the log: if that fails too, the error says so — never "nothing was published"
-/// (re-running the window is safe).
-async fn after_failure(
-    table: &mut DeltaTable,
-    windows: &[WindowCommit],
-    base: i64,
-    e: &DeltaTableError,
-) -> Result<Option<i64>> {
-    let unknown = |why: &dyn std::fmt::Display| {
-        Error::runtime(format!(
-            "commit failed ({e}) and the log could not be read back ({why}): the window may or may not have been published; re-running it is safe"
-        ))
-    };
-    if let Err(why) = table.update_state().await {
-        return Err(unknown(&why));
-    }
-    let found = landed(table, windows, base)
-        .await
-        .map_err(|why| unknown(&why))?;
-    if let Some(version) = found {
-        tracing::warn!(
-            "the commit reported an error ({e}) but it is in the log at version {version}; not applying it twice"
-        );
-    }
-    Ok(found)
-}
-
 /// Write `actions` as exactly version `target` (put-if-absent), after delta-rs's protocol
 /// check (writer features, append-only tables). No snapshot is read or refreshed: the caller
 /// knows the live files of `target - 1` and advances its map by this commit.
@@ -454,182 +442,5 @@ async fn checkpoint_if_due(table: &mut DeltaTable, version: i64) {
     }
 }
 
-/// If this commit is in the table's log after `base`, its version: the commit that names the
-/// run. The log, not the latest snapshot: a commit that landed and whose windows another
-/// writer has replaced since has landed all the same (committing it again would put the run's
-/// rows over the newer ones and report a second version).
-async fn landed(table: &DeltaTable, windows: &[WindowCommit], base: i64) -> Result<Option<i64>> {
-    let run_id = &windows[0].tags.run_id;
-    if let Some(version) = find_run_commit(table, base, run_id).await? {
-        return Ok(Some(version));
-    }
-    // No commit since `base` names the run: its files had better not be in the table.
-    let Some(first) = windows.iter().find_map(|w| w.adds.first()) else {
-        return Ok(None);
-    };
-    let present = table
-        .snapshot()?
-        .snapshot()
-        .log_data()
-        .iter()
-        .any(|f| f.path() == first.path.as_str());
-    if present {
-        return Err(Error::runtime(format!(
-            "run {run_id}'s files are in the table but no commit names the run"
-        )));
-    }
-    Ok(None)
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use arrow::datatypes::{DataType, Field, Schema};
-
-    /// A day window of the date column `d`, day `n` since the epoch, staging `path` for `run`.
-    fn window(n: i32, path: &str, run: &str) -> WindowCommit {
-        let day = (jiff::civil::date(1970, 1, 1) + jiff::Span::new().days(n)).to_string();
-        WindowCommit {
-            range: PartitionRange::Date(n, n + 1),
-            predicate: format!("d = '{day}'"),
-            adds: vec![Add {
-                path: format!("d={day}/{path}"),
-                partition_values: HashMap::from([("d".to_string(), Some(day.clone()))]),
-                size: 10,
-                data_change: true,
-                ..Default::default()
-            }],
-            tags: RunTags {
-                run_id: run.into(),
-                window: day,
-                sql_hash: "h".into(),
-                inputs: None,
-            },
-            record: serde_json::json!({"task": "t", "run_id": run}),
-            metadata: None,
-        }
-    }
-
-    async fn new_table(dir: &std::path::Path) -> DeltaTable {
-        let url = url::Url::from_directory_path(dir).unwrap();
-        let schema = Schema::new(vec![
-            Field::new("x", DataType::Int64, true),
-            Field::new("d", DataType::Date32, true),
-        ]);
-        let table = crate::delta::table::open(&url).await.unwrap();
-        crate::delta::table::ensure_exists(table, &schema, "d", "t")
-            .await
-            .unwrap()
-    }
-
-    /// `t`'s metadata with `extra` columns after its own.
-    fn widened(t: &DeltaTable, extra: &[Field]) -> deltalake::kernel::Metadata {
-        use delta_kernel::engine::arrow_conversion::TryIntoKernel;
-        use deltalake::kernel::MetadataExt;
-        let snapshot = t.snapshot().unwrap();
-        let mut fields: Vec<Field> = snapshot
-            .snapshot()
-            .arrow_schema()
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone())
-            .collect();
-        fields.extend(extra.iter().cloned());
-        let kernel: deltalake::kernel::StructType =
-            (&Schema::new(fields)).try_into_kernel().unwrap();
-        snapshot.metadata().clone().with_schema(&kernel).unwrap()
-    }
-
-    /// Bug: after a failed attempt, `landed` looked for the run's first file in the latest
-    /// snapshot before reading the log. A commit that landed (its response lost) and whose
-    /// window another writer had replaced since was taken for "not landed": the run would
-    /// commit its window again, over the other writer's newer one, and report the second
-    /// version. The log says which commit names the run, whatever came after it.
-    #[tokio::test]
-    async fn a_landed_commit_replaced_since_is_still_found_in_the_log() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut table = new_table(dir.path()).await;
-        let base = table.version().unwrap() as i64;
-        let ours = window(1, "ours.parquet", "run-ours");
-        let c = commit_windows(&mut table, &mut None, "d", std::slice::from_ref(&ours))
-            .await
-            .unwrap();
-        assert_eq!(c.version, base + 1);
-        // Another writer replaces the same window.
-        let mut other = crate::delta::table::open(table.table_url()).await.unwrap();
-        let theirs = window(1, "theirs.parquet", "run-theirs");
-        let c2 = commit_windows(&mut other, &mut None, "d", &[theirs])
-            .await
-            .unwrap();
-        assert_eq!((c2.version, c2.files_removed), (base + 2, 1));
-        table.update_state().await.unwrap();
-        assert_eq!(
-            landed(&table, std::slice::from_ref(&ours), base)
-                .await
-                .unwrap(),
-            Some(base + 1)
-        );
-        // A run that never committed has not landed.
-        let never = window(1, "never.parquet", "run-never");
-        assert_eq!(landed(&table, &[never], base).await.unwrap(), None);
-    }
-
-    /// Bug: a commit that adds a column and loses its version to another writer that added
-    /// the same column (backfill shards of a task whose query just gained it) compared the
-    /// re-read table's schema with the one from before its own change, and failed with "the
-    /// table's schema changed while this run was committing": every shard but the first
-    /// failed its first window. The schema this commit writes is not a change under it.
-    #[tokio::test]
-    async fn a_lost_race_to_the_same_new_column_rebuilds_instead_of_failing() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut table = new_table(dir.path()).await;
-        let base = table.version().unwrap() as i64;
-        let y = Field::new("y", DataType::Utf8, true);
-        let wider = |t: &DeltaTable| widened(t, std::slice::from_ref(&y));
-        // Both writers start from the same version, each adding column y.
-        let mut first = crate::delta::table::open(table.table_url()).await.unwrap();
-        let mut theirs = window(2, "theirs.parquet", "run-theirs");
-        theirs.metadata = Some(wider(&first));
-        let mut ours = window(1, "ours.parquet", "run-ours");
-        ours.metadata = Some(wider(&table));
-        let mut files = Some(FileMap::from_table(&table, "d").unwrap());
-        commit_windows(&mut first, &mut None, "d", &[theirs])
-            .await
-            .unwrap();
-        let c = commit_windows(&mut table, &mut files, "d", &[ours])
-            .await
-            .unwrap();
-        assert_eq!(c.version, base + 2);
-        let reread = crate::delta::table::open(table.table_url()).await.unwrap();
-        let names: Vec<String> = reread
-            .snapshot()
-            .unwrap()
-            .schema()
-            .fields()
-            .map(|f| f.name().to_string())
-            .collect();
-        assert_eq!(names, ["x", "d", "y"]);
-        // A different change under it still fails, and publishes nothing.
-        let mut other = crate::delta::table::open(table.table_url()).await.unwrap();
-        let mut z = window(3, "z.parquet", "run-z");
-        z.metadata = Some(widened(&other, &[Field::new("z", DataType::Int32, true)]));
-        let mut stale = crate::delta::table::open(table.table_url()).await.unwrap();
-        let mut stale_files = Some(FileMap::from_table(&stale, "d").unwrap());
-        commit_windows(&mut other, &mut None, "d", &[z])
-            .await
-            .unwrap();
-        let mut late = window(4, "late.parquet", "run-late");
-        late.metadata = Some(widened(&stale, &[Field::new("w", DataType::Int32, true)]));
-        let e = commit_windows(&mut stale, &mut stale_files, "d", &[late])
-            .await
-            .unwrap_err();
-        assert!(e.message().contains("schema changed"), "{}", e.message());
-        assert_eq!(
-            crate::delta::table::open(table.table_url())
-                .await
-                .unwrap()
-                .version(),
-            Some((base + 3) as u64)
-        );
-    }
-}
+mod tests;

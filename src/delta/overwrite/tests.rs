@@ -1,0 +1,149 @@
+use super::recover::landed;
+use super::*;
+use arrow::datatypes::{DataType, Field, Schema};
+
+/// A day window of the date column `d`, day `n` since the epoch, staging `path` for `run`.
+fn window(n: i32, path: &str, run: &str) -> WindowCommit {
+    let day = (jiff::civil::date(1970, 1, 1) + jiff::Span::new().days(n)).to_string();
+    WindowCommit {
+        range: PartitionRange::Date(n, n + 1),
+        predicate: format!("d = '{day}'"),
+        adds: vec![Add {
+            path: format!("d={day}/{path}"),
+            partition_values: HashMap::from([("d".to_string(), Some(day.clone()))]),
+            size: 10,
+            data_change: true,
+            ..Default::default()
+        }],
+        tags: RunTags {
+            run_id: run.into(),
+            window: day,
+            sql_hash: "h".into(),
+            inputs: None,
+        },
+        record: serde_json::json!({"task": "t", "run_id": run}),
+        metadata: None,
+    }
+}
+
+async fn new_table(dir: &std::path::Path) -> DeltaTable {
+    let url = url::Url::from_directory_path(dir).unwrap();
+    let schema = Schema::new(vec![
+        Field::new("x", DataType::Int64, true),
+        Field::new("d", DataType::Date32, true),
+    ]);
+    let table = crate::delta::table::open(&url).await.unwrap();
+    crate::delta::table::ensure_exists(table, &schema, "d", "t")
+        .await
+        .unwrap()
+}
+
+/// `t`'s metadata with `extra` columns after its own.
+fn widened(t: &DeltaTable, extra: &[Field]) -> deltalake::kernel::Metadata {
+    use delta_kernel::engine::arrow_conversion::TryIntoKernel;
+    use deltalake::kernel::MetadataExt;
+    let snapshot = t.snapshot().unwrap();
+    let mut fields: Vec<Field> = snapshot
+        .snapshot()
+        .arrow_schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.extend(extra.iter().cloned());
+    let kernel: deltalake::kernel::StructType = (&Schema::new(fields)).try_into_kernel().unwrap();
+    snapshot.metadata().clone().with_schema(&kernel).unwrap()
+}
+
+/// Bug: after a failed attempt, `landed` looked for the run's first file in the latest
+/// snapshot before reading the log. A commit that landed (its response lost) and whose
+/// window another writer had replaced since was taken for "not landed": the run would
+/// commit its window again, over the other writer's newer one, and report the second
+/// version. The log says which commit names the run, whatever came after it.
+#[tokio::test]
+async fn a_landed_commit_replaced_since_is_still_found_in_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut table = new_table(dir.path()).await;
+    let base = table.version().unwrap() as i64;
+    let ours = window(1, "ours.parquet", "run-ours");
+    let c = commit_windows(&mut table, &mut None, "d", std::slice::from_ref(&ours))
+        .await
+        .unwrap();
+    assert_eq!(c.version, base + 1);
+    // Another writer replaces the same window.
+    let mut other = crate::delta::table::open(table.table_url()).await.unwrap();
+    let theirs = window(1, "theirs.parquet", "run-theirs");
+    let c2 = commit_windows(&mut other, &mut None, "d", &[theirs])
+        .await
+        .unwrap();
+    assert_eq!((c2.version, c2.files_removed), (base + 2, 1));
+    table.update_state().await.unwrap();
+    assert_eq!(
+        landed(&table, std::slice::from_ref(&ours), base)
+            .await
+            .unwrap(),
+        Some(base + 1)
+    );
+    // A run that never committed has not landed.
+    let never = window(1, "never.parquet", "run-never");
+    assert_eq!(landed(&table, &[never], base).await.unwrap(), None);
+}
+
+/// Bug: a commit that adds a column and loses its version to another writer that added
+/// the same column (backfill shards of a task whose query just gained it) compared the
+/// re-read table's schema with the one from before its own change, and failed with "the
+/// table's schema changed while this run was committing": every shard but the first
+/// failed its first window. The schema this commit writes is not a change under it.
+#[tokio::test]
+async fn a_lost_race_to_the_same_new_column_rebuilds_instead_of_failing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut table = new_table(dir.path()).await;
+    let base = table.version().unwrap() as i64;
+    let y = Field::new("y", DataType::Utf8, true);
+    let wider = |t: &DeltaTable| widened(t, std::slice::from_ref(&y));
+    // Both writers start from the same version, each adding column y.
+    let mut first = crate::delta::table::open(table.table_url()).await.unwrap();
+    let mut theirs = window(2, "theirs.parquet", "run-theirs");
+    theirs.metadata = Some(wider(&first));
+    let mut ours = window(1, "ours.parquet", "run-ours");
+    ours.metadata = Some(wider(&table));
+    let mut files = Some(FileMap::from_table(&table, "d").unwrap());
+    commit_windows(&mut first, &mut None, "d", &[theirs])
+        .await
+        .unwrap();
+    let c = commit_windows(&mut table, &mut files, "d", &[ours])
+        .await
+        .unwrap();
+    assert_eq!(c.version, base + 2);
+    let reread = crate::delta::table::open(table.table_url()).await.unwrap();
+    let names: Vec<String> = reread
+        .snapshot()
+        .unwrap()
+        .schema()
+        .fields()
+        .map(|f| f.name().to_string())
+        .collect();
+    assert_eq!(names, ["x", "d", "y"]);
+    // A different change under it still fails, and publishes nothing.
+    let mut other = crate::delta::table::open(table.table_url()).await.unwrap();
+    let mut z = window(3, "z.parquet", "run-z");
+    z.metadata = Some(widened(&other, &[Field::new("z", DataType::Int32, true)]));
+    let mut stale = crate::delta::table::open(table.table_url()).await.unwrap();
+    let mut stale_files = Some(FileMap::from_table(&stale, "d").unwrap());
+    commit_windows(&mut other, &mut None, "d", &[z])
+        .await
+        .unwrap();
+    let mut late = window(4, "late.parquet", "run-late");
+    late.metadata = Some(widened(&stale, &[Field::new("w", DataType::Int32, true)]));
+    let e = commit_windows(&mut stale, &mut stale_files, "d", &[late])
+        .await
+        .unwrap_err();
+    assert!(e.message().contains("schema changed"), "{}", e.message());
+    assert_eq!(
+        crate::delta::table::open(table.table_url())
+            .await
+            .unwrap()
+            .version(),
+        Some((base + 3) as u64)
+    );
+}
