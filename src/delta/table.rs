@@ -10,6 +10,7 @@ use deltalake::kernel::transaction::TransactionError;
 use deltalake::kernel::{DataType, Metadata, MetadataExt, StructType};
 use deltalake::operations::write::WriterStatsConfig;
 use deltalake::protocol::SaveMode;
+use deltalake::table::state::DeltaTableState;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError, TableProperty};
 use url::Url;
 
@@ -183,23 +184,7 @@ pub fn schema_plan(
     if theirs == mine {
         return Ok(same);
     }
-    let find = |v: &[(String, DataType)], n: &str| v.iter().find(|(m, _)| m == n).cloned();
-    let mut changes = Vec::new();
-    for (name, t) in &theirs {
-        match find(&mine, name) {
-            None => changes.push(Change::Removed(name.clone(), t.clone())),
-            Some((_, q)) if &q == t => {}
-            Some((_, q)) if policy == OnSchemaChange::Evolve && widens(&q, t) => {
-                changes.push(Change::Widened(name.clone()));
-            }
-            Some((_, q)) => changes.push(Change::Retyped(name.clone(), t.clone(), q)),
-        }
-    }
-    for (name, q) in &mine {
-        if find(&theirs, name).is_none() {
-            changes.push(Change::Added(name.clone(), q.clone()));
-        }
-    }
+    let changes = differences(policy, &theirs, &mine);
     let refused = |c: &Change| match c {
         Change::Removed(..) | Change::Retyped(..) => true,
         Change::Added(..) => policy == OnSchemaChange::Fail,
@@ -209,11 +194,50 @@ pub fn schema_plan(
     if changes.iter().any(refused) || (reordered && policy == OnSchemaChange::Fail) {
         return Err(Error::input(describe(policy, &changes, &theirs, &mine)));
     }
+    planned(schema, state, &theirs, &changes)
+}
+
+/// The columns that differ between the table (`theirs`) and the query (`mine`), under
+/// `policy`: removed, retyped, widened (`evolve` only) and added ones; none when only the
+/// order differs.
+fn differences(
+    policy: OnSchemaChange,
+    theirs: &[(String, DataType)],
+    mine: &[(String, DataType)],
+) -> Vec<Change> {
+    let find = |v: &[(String, DataType)], n: &str| v.iter().find(|(m, _)| m == n).cloned();
+    let mut changes = Vec::new();
+    for (name, t) in theirs {
+        match find(mine, name) {
+            None => changes.push(Change::Removed(name.clone(), t.clone())),
+            Some((_, q)) if &q == t => {}
+            Some((_, q)) if policy == OnSchemaChange::Evolve && widens(&q, t) => {
+                changes.push(Change::Widened(name.clone()));
+            }
+            Some((_, q)) => changes.push(Change::Retyped(name.clone(), t.clone(), q)),
+        }
+    }
+    for (name, q) in mine {
+        if find(theirs, name).is_none() {
+            changes.push(Change::Added(name.clone(), q.clone()));
+        }
+    }
+    changes
+}
+
+/// The plan for changes the policy allows: the files' columns (the table's in its order, cast
+/// up where evolved, then the new ones) and, when columns are added, the table's new metadata.
+fn planned(
+    schema: &SchemaRef,
+    state: &DeltaTableState,
+    theirs: &[(String, DataType)],
+    changes: &[Change],
+) -> Result<SchemaPlan> {
     // The files' columns: the table's in its order (cast up where evolved), then the new ones.
     let field = |name: &str| schema.field_with_name(name).cloned();
     let table_arrow = state.snapshot().arrow_schema();
     let mut fields = Vec::new();
-    for (name, _) in &theirs {
+    for (name, _) in theirs {
         let widened = changes
             .iter()
             .any(|c| matches!(c, Change::Widened(n) if n == name));
