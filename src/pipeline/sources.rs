@@ -169,7 +169,7 @@ async fn register_file_source(ctx: &SessionContext, s: &Source) -> Result<Source
             }
             ctx.register_json(alias, &s.uri, o).await?
         }
-        Format::Delta => unreachable!("handled above"),
+        Format::Delta => unreachable!("register_one registers delta sources"),
     }
     Ok(SourceVersion {
         alias: s.alias.clone(),

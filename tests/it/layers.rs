@@ -275,3 +275,116 @@ fn the_reader_sees_imports_and_skips_comments() {
     assert!(paths.contains(&vec!["delta".into(), "table".into(), "open".into()]));
     assert!(!paths.iter().any(|p| p[0] == "cli"));
 }
+
+/// How long a file or a function may be (README "Architecture"); a longer function says why
+/// in a `// Long:` comment just above it.
+const MAX_FILE_LINES: usize = 500;
+const MAX_FN_LINES: usize = 80;
+
+/// The functions of a file longer than `MAX_FN_LINES`, as `(first line, length, name)`, that
+/// do not say why. A function runs from its `fn` line to the first line that closes it at the
+/// same indent; declarations without a body and one-line functions are skipped.
+fn long_functions(text: &str) -> Vec<(usize, usize, String)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let code = line.trim_start();
+        let indent = &line[..line.len() - code.len()];
+        let mut rest = code;
+        for prefix in [
+            "pub(crate) ",
+            "pub(super) ",
+            "pub ",
+            "const ",
+            "async ",
+            "unsafe ",
+        ] {
+            rest = rest.strip_prefix(prefix).unwrap_or(rest);
+        }
+        let Some(after) = rest.strip_prefix("fn ") else {
+            continue;
+        };
+        let name: String = after
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        // Where the signature ends: a body opens (`{`) or a declaration ends (`;`).
+        let Some(open) = (i..lines.len()).find(|&j| {
+            let l = lines[j].trim_end();
+            l.ends_with('{') || l.ends_with(';') || l.ends_with('}')
+        }) else {
+            continue;
+        };
+        let l = lines[open].trim_end();
+        if l.ends_with(';') || (open == i && l.ends_with('}')) {
+            continue;
+        }
+        let close = format!("{indent}}}");
+        let Some(end) = (open + 1..lines.len()).find(|&j| lines[j].trim_end() == close) else {
+            continue;
+        };
+        let len = end - i + 1;
+        if len <= MAX_FN_LINES {
+            continue;
+        }
+        // The comment block just above the function (attributes and doc comments included).
+        let says_why = lines[..i]
+            .iter()
+            .rev()
+            .take_while(|l| {
+                let t = l.trim_start();
+                t.starts_with("//") || t.starts_with("#[")
+            })
+            .any(|l| l.trim_start().starts_with("// Long:"));
+        if !says_why {
+            out.push((i + 1, len, name));
+        }
+    }
+    out
+}
+
+#[test]
+fn files_and_functions_stay_short() {
+    let mut all = Vec::new();
+    files(&src(), &mut all);
+    let mut wrong = Vec::new();
+    for f in &all {
+        let text = std::fs::read_to_string(f).unwrap();
+        let n = text.lines().count();
+        if n > MAX_FILE_LINES {
+            wrong.push(format!("{}: {n} lines", f.display()));
+        }
+        for (at, len, name) in long_functions(&text) {
+            wrong.push(format!("{}:{at}: fn {name} is {len} lines", f.display()));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "over {MAX_FILE_LINES} lines a file or {MAX_FN_LINES} a function \
+         (split it, or say why in a `// Long:` comment above the function):\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_length_reader_finds_long_functions_and_their_reasons() {
+    let body = "    let x = 1;\n".repeat(MAX_FN_LINES);
+    let long = format!("pub async fn big() {{\n{body}}}\n");
+    assert_eq!(
+        long_functions(&long),
+        vec![(1, MAX_FN_LINES + 2, "big".to_string())]
+    );
+    let explained = format!("// Long: one arm per case.\n#[allow(x)]\n{long}");
+    assert!(long_functions(&explained).is_empty());
+    let short = format!(
+        "fn small(\n    a: u8,\n) -> u8 {{\n{}}}\n",
+        "    a;\n".repeat(10)
+    );
+    assert!(long_functions(&short).is_empty());
+    // A trait's declarations have no body; they are not measured up to the next method.
+    let decl = format!(
+        "trait T {{\n    fn a(&self);\n    fn b(&self) {{\n{}    }}\n}}\n",
+        "        1;\n".repeat(5)
+    );
+    assert!(long_functions(&decl).is_empty());
+}
