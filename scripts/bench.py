@@ -55,6 +55,9 @@ Environment knobs (defaults in brackets):
   BENCH_S3_LATENCY_MS  milliseconds the latency proxy adds to each request in scenario 6 [20]
   BENCH_OUT       report path [<repo>/bench/RESULTS.md]
   BENCH_KEEP      1 keeps the tables in BENCH_WORK afterwards [0]
+  BENCH_MIN_FREE_GIB  free disk the run needs besides TPC-H data it must generate [5]; checked
+                  at start for BENCH_WORK and the S3 server's data directory (a full disk
+                  makes SeaweedFS answer 500 to PUTs, and a run fails minutes in)
   BENCH_BACKFILL_DAYS  days of scenario 3's backfill, from 1995-01-01 [365]
   BENCH_SETTLE    seconds between deleting files and a timed scenario-1 load [35]: ext4 scans
                   past recently freed inodes on every create (see settle())
@@ -305,6 +308,25 @@ def ensure_venv(venv=VENV, pins=PINS):
     return venv / "bin"
 
 
+def check_free_disk():
+    """Refuses to start a run the disk cannot hold: the tables of all scenarios (~4 GiB at SF 1
+    with scenario 8 at SF 10), plus any TPC-H data still to generate."""
+    gib = 1 << 30
+    need = float(env("BENCH_MIN_FREE_GIB", "5")) * gib
+    if not DATA.exists():
+        need += 0.3 * float(SCALE) * gib
+    big = WORK / f"data-sf{BIG_SCALE}"
+    if 8 in SCENARIOS and not big.exists():
+        need += 0.3 * float(BIG_SCALE) * gib
+    for place in (WORK, REPO):
+        free = shutil.disk_usage(place).free
+        if free < need:
+            raise SystemExit(
+                f"bench: {free / gib:.1f} GiB free on the disk of {place}, the run needs about "
+                f"{need / gib:.1f} GiB (tables, the S3 server's data, TPC-H data to generate); "
+                "free some space or lower BENCH_MIN_FREE_GIB")
+
+
 def setup():
     if not BIN.exists():
         raise SystemExit(f"bench: no binary at {BIN} (make bench builds it; or set BENCH_BIN)")
@@ -314,6 +336,7 @@ def setup():
         if not p.name.startswith("data-") and p != DATA:
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
             DELETED_AT[0] = time.monotonic()
+    check_free_disk()
     (PROJECT / "tables").mkdir(parents=True)
     shutil.copy(REPO / "tables" / f"{TASK}.toml", PROJECT / "tables")
     (PROJECT / "tables" / f"{NARROW_TASK}.toml").write_text(NARROW_TOML)
