@@ -98,6 +98,7 @@ s3-stop:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --document-private-items
 
 fmt:
 	$(CARGO) fmt --all

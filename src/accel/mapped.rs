@@ -13,7 +13,7 @@
 //!   end of the file is an error, as with the local store).
 //! - A source truncated while a run reads it does not kill the process: a page of a map that
 //!   no longer has a file behind it raises SIGBUS, and the handler installed here (see
-//!   [`guard`]) puts a zero page in its place and records it. The read completes with zeros,
+//!   `guard`) puts a zero page in its place and records it. The read completes with zeros,
 //!   and the window fails before its commit: the run checks [`truncated`] and re-fingerprints
 //!   its sources. `IDEMLAKE_MMAP=0` turns maps off.
 

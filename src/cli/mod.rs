@@ -4,6 +4,10 @@
 //! input, 3 reconciliation mismatch, 4 divergence. Reports go to stdout (text, or one JSON
 //! object per window with `--output json`); diagnostics go to stderr. Every printed string
 //! passes through `report::render::redact`, so credentials from the environment never reach the terminal.
+//!
+//! The doc comments of the flags below are clap's `--help` text, written for a terminal, not
+//! for rustdoc: `[reconcile]` names a task file's section and `<TASK>` a placeholder.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 
 use std::path::PathBuf;
 

@@ -113,7 +113,7 @@ fn count_commit(windows: usize) {
 /// see [`FileMap`]; built from the table's snapshot when `None`) and written as exactly the
 /// next version (put-if-absent); `files` then advances by this commit, so a run of commits
 /// never re-reads or re-materialises the table state. If another writer took that version,
-/// the commits written since are replayed onto the map from the log (see [`catch_up`]; or,
+/// the commits written since are replayed onto the map from the log (see `recover::catch_up`; or,
 /// for what the replay cannot follow and with `IDEMLAKE_ACCELERATE=0`, the map is dropped and
 /// the table state re-read) and the commit is rebuilt on top — removing whatever each window
 /// holds *in the version right before ours*, so every window ends up holding exactly its

@@ -35,7 +35,7 @@ fn listing_url(uri: &str) -> Result<ListingTableUrl> {
 
 /// Register every source of a task in `ctx`; returns what was pinned/fingerprinted.
 /// On a remote `engine` a Delta source is registered as its pinned Parquet files (see
-/// [`register_files`]).
+/// `register_files`).
 pub async fn register(
     ctx: &SessionContext,
     sources: &[Source],

@@ -99,7 +99,7 @@ pub struct Published {
     pub readback: std::result::Result<u64, String>,
 }
 
-/// How long a group commit waits for windows still executing ([`Target::gather`]).
+/// How long a group commit waits for windows still executing (`Target::gather`).
 pub const GATHER: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Most windows one commit publishes.

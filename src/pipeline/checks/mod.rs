@@ -193,7 +193,7 @@ impl Checker {
         self.window_side(task, window).await
     }
 
-    /// The source side of one window by itself (the plain twin of [`Checker::grouped_sides`]).
+    /// The source side of one window by itself (the plain twin of `Checker::grouped_sides`).
     pub async fn window_side(&self, task: &Task, window: &Window) -> Result<SourceSide> {
         if let Some(src) = crate::task::plan::plan_reconcile_source(&self.ctx, task, window).await?
         {
