@@ -9,6 +9,9 @@
 //! - `merge-error-after-commit` makes a merge whose commit landed return an error, as
 //!   delta-rs does when its post-commit steps fail (the run must find its commit).
 //!
+//! - `pause-before-inputs-check:MS` sleeps MS ms right before a window's inputs are checked
+//!   (after its checks, before its commit), printing `idemlake: paused at before-inputs-check`.
+//!
 //! Mutations of the accelerations, to prove the independent checks catch their bugs:
 //! - `slice-drop-row`: every shared-scan slice loses its last row;
 //! - `slice-move-row`: every slice starts one row late and ends one row late (a row of each
@@ -51,6 +54,24 @@ pub fn hit(point: &str, batches: Option<u64>) -> Result<()> {
         return Err(Error::runtime(format!("injected fault at {spec}")));
     }
     Ok(())
+}
+
+/// Pause at `point` for `MS` milliseconds when the spec is `pause-<point>:<MS>`, saying so on
+/// stderr first (a test then changes the sources under a running window).
+pub async fn pause(point: &str) {
+    let Some(spec) = spec() else {
+        return;
+    };
+    let Some(ms) = spec
+        .strip_prefix("pause-")
+        .and_then(|rest| rest.strip_prefix(point))
+        .and_then(|rest| rest.strip_prefix(':'))
+        .and_then(|ms| ms.parse::<u64>().ok())
+    else {
+        return;
+    };
+    eprintln!("idemlake: paused at {point}");
+    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
 }
 
 /// Is the mutation `name` configured?

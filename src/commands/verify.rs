@@ -221,7 +221,9 @@ pub async fn verify_with(
         .source_versions()
         .iter()
         .zip(&now)
-        .filter(|(a, b)| a.format != crate::task::Format::Delta && a != b)
+        .filter(|(a, b)| {
+            a.format != crate::task::Format::Delta && a.fingerprint.is_some() && a != b
+        })
         .map(|(a, _)| a.alias.as_str())
         .collect();
     if !files_changed.is_empty() {

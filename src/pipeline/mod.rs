@@ -5,7 +5,9 @@
 pub mod checks;
 pub mod commit;
 pub mod execute;
+pub mod landing;
 pub mod lookback;
+pub mod pins;
 pub mod reconcile;
 pub mod runner;
 pub mod sources;

@@ -56,6 +56,8 @@ pub struct Runner {
     /// `[reconcile].output` tee); `None`: the runner's session is local.
     local: Option<SessionContext>,
     sources: Vec<sources::SourceVersion>,
+    /// The sources that are landing zones (see `landing`): each window pins what it reads.
+    pub(super) zones: Vec<Arc<crate::pipeline::landing::LandingZone>>,
     /// The independent check path (see `checks`): its own session over the same inputs.
     checker: Arc<Checker>,
     /// How windows are planned: plain, or with the accelerations (see `accel::planner`).
@@ -101,7 +103,7 @@ impl Runner {
                 (ctx, Some(crate::accel::session::session(false, true)?))
             }
         };
-        let sources = sources::register(&ctx, &task.sources, &engine).await?;
+        let (sources, zones) = sources::register_with_zones(&ctx, &task.sources, &engine).await?;
         let checker = Arc::new(Checker::new(task, &sources, &engine).await?);
         let sources_ms = t0.elapsed().as_millis();
         let url = project.table_url(task)?;
@@ -121,6 +123,7 @@ impl Runner {
             ctx,
             local,
             sources,
+            zones,
             checker,
             planner,
             exec: tokio::sync::Semaphore::new(DEFAULT_EXEC_PERMITS),

@@ -93,6 +93,7 @@ impl Runner {
         run_id: &str,
         report: &mut Report,
     ) -> Result<Option<Ready>> {
+        let pins = self.pin_window(window).await?;
         let plan = self.plan_stage(window, report).await?;
         let staged = self.stage_window(&plan, window).await?;
         let reconciled = self.reconcile_window(staged, window, report).await?;
@@ -100,10 +101,10 @@ impl Runner {
             return Ok(None);
         }
         let data_checks = self.data_checks(&plan, &reconciled, window, report).await?;
-        self.check_inputs(&reconciled.window).await?;
+        self.check_inputs(&reconciled.window, &pins).await?;
         crate::fault::hit("before-commit", None)?;
         let mut record = RunRecord::new(self.task(), window, run_id, &plan.planned.sql_hash);
-        record.sources = self.source_versions().to_vec();
+        record.sources = self.window_sources(&pins);
         record.rows_written = reconciled.window.staged.rows;
         record.reconciliation = reconciled.checks.clone();
         // Offending rows stay in the report and the run log, out of the Delta log, which
@@ -414,7 +415,16 @@ impl Runner {
     /// The inputs must still be the ones the run started with (file sources are not
     /// versioned: a file rewritten while the window ran may have been read half old, half
     /// new). Checked after the checks, right before the commit.
-    async fn check_inputs(&self, w: &StagedWindow) -> Result<()> {
+    async fn check_inputs(
+        &self,
+        w: &StagedWindow,
+        pins: &[crate::pipeline::pins::Pin],
+    ) -> Result<()> {
+        crate::fault::pause("before-inputs-check").await;
+        if let Err(e) = self.check_pins(pins).await {
+            execute::discard(&w.store, &w.staged.adds).await;
+            return Err(e);
+        }
         let task = self.task();
         let mut changed = sources::changed_since(
             self.checker().session(),

@@ -249,4 +249,19 @@ pub struct SourceVersion {
     pub files: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fingerprint: Option<String>,
+    /// Landing zones (Hive-partitioned directories): the files this window read, as they
+    /// were listed (`files` and `fingerprint` then describe these, not the whole source).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read: Vec<FileRead>,
+}
+
+/// One file a window read from a landing zone.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct FileRead {
+    pub path: String,
+    pub size: u64,
+    /// Its modification time as listed (RFC 3339).
+    pub modified: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub e_tag: Option<String>,
 }

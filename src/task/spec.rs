@@ -16,6 +16,7 @@ use crate::task::window::{Grain, time_zone};
 
 mod source;
 
+pub use source::{PartitionColumn, PartitionKind, Partitioning};
 use source::{RawReconcile, RawSource, parse_reconcile, parse_source};
 
 #[derive(Debug, Deserialize)]
@@ -165,6 +166,9 @@ pub struct Source {
     pub format: Format,
     pub csv_header: bool,
     pub csv_delimiter: u8,
+    /// How a directory source's `key=value` path segments are read (`partitioning`,
+    /// `partition_columns`).
+    pub partitioning: Partitioning,
 }
 
 /// The `[reconcile]` section.

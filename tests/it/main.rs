@@ -11,6 +11,7 @@ mod dependencies;
 mod dst;
 mod findings;
 mod incident;
+mod landing;
 mod layers;
 mod lookback;
 mod mutations;

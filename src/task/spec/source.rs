@@ -26,6 +26,10 @@ pub(super) struct RawSource {
     header: Option<bool>,
     /// CSV only: one-character field delimiter (default `,`).
     delimiter: Option<String>,
+    /// `auto` (default), `hive` or `none`: whether `key=value` directories are columns.
+    partitioning: Option<String>,
+    /// The Hive partition columns, one per directory level in order: `["dt DATE", …]`.
+    partition_columns: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -91,6 +95,7 @@ pub(super) fn parse_source(
         ));
     }
     let csv_delimiter = csv_delimiter(s.delimiter.as_deref(), &field, fail)?;
+    let partitioning = parse_partitioning(&s, format, &field, fail)?;
     Ok(Source {
         uri: resolve_location(project_dir, &uri),
         upstream: None,
@@ -99,6 +104,7 @@ pub(super) fn parse_source(
         format,
         csv_header: s.header.unwrap_or(true),
         csv_delimiter,
+        partitioning,
     })
 }
 
@@ -132,10 +138,15 @@ fn task_source(
     if t.is_empty() {
         return Err(fail(&format!("{field}.task"), "is empty".into()));
     }
-    if s.format.is_some_and(|f| f != Format::Delta) || s.header.is_some() || s.delimiter.is_some() {
+    if s.format.is_some_and(|f| f != Format::Delta)
+        || s.header.is_some()
+        || s.delimiter.is_some()
+        || s.partitioning.is_some()
+        || s.partition_columns.is_some()
+    {
         return Err(fail(
             field,
-            "a task source is that task's Delta table: no format, header or delimiter".into(),
+            "a task source is that task's Delta table: no format, header, delimiter or partitioning".into(),
         ));
     }
     Ok(Source {
@@ -146,7 +157,93 @@ fn task_source(
         format: Format::Delta,
         csv_header: true,
         csv_delimiter: b',',
+        partitioning: Partitioning::None,
     })
+}
+
+/// The `partitioning` and `partition_columns` options, validated: columns imply `hive`, and
+/// each is `name TYPE` with a plain identifier and a type idemlake reads directories as.
+fn parse_partitioning(
+    s: &RawSource,
+    format: Format,
+    field: &str,
+    fail: &Fail<'_>,
+) -> Result<Partitioning> {
+    let mode = s.partitioning.as_deref().map(str::trim);
+    if format == Format::Delta {
+        if mode.is_some() || s.partition_columns.is_some() {
+            return Err(fail(
+                field,
+                "a delta source's partitions come from its log: no partitioning options".into(),
+            ));
+        }
+        return Ok(Partitioning::None);
+    }
+    let columns = match &s.partition_columns {
+        None => None,
+        Some(list) => Some(partition_columns(list, field, fail)?),
+    };
+    match (mode, columns) {
+        (None | Some("auto"), None) => Ok(Partitioning::Auto),
+        (Some("none"), None) => Ok(Partitioning::None),
+        (Some("hive"), None) => Ok(Partitioning::Hive(Vec::new())),
+        (None | Some("hive"), Some(cols)) => Ok(Partitioning::Hive(cols)),
+        (Some("none" | "auto"), Some(_)) => Err(fail(
+            &format!("{field}.partition_columns"),
+            "declares Hive partition columns: set partitioning = \"hive\" (or leave it out)".into(),
+        )),
+        (Some(other), _) => Err(fail(
+            &format!("{field}.partitioning"),
+            format!("must be auto, hive or none, got `{other}`"),
+        )),
+    }
+}
+
+/// `partition_columns = ["dt DATE", "hour BIGINT"]`, validated.
+fn partition_columns(
+    list: &[String],
+    field: &str,
+    fail: &Fail<'_>,
+) -> Result<Vec<PartitionColumn>> {
+    let key = format!("{field}.partition_columns");
+    if list.is_empty() {
+        return Err(fail(
+            &key,
+            "is empty: name at least one column, e.g. [\"dt DATE\"]".into(),
+        ));
+    }
+    let mut out: Vec<PartitionColumn> = Vec::new();
+    for item in list {
+        let mut parts = item.split_whitespace();
+        let (Some(name), Some(ty), None) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(fail(
+                &key,
+                format!("`{item}` must be a column name and a type, e.g. \"dt DATE\""),
+            ));
+        };
+        if !is_identifier(name) {
+            return Err(fail(
+                &key,
+                format!("`{name}` is not a plain SQL identifier"),
+            ));
+        }
+        let Some(kind) = PartitionKind::parse(ty) else {
+            return Err(fail(
+                &key,
+                format!(
+                    "`{ty}` (column `{name}`) is not a partition type: DATE, BIGINT or VARCHAR"
+                ),
+            ));
+        };
+        if out.iter().any(|c| c.name.eq_ignore_ascii_case(name)) {
+            return Err(fail(&key, format!("names column `{name}` twice")));
+        }
+        out.push(PartitionColumn {
+            name: name.to_string(),
+            kind,
+        });
+    }
+    Ok(out)
 }
 
 /// The csv `delimiter` option as one byte (default `,`).
@@ -198,5 +295,63 @@ fn infer_format(uri: &str) -> Option<Format> {
             Some(Format::Delta)
         }
         _ => None,
+    }
+}
+
+/// `[sources.<alias>] partitioning`: whether `key=value` directories (Hive style) are columns.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Partitioning {
+    /// Hive-style when the source's first file lies under `key=value` directories (their
+    /// types inferred from the first value: DATE, BIGINT or VARCHAR, as DuckDB does).
+    #[default]
+    Auto,
+    /// Never: directories are only where files are.
+    None,
+    /// Hive style, with these columns (one per directory level, in order) and types.
+    Hive(Vec<PartitionColumn>),
+}
+
+/// One Hive partition column: its name and the type its directory values are read as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionColumn {
+    pub name: String,
+    pub kind: PartitionKind,
+}
+
+/// The types a partition directory's value can be read as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartitionKind {
+    Date,
+    Int,
+    Text,
+}
+
+impl PartitionKind {
+    /// The type named in `partition_columns` (`DATE`, `BIGINT`/`INT`/`INTEGER`,
+    /// `VARCHAR`/`STRING`/`TEXT`), case-insensitive.
+    pub fn parse(name: &str) -> Option<PartitionKind> {
+        match name.trim().to_ascii_uppercase().as_str() {
+            "DATE" => Some(PartitionKind::Date),
+            "BIGINT" | "INT" | "INTEGER" | "INT64" => Some(PartitionKind::Int),
+            "VARCHAR" | "STRING" | "TEXT" | "UTF8" => Some(PartitionKind::Text),
+            _ => None,
+        }
+    }
+
+    /// What a directory value reads as when no type is declared: a `YYYY-MM-DD` date, a
+    /// whole number, or text.
+    pub fn infer(value: &str) -> PartitionKind {
+        let b = value.as_bytes();
+        let date = b.len() == 10
+            && b[4] == b'-'
+            && b[7] == b'-'
+            && value.parse::<jiff::civil::Date>().is_ok();
+        if date {
+            PartitionKind::Date
+        } else if !value.starts_with('+') && value.parse::<i64>().is_ok() {
+            PartitionKind::Int
+        } else {
+            PartitionKind::Text
+        }
     }
 }

@@ -1,0 +1,475 @@
+//! Landing zones: directory sources laid out Hive style (`events/dt=2026-11-28/part-*.parquet`),
+//! read by partition.
+//!
+//! A landing zone holds years of small files and keeps receiving more. A window must read only
+//! the directories its filters can reach, and must depend only on what it read:
+//! - **Partition columns.** Each `key=value` path segment is a typed column of the source
+//!   (declared with `partition_columns`, or inferred from the first directory: DATE, BIGINT or
+//!   VARCHAR). The schema of the files is taken from one file (the first in path order), not
+//!   from every footer.
+//! - **Pruned listing.** [`LandingZone::files`] walks the directories level by level with
+//!   delimiter listings, keeping at each level only the values the filters on the partition
+//!   columns known so far can accept (ranges included), and lists files only in the leaves
+//!   kept: a day window lists the root and its day.
+//! - **Pinned listings.** Every directory listing is kept for the run the first time it is
+//!   made ([`Listing::Pinned`]): every window of a backfill, and every chunk of a shared scan,
+//!   sees the same files for a directory, and lists it once. A window's pin is the files its
+//!   filters select in those listings; right before its commit the same selection is listed
+//!   again, afresh ([`Listing::Fresh`]), and any difference (a file added, removed or rewritten
+//!   in the window's own directories, a new directory its filters accept) fails the window.
+//!   Files landing anywhere else never do.
+//!
+//! Routes: the runner reads a landing zone through [`ZoneTable`] (this module's listing). The
+//! plain twin (`IDEMLAKE_ACCELERATE=0`), a remote engine and the independent checks read it as
+//! DataFusion's own `ListingTable` with the same partition columns and schema: a listing of
+//! their own that shares nothing with this one.
+
+mod pins;
+mod provider;
+mod register;
+
+pub use pins::{describe, differences, scan_filters};
+pub use provider::ZoneTable;
+pub use register::{Route, register};
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::{DFSchema, ScalarValue};
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl, PartitionedFile,
+};
+use datafusion::execution::context::ExecutionProps;
+use datafusion::logical_expr::Expr;
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::physical_expr::create_physical_expr;
+use datafusion::prelude::SessionContext;
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::{ObjectMeta, ObjectStore};
+
+use crate::error::{Error, Result};
+use crate::task::{PartitionColumn, PartitionKind, Partitioning};
+
+/// Directory listings in flight at once.
+const CONCURRENT_LISTINGS: usize = 32;
+
+/// Whether a listing may come from the run's pinned listings or must be made afresh.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listing {
+    /// The first listing of each directory this run made (made now if there is none).
+    Pinned,
+    /// A new listing, which leaves the pinned ones as they are.
+    Fresh,
+}
+
+/// One directory as listed: its files (hidden ones left out) and its subdirectories.
+#[derive(Debug, Clone)]
+struct Dir {
+    files: Vec<ObjectMeta>,
+    dirs: Vec<Path>,
+}
+
+/// A Hive-partitioned directory source (see the module documentation).
+#[derive(Debug)]
+pub struct LandingZone {
+    pub alias: String,
+    url: ListingTableUrl,
+    store: Arc<dyn ObjectStore>,
+    /// The partition columns, one per directory level, and their Arrow types.
+    columns: Vec<(String, DataType)>,
+    /// The files' own columns (partition columns excluded).
+    file_schema: SchemaRef,
+    options: ListingOptions,
+    pinned: Mutex<HashMap<Path, Arc<Dir>>>,
+}
+
+impl LandingZone {
+    /// The landing zone behind source `uri`, or `None` when it is not one: a single file, a
+    /// directory without `key=value` levels (with `partitioning = "auto"`), or `none`.
+    /// `options` carry the format (from the session's defaults); reads one listing per level
+    /// down the first directories and one file's schema.
+    pub async fn open(
+        ctx: &SessionContext,
+        alias: &str,
+        uri: &str,
+        partitioning: &Partitioning,
+        options: ListingOptions,
+    ) -> Result<Option<LandingZone>> {
+        if *partitioning == Partitioning::None {
+            return Ok(None);
+        }
+        let url = ListingTableUrl::parse(uri)
+            .map_err(|e| Error::input(format!("invalid source location `{uri}`: {e}")))?;
+        if !url.is_collection() && !is_directory(&url) {
+            return Ok(None);
+        }
+        let url = if url.is_collection() {
+            url
+        } else {
+            ListingTableUrl::parse(format!("{}/", uri.trim_end_matches('/')))?
+        };
+        let store = ctx.runtime_env().object_store(&url)?;
+        let mut zone = LandingZone {
+            alias: alias.to_string(),
+            url,
+            store,
+            columns: Vec::new(),
+            file_schema: Arc::new(Schema::empty()),
+            options,
+            pinned: Mutex::new(HashMap::new()),
+        };
+        let Some((levels, first)) = zone.first_file().await? else {
+            return Err(Error::input(format!(
+                "no {} files under {}: check the source's uri (and its format)",
+                zone.options.file_extension,
+                zone.url.as_str()
+            )));
+        };
+        zone.columns = match partitioning {
+            Partitioning::Hive(declared) if !declared.is_empty() => {
+                check_levels(declared, &levels, &first.location)?;
+                declared
+                    .iter()
+                    .map(|c| (c.name.clone(), arrow_type(c.kind)))
+                    .collect()
+            }
+            Partitioning::Hive(_) if levels.is_empty() => {
+                return Err(Error::input(format!(
+                    "partitioning = \"hive\", but the first file under {} ({}) lies in no key=value directory",
+                    zone.url.as_str(),
+                    first.location
+                )));
+            }
+            _ if levels.is_empty() => return Ok(None),
+            _ => levels
+                .iter()
+                .map(|(k, v)| (k.clone(), arrow_type(PartitionKind::infer(v))))
+                .collect(),
+        };
+        let state = ctx.state();
+        let schema = zone
+            .options
+            .format
+            .infer_schema(&state, &zone.store, std::slice::from_ref(&first))
+            .await?;
+        if let Some(clash) = zone
+            .columns
+            .iter()
+            .find(|(c, _)| schema.field_with_name(c).is_ok())
+        {
+            return Err(Error::input(format!(
+                "partition column `{}` is also a column of the files ({}); rename the directory level or the column",
+                clash.0, first.location
+            )));
+        }
+        zone.file_schema = schema;
+        Ok(Some(zone))
+    }
+
+    /// The partition columns with their types, in directory order.
+    pub fn partition_columns(&self) -> &[(String, DataType)] {
+        &self.columns
+    }
+
+    /// The source's schema: the files' columns, then the partition columns (never NULL), as
+    /// DataFusion's listing table has it.
+    pub fn table_schema(&self) -> SchemaRef {
+        let mut fields: Vec<Field> = self
+            .file_schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.extend(
+            self.partition_fields()
+                .into_iter()
+                .map(|f| f.as_ref().clone()),
+        );
+        Arc::new(Schema::new(fields).with_metadata(self.file_schema.metadata().clone()))
+    }
+
+    /// The partition columns as fields (never NULL).
+    pub fn partition_fields(&self) -> Vec<arrow::datatypes::FieldRef> {
+        self.columns
+            .iter()
+            .map(|(n, t)| Arc::new(Field::new(n, t.clone(), false)))
+            .collect()
+    }
+
+    /// DataFusion's own listing table over the same location, partition columns and schema:
+    /// the plain twin, and the independent checks' route (a listing of its own).
+    pub fn listing_table(&self) -> Result<ListingTable> {
+        let options = self
+            .options
+            .clone()
+            .with_table_partition_cols(self.columns.clone());
+        let config = ListingTableConfig::new(self.url.clone())
+            .with_listing_options(options)
+            .with_schema(self.file_schema.clone());
+        Ok(ListingTable::try_new(config)?)
+    }
+
+    /// The files `filters` can reach, with their partition values: directories are listed level
+    /// by level, only those whose values the filters on known partition columns accept (filters
+    /// naming other columns are ignored here).
+    pub async fn files(&self, filters: &[Expr], how: Listing) -> Result<Vec<PartitionedFile>> {
+        let names: Vec<&str> = self.columns.iter().map(|(n, _)| n.as_str()).collect();
+        let filters: Vec<&Expr> = filters
+            .iter()
+            .filter(|f| {
+                datafusion::datasource::listing::helpers::expr_applicable_for_cols(&names, f)
+            })
+            .collect();
+        let root = self.url.prefix().clone();
+        let mut level: Vec<(Path, Vec<ScalarValue>)> = vec![(root, Vec::new())];
+        for depth in 0..self.columns.len() {
+            let listed: Vec<(Path, Vec<ScalarValue>, Arc<Dir>)> =
+                futures::stream::iter(level.into_iter().map(|(p, values)| async move {
+                    let dir = self.list(&p, how).await?;
+                    Ok::<_, Error>((p, values, dir))
+                }))
+                .buffered(CONCURRENT_LISTINGS)
+                .try_collect()
+                .await?;
+            let mut children: Vec<(Path, Vec<ScalarValue>)> = Vec::new();
+            for (_, values, dir) in listed {
+                for child in &dir.dirs {
+                    let Some(v) = self.value_of(child, depth)? else {
+                        continue;
+                    };
+                    let mut vs = values.clone();
+                    vs.push(v);
+                    children.push((child.clone(), vs));
+                }
+            }
+            level = self.keep(children, depth, &filters)?;
+        }
+        let leaves: Vec<(Vec<ScalarValue>, Arc<Dir>)> =
+            futures::stream::iter(level.into_iter().map(|(p, values)| async move {
+                let dir = self.list(&p, how).await?;
+                Ok::<_, Error>((values, dir))
+            }))
+            .buffered(CONCURRENT_LISTINGS)
+            .try_collect()
+            .await?;
+        let mut out = Vec::new();
+        for (values, dir) in leaves {
+            for meta in &dir.files {
+                if !meta
+                    .location
+                    .as_ref()
+                    .ends_with(&self.options.file_extension)
+                {
+                    continue;
+                }
+                let mut pf = PartitionedFile::from(meta.clone());
+                pf.partition_values = values.clone();
+                out.push(pf);
+            }
+        }
+        out.sort_by(|a, b| a.object_meta.location.cmp(&b.object_meta.location));
+        Ok(out)
+    }
+
+    /// The directory at `path`, listed with a delimiter (pinned or afresh, see [`Listing`]).
+    async fn list(&self, path: &Path, how: Listing) -> Result<Arc<Dir>> {
+        if how == Listing::Pinned
+            && let Some(d) = self.pinned.lock().expect("not poisoned").get(path)
+        {
+            return Ok(d.clone());
+        }
+        let prefix = (!path.as_ref().is_empty()).then_some(path);
+        let listed = self.store.list_with_delimiter(prefix).await.map_err(|e| {
+            Error::runtime(format!(
+                "cannot list {} of source `{}`: {e}",
+                path, self.alias
+            ))
+        })?;
+        let visible = |p: &Path| {
+            p.filename()
+                .is_some_and(|n| !n.starts_with('.') && !n.starts_with('_'))
+        };
+        let dir = Arc::new(Dir {
+            files: listed
+                .objects
+                .into_iter()
+                .filter(|m| m.size > 0 && visible(&m.location))
+                .collect(),
+            dirs: listed.common_prefixes.into_iter().filter(visible).collect(),
+        });
+        if how == Listing::Fresh {
+            return Ok(dir);
+        }
+        let mut pinned = self.pinned.lock().expect("not poisoned");
+        Ok(pinned.entry(path.clone()).or_insert(dir).clone())
+    }
+
+    /// The value of partition column `depth` a directory names (`key=value`, its last
+    /// segment), typed; `None` for a directory of another key (not part of the source).
+    fn value_of(&self, dir: &Path, depth: usize) -> Result<Option<ScalarValue>> {
+        let (name, ty) = &self.columns[depth];
+        let Some(segment) = dir.filename() else {
+            return Ok(None);
+        };
+        let Some((key, raw)) = segment.split_once('=') else {
+            return Ok(None);
+        };
+        if key != name {
+            return Ok(None);
+        }
+        let text = percent_decode(raw);
+        match ScalarValue::try_from_string(text.clone(), ty) {
+            Ok(v) if !v.is_null() => Ok(Some(v)),
+            _ => Err(Error::input(format!(
+                "directory {dir} of source `{}`: `{text}` is not a {ty} value of partition column `{name}` (declare its type in partition_columns)",
+                self.alias
+            ))),
+        }
+    }
+
+    /// The directories of one level whose values (columns `0..=depth`) the filters that name
+    /// only those columns accept.
+    fn keep(
+        &self,
+        dirs: Vec<(Path, Vec<ScalarValue>)>,
+        depth: usize,
+        filters: &[&Expr],
+    ) -> Result<Vec<(Path, Vec<ScalarValue>)>> {
+        let known: Vec<&str> = self.columns[..=depth]
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect();
+        let usable: Vec<Expr> = filters
+            .iter()
+            .filter(|f| {
+                datafusion::datasource::listing::helpers::expr_applicable_for_cols(&known, f)
+            })
+            .map(|f| unqualified((*f).clone()))
+            .collect::<Result<_>>()?;
+        let Some(predicate) = conjunction(usable) else {
+            return Ok(dirs);
+        };
+        if dirs.is_empty() {
+            return Ok(dirs);
+        }
+        let schema = Arc::new(Schema::new(
+            self.columns[..=depth]
+                .iter()
+                .map(|(n, t)| Field::new(n, t.clone(), true))
+                .collect::<Vec<_>>(),
+        ));
+        let columns: Vec<ArrayRef> = (0..=depth)
+            .map(|i| ScalarValue::iter_to_array(dirs.iter().map(|(_, v)| v[i].clone())))
+            .collect::<std::result::Result<_, _>>()?;
+        let batch = RecordBatch::try_new(schema.clone(), columns)?;
+        let df_schema = DFSchema::try_from(schema)?;
+        let expr = create_physical_expr(
+            &predicate,
+            &df_schema,
+            &ExecutionProps::new(),
+            &datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext::default(
+            ),
+        )?;
+        let result = expr.evaluate(&batch)?.into_array(batch.num_rows())?;
+        let keep = result
+            .as_any()
+            .downcast_ref::<BooleanArray>()
+            .ok_or_else(|| Error::runtime("a partition filter did not give booleans"))?
+            .clone();
+        Ok(dirs
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| keep.is_valid(*i) && keep.value(*i))
+            .map(|(_, d)| d)
+            .collect())
+    }
+
+    /// The first file in path order and the `key=value` levels above it: one pinned listing
+    /// per level down the first directory (files directly in a directory come first).
+    async fn first_file(&self) -> Result<Option<(Vec<(String, String)>, ObjectMeta)>> {
+        let mut path = self.url.prefix().clone();
+        let mut levels = Vec::new();
+        loop {
+            let dir = self.list(&path, Listing::Pinned).await?;
+            let mut files: Vec<&ObjectMeta> = dir
+                .files
+                .iter()
+                .filter(|m| m.location.as_ref().ends_with(&self.options.file_extension))
+                .collect();
+            files.sort_by(|a, b| a.location.cmp(&b.location));
+            if let Some(f) = files.first() {
+                return Ok(Some((levels, (*f).clone())));
+            }
+            let Some(next) = dir.dirs.iter().min() else {
+                return Ok(None);
+            };
+            let segment = next.filename().unwrap_or_default().to_string();
+            if let Some((k, v)) = segment.split_once('=') {
+                levels.push((k.to_string(), percent_decode(v)));
+            }
+            path = next.clone();
+        }
+    }
+}
+
+/// The Arrow type of a partition column's values.
+fn arrow_type(kind: PartitionKind) -> DataType {
+    match kind {
+        PartitionKind::Date => DataType::Date32,
+        PartitionKind::Int => DataType::Int64,
+        PartitionKind::Text => DataType::Utf8,
+    }
+}
+
+/// Declared columns must name the directory levels above the first file, in order.
+fn check_levels(
+    declared: &[PartitionColumn],
+    found: &[(String, String)],
+    file: &Path,
+) -> Result<()> {
+    let names: Vec<&str> = found.iter().map(|(k, _)| k.as_str()).collect();
+    let want: Vec<&str> = declared.iter().map(|c| c.name.as_str()).collect();
+    if names != want {
+        return Err(Error::input(format!(
+            "partition_columns names [{}], but the directories above the first file ({file}) are [{}]",
+            want.join(", "),
+            names.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// Whether a local path without a trailing `/` is a directory (remote URLs must end in `/`
+/// to name a prefix).
+fn is_directory(url: &ListingTableUrl) -> bool {
+    url.scheme() == "file"
+        && url
+            .as_str()
+            .strip_prefix("file://")
+            .is_some_and(|p| std::path::Path::new(&percent_decode(p)).is_dir())
+}
+
+/// `e` with its columns unqualified (a scan's filters name the table; the directory values are
+/// evaluated in a schema of the partition columns alone).
+fn unqualified(e: Expr) -> Result<Expr> {
+    use datafusion::common::tree_node::{Transformed, TreeNode};
+    Ok(e.transform(|e| {
+        Ok(match e {
+            Expr::Column(c) if c.relation.is_some() => Transformed::yes(Expr::Column(
+                datafusion::common::Column::new_unqualified(c.name),
+            )),
+            other => Transformed::no(other),
+        })
+    })?
+    .data)
+}
+
+/// A path segment's text, `%XX` escapes decoded (as Hive, Spark and DataFusion write them).
+fn percent_decode(s: &str) -> String {
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
+}

@@ -1,0 +1,100 @@
+//! A landing zone as a DataFusion table: each scan reads the files [`LandingZone::files`]
+//! selects for its filters from the run's pinned listings.
+
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::project_schema;
+use datafusion::datasource::TableType;
+use datafusion::datasource::listing::helpers::expr_applicable_for_cols;
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
+use datafusion::datasource::table_schema::TableSchemaBuilder;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::empty::EmptyExec;
+
+use super::{LandingZone, Listing};
+
+/// The table a runner's session reads a landing zone through (see the module documentation).
+#[derive(Debug)]
+pub struct ZoneTable {
+    zone: Arc<LandingZone>,
+    schema: SchemaRef,
+}
+
+impl ZoneTable {
+    pub fn new(zone: Arc<LandingZone>) -> ZoneTable {
+        let schema = zone.table_schema();
+        ZoneTable { zone, schema }
+    }
+}
+
+#[async_trait]
+impl TableProvider for ZoneTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    /// Filters on partition columns only are applied exactly, by the listing (every file's
+    /// partition values pass them); the others are left to the scan and the plan above it.
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> datafusion::common::Result<Vec<TableProviderFilterPushDown>> {
+        let names: Vec<&str> = self
+            .zone
+            .partition_columns()
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect();
+        Ok(filters
+            .iter()
+            .map(|f| {
+                if expr_applicable_for_cols(&names, f) {
+                    TableProviderFilterPushDown::Exact
+                } else {
+                    TableProviderFilterPushDown::Inexact
+                }
+            })
+            .collect())
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> datafusion::common::Result<Arc<dyn ExecutionPlan>> {
+        let files = self
+            .zone
+            .files(filters, Listing::Pinned)
+            .await
+            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+        if files.is_empty() {
+            let schema = project_schema(&self.schema, projection)?;
+            return Ok(Arc::new(EmptyExec::new(schema)));
+        }
+        let partitions = state.config().target_partitions().max(1);
+        let groups = FileGroup::new(files).split_files(partitions);
+        let table_schema = TableSchemaBuilder::from(&self.zone.file_schema)
+            .with_table_partition_cols(self.zone.partition_fields())
+            .build();
+        let format = &self.zone.options.format;
+        let config = FileScanConfigBuilder::new(
+            self.zone.url.object_store(),
+            format.file_source(table_schema),
+        )
+        .with_file_groups(groups)
+        .with_projection_indices(projection.cloned())?
+        .with_limit(limit)
+        .build();
+        format.create_physical_plan(state, config).await
+    }
+}

@@ -1,0 +1,66 @@
+//! Registering a file source that may be a landing zone.
+
+use std::sync::Arc;
+
+use datafusion::datasource::listing::ListingOptions;
+use datafusion::prelude::{CsvReadOptions, JsonReadOptions, ParquetReadOptions, SessionContext};
+
+use super::{LandingZone, ZoneTable};
+use crate::error::Result;
+use crate::task::{Format, Source};
+
+/// Which table a landing zone is read through in a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// The runner's: [`ZoneTable`], pruned listings pinned for the run.
+    Zone,
+    /// DataFusion's own listing table (the plain twin, a remote engine, the checks).
+    Plain,
+}
+
+/// Register source `s` in `ctx` if it is a landing zone (a directory with `key=value` levels,
+/// or `partitioning = "hive"`); `None` when it is not one (the caller registers it as before).
+pub async fn register(
+    ctx: &SessionContext,
+    s: &Source,
+    route: Route,
+) -> Result<Option<Arc<LandingZone>>> {
+    let Some(options) = listing_options(ctx, s) else {
+        return Ok(None);
+    };
+    let Some(zone) = LandingZone::open(ctx, &s.alias, &s.uri, &s.partitioning, options).await?
+    else {
+        return Ok(None);
+    };
+    let zone = Arc::new(zone);
+    tracing::debug!(
+        source = %s.alias,
+        columns = ?zone.partition_columns(),
+        ?route,
+        "a landing zone (Hive-style partitions)"
+    );
+    match route {
+        Route::Zone => {
+            ctx.register_table(s.alias.as_str(), Arc::new(ZoneTable::new(zone.clone())))?
+        }
+        Route::Plain => ctx.register_table(s.alias.as_str(), Arc::new(zone.listing_table()?))?,
+    };
+    Ok(Some(zone))
+}
+
+/// The listing options of a directory of `s`'s format (the session's defaults, the source's
+/// CSV options); `None` for a Delta source.
+fn listing_options(ctx: &SessionContext, s: &Source) -> Option<ListingOptions> {
+    use datafusion::datasource::file_format::options::ReadOptions;
+    let config = ctx.copied_config();
+    let table = ctx.copied_table_options();
+    Some(match s.format {
+        Format::Parquet => ParquetReadOptions::default().to_listing_options(&config, table),
+        Format::Csv => CsvReadOptions::new()
+            .has_header(s.csv_header)
+            .delimiter(s.csv_delimiter)
+            .to_listing_options(&config, table),
+        Format::Json => JsonReadOptions::default().to_listing_options(&config, table),
+        Format::Delta => return None,
+    })
+}

@@ -1,0 +1,119 @@
+//! What a window read of each landing zone (see `landing`), taken before it reads, recorded in
+//! its run record and checked again right before its commit.
+
+use std::sync::Arc;
+
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::logical_expr::Expr;
+
+use crate::error::{Error, Result};
+use crate::pipeline::landing::{self, LandingZone, Listing};
+use crate::pipeline::runner::Runner;
+use crate::report::record::SourceVersion;
+use crate::task::window::Window;
+
+/// Files a window reaches in one landing zone.
+pub struct Pin {
+    zone: Arc<LandingZone>,
+    /// The filters of each scan of the zone in the window's plan.
+    scans: Vec<Vec<Expr>>,
+    files: Vec<PartitionedFile>,
+}
+
+/// The union of the files each scan's filters select (a scan without partition filters
+/// reaches every file).
+async fn reach(
+    zone: &LandingZone,
+    scans: &[Vec<Expr>],
+    how: Listing,
+) -> Result<Vec<PartitionedFile>> {
+    let mut out: Vec<PartitionedFile> = Vec::new();
+    for filters in scans {
+        for f in zone.files(filters, how).await? {
+            if !out
+                .iter()
+                .any(|o| o.object_meta.location == f.object_meta.location)
+            {
+                out.push(f);
+            }
+        }
+    }
+    out.sort_by(|a, b| a.object_meta.location.cmp(&b.object_meta.location));
+    Ok(out)
+}
+
+impl Runner {
+    /// The window's pins: its plan (the task's SQL bound to the window and optimised in the
+    /// runner's session) gives the filters on each zone, and those select its files from the
+    /// run's pinned listings (afresh on the plain twin, whose reads list for themselves).
+    pub(super) async fn pin_window(&self, window: &Window) -> Result<Vec<Pin>> {
+        if self.zones.is_empty() {
+            return Ok(Vec::new());
+        }
+        let planned =
+            crate::task::plan::plan_query_window(self.session(), self.task(), window).await?;
+        let plan = planned.df.into_optimized_plan()?;
+        let how = if crate::accel::session::accelerated() {
+            Listing::Pinned
+        } else {
+            Listing::Fresh
+        };
+        let mut pins = Vec::new();
+        for zone in &self.zones {
+            let scans = landing::scan_filters(&plan, &zone.alias);
+            let files = reach(zone, &scans, how).await?;
+            tracing::debug!(
+                window = %window.label(),
+                source = %zone.alias,
+                files = files.len(),
+                "files the window reaches"
+            );
+            pins.push(Pin {
+                zone: zone.clone(),
+                scans,
+                files,
+            });
+        }
+        Ok(pins)
+    }
+
+    /// The window's own record of its sources: landing zones by the files it read.
+    pub(super) fn window_sources(&self, pins: &[Pin]) -> Vec<SourceVersion> {
+        self.source_versions()
+            .iter()
+            .map(|v| match pins.iter().find(|p| p.zone.alias == v.alias) {
+                None => v.clone(),
+                Some(p) => {
+                    let (fingerprint, read) = landing::describe(&p.files);
+                    SourceVersion {
+                        files: Some(p.files.len()),
+                        fingerprint: Some(fingerprint),
+                        read,
+                        ..v.clone()
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// Right before the commit: each zone's files in the window's reach, listed afresh, must be
+    /// the ones pinned (files elsewhere in the zone do not matter).
+    pub(super) async fn check_pins(&self, pins: &[Pin]) -> Result<()> {
+        for p in pins {
+            let now = reach(&p.zone, &p.scans, Listing::Fresh).await?;
+            let changed = landing::differences(&p.files, &now);
+            if changed.is_empty() {
+                continue;
+            }
+            let shown: Vec<&str> = changed.iter().take(5).map(String::as_str).collect();
+            return Err(Error::runtime(format!(
+                "source `{}` changed inside this window's reach while it ran ({} file(s): {}{}); nothing was published — re-run the window",
+                p.zone.alias,
+                changed.len(),
+                shown.join(", "),
+                if changed.len() > 5 { ", …" } else { "" }
+            )));
+        }
+        Ok(())
+    }
+}

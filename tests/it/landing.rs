@@ -1,0 +1,367 @@
+//! Landing zones: a directory per day (`events/dt=YYYY-MM-DD/part-N.parquet`), many small files,
+//! more arriving all the time. Windows read only their own directories, record the files they
+//! read, and fail only when a file changes inside their own reach. Tables are compared with
+//! polars over the source (scripts/landing_oracle.py).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use datafusion::arrow::array::{Int64Array, TimestampMicrosecondArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use datafusion::arrow::record_batch::RecordBatch;
+
+use crate::common::*;
+
+const TASK: &str = r#"
+sql = """
+SELECT CAST(ts AS DATE) AS day, ts, id, v
+FROM events
+WHERE dt >= $window_start AND dt < $window_end
+  AND ts >= $window_start_ts AND ts < $window_end_ts
+"""
+
+[target]
+partition_by = "day"
+
+[window]
+grain = "day"
+timezone = "UTC"
+
+[sources.events]
+uri = "events"
+format = "parquet"
+
+[write]
+mode = "overwrite"
+"#;
+
+fn day(n: i64) -> jiff::civil::Date {
+    jiff::civil::date(2026, 11, 1)
+        .checked_add(jiff::Span::new().days(n))
+        .unwrap()
+}
+
+/// Write file `n` of day `d` (10 rows inside the day), atomically (a hidden temporary file
+/// renamed into place, as landing-zone writers do).
+fn write_file(root: &Path, d: jiff::civil::Date, n: usize) -> PathBuf {
+    let dir = root.join(format!("dt={d}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let start = d
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .unwrap()
+        .timestamp()
+        .as_microsecond();
+    let rows = 10i64;
+    let ts: Vec<i64> = (0..rows)
+        .map(|i| start + ((n as i64 * rows + i) * 977_000_000) % 86_400_000_000)
+        .collect();
+    let id: Vec<i64> = (0..rows).map(|i| n as i64 * 1000 + i).collect();
+    let v: Vec<i64> = (0..rows)
+        .map(|i| (d.day() as i64) * 100 + n as i64 * 10 + i)
+        .collect();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            false,
+        ),
+        Field::new("id", DataType::Int64, false),
+        Field::new("v", DataType::Int64, false),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(TimestampMicrosecondArray::from(ts).with_timezone("UTC")),
+            Arc::new(Int64Array::from(id)),
+            Arc::new(Int64Array::from(v)),
+        ],
+    )
+    .unwrap();
+    let path = dir.join(format!("part-{n:05}.parquet"));
+    let tmp = dir.join(format!(".part-{n:05}.parquet.tmp"));
+    let file = std::fs::File::create(&tmp).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(file, schema, None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    path
+}
+
+/// A project with the `events` task over a landing zone of `days` days × `files` files.
+fn landing_project(days: i64, files: usize) -> TestProject {
+    let p = TestProject::new();
+    let root = p.path().join("events");
+    for d in 0..days {
+        for n in 0..files {
+            write_file(&root, day(d), n);
+        }
+    }
+    p.task("events", TASK);
+    p
+}
+
+fn python() -> String {
+    std::env::var("IDEMLAKE_PYTHON").unwrap_or_else(|_| {
+        repo()
+            .join(".venv-py/bin/python")
+            .to_string_lossy()
+            .into_owned()
+    })
+}
+
+/// polars' per-day rows and sums of the source and of table `table` (see landing_oracle.py).
+fn oracle(p: &TestProject, table: &Path, first: i64, last: i64) -> serde_json::Value {
+    let out = std::process::Command::new(python())
+        .arg(repo().join("scripts/landing_oracle.py"))
+        .arg(p.path().join("events"))
+        .arg(table)
+        .arg(day(first).to_string())
+        .arg(day(last).to_string())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn assert_matches_polars(p: &TestProject, table: &Path, first: i64, last: i64) {
+    let got = oracle(p, table, first, last);
+    assert_eq!(
+        got["source"].as_object().unwrap().len() as i64,
+        last - first + 1,
+        "{got}"
+    );
+    assert_eq!(got["source"], got["table"], "source vs table per polars");
+}
+
+#[test]
+fn a_landing_zone_backfill_reads_its_days_records_their_files_and_matches_polars() {
+    let p = landing_project(10, 4);
+    let out = p.run(&[
+        "--output",
+        "json",
+        "backfill",
+        "events",
+        "--from",
+        &day(2).to_string(),
+        "--to",
+        &day(7).to_string(),
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let reports = json_lines(&out);
+    assert_eq!(reports.len(), 6, "{}", text(&out));
+    for r in &reports {
+        assert_eq!(r["rows_written"], 40, "{r}");
+        let checks: Vec<&str> = r["reconciliation"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["check"].as_str().unwrap())
+            .collect();
+        assert!(checks.contains(&"source_rows"), "{r}");
+    }
+    assert_matches_polars(&p, &p.table_dir("events"), 2, 7);
+
+    // The run record of day 4 names exactly the four files of dt=<day 4>.
+    let table = p.table_dir("events");
+    let last = log_version(&table).unwrap();
+    let mut records = Vec::new();
+    for v in 0..=last {
+        for a in commit_actions(&table, v) {
+            let Some(info) = a["commitInfo"]["idemlake"].as_object() else {
+                continue;
+            };
+            match info.get("runs").and_then(|r| r.as_array()) {
+                Some(runs) => records.extend(runs.iter().cloned()),
+                None => records.push(serde_json::Value::Object(info.clone())),
+            }
+        }
+    }
+    let label = day(4).to_string();
+    let record = records
+        .iter()
+        .find(|r| r["window"]["label"] == label.as_str())
+        .unwrap_or_else(|| panic!("no run record of {label} in {records:?}"));
+    let read: Vec<&str> = record["sources"][0]["read"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(read.len(), 4, "{record}");
+    assert_eq!(record["sources"][0]["files"], 4, "{record}");
+    for (n, path) in read.iter().enumerate() {
+        assert!(
+            path.ends_with(&format!("events/dt={label}/part-{n:05}.parquet")),
+            "{record}"
+        );
+    }
+
+    // The plain twin (DataFusion's listing table) publishes the same rows.
+    let lake = p.path().join("lake-plain");
+    let out = p
+        .cmd()
+        .env("IDEMLAKE_ACCELERATE", "0")
+        .args(["--lake"])
+        .arg(&lake)
+        .args(["backfill", "events", "--from"])
+        .arg(day(2).to_string())
+        .arg("--to")
+        .arg(day(7).to_string())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_matches_polars(&p, &lake.join("events"), 2, 7);
+}
+
+#[test]
+fn a_backfill_completes_while_files_land_in_other_days() {
+    let p = landing_project(12, 3);
+    let root = p.path().join("events");
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (root, stop) = (root.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0usize;
+            while !stop.load(Ordering::SeqCst) {
+                // Today's and tomorrow's directories keep receiving files, new ones appear.
+                write_file(&root, day(20 + (n % 7) as i64), 100 + n);
+                write_file(&root, day(9 + (n % 3) as i64), 100 + n);
+                n += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            n
+        })
+    };
+    let out = p.run(&[
+        "backfill",
+        "events",
+        "--from",
+        &day(0).to_string(),
+        "--to",
+        &day(7).to_string(),
+    ]);
+    stop.store(true, Ordering::SeqCst);
+    let written = writer.join().unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(written > 0);
+    assert_matches_polars(&p, &p.table_dir("events"), 0, 7);
+}
+
+/// Start `run events --window <day d>` paused before its inputs check; returns the child once
+/// it says it paused.
+fn paused_run(p: &TestProject, d: i64, extra_env: &[(&str, &str)]) -> std::process::Child {
+    use std::io::{BufRead, BufReader};
+    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin!("idemlake"));
+    cmd.arg("--project")
+        .arg(p.path())
+        .args(["--output", "json", "run", "events", "--window"])
+        .arg(day(d).to_string())
+        .env_remove("IDEMLAKE_LAKE")
+        .env_remove("IDEMLAKE_PROJECT")
+        .env("IDEMLAKE_TEST_FAULT", "pause-before-inputs-check:4000")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    loop {
+        let line = lines
+            .next()
+            .expect("the run ended before it paused")
+            .unwrap();
+        if line.contains("paused at before-inputs-check") {
+            break;
+        }
+    }
+    // Keep draining stderr so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    child
+}
+
+#[test]
+fn a_file_added_to_a_running_windows_own_directory_fails_it_and_publishes_nothing() {
+    for accelerate in ["1", "0"] {
+        let p = landing_project(5, 2);
+        let child = paused_run(&p, 2, &[("IDEMLAKE_ACCELERATE", accelerate)]);
+        write_file(&p.path().join("events"), day(2), 77);
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(code(&out), 1, "accelerate={accelerate}: {}", text(&out));
+        let report = &json_lines(&out)[0];
+        assert_eq!(report["published"], false, "{report}");
+        assert_eq!(report["retryable"], true, "{report}");
+        let error = report["error"].as_str().unwrap();
+        assert!(
+            error.contains("changed inside this window's reach") && error.contains("part-00077"),
+            "{error}"
+        );
+        assert_eq!(
+            log_version(&p.table_dir("events")),
+            None,
+            "nothing published"
+        );
+
+        // Re-run once the directory is quiet: the window holds every file, as polars reads it.
+        p.run_ok("events", &day(2).to_string());
+        assert_matches_polars(&p, &p.table_dir("events"), 2, 2);
+    }
+}
+
+#[test]
+fn files_landing_outside_a_running_window_do_not_fail_it() {
+    let p = landing_project(5, 2);
+    let child = paused_run(&p, 2, &[]);
+    let root = p.path().join("events");
+    write_file(&root, day(3), 77);
+    write_file(&root, day(30), 0);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_matches_polars(&p, &p.table_dir("events"), 2, 2);
+}
+
+#[test]
+fn partition_columns_are_validated() {
+    let p = landing_project(2, 1);
+    let cases = [
+        (
+            "partition_columns = [\"dt TIMESTAMPTZ\"]",
+            "is not a partition type",
+        ),
+        (
+            "partition_columns = [\"dt\"]",
+            "must be a column name and a type",
+        ),
+        (
+            "partitioning = \"none\"\npartition_columns = [\"dt DATE\"]",
+            "set partitioning = \"hive\"",
+        ),
+        ("partitioning = \"sometimes\"", "must be auto, hive or none"),
+    ];
+    for (extra, message) in cases {
+        let toml = TASK.replace(
+            "format = \"parquet\"",
+            &format!("format = \"parquet\"\n{extra}"),
+        );
+        p.task("events", &toml);
+        let out = p.run(&["validate", "events"]);
+        assert_eq!(code(&out), 2, "{extra}: {}", text(&out));
+        assert!(text(&out).contains(message), "{extra}: {}", text(&out));
+    }
+    // Declared levels must be the directories': a misnamed one is refused before any read.
+    let toml = TASK.replace(
+        "format = \"parquet\"",
+        "format = \"parquet\"\npartition_columns = [\"day DATE\"]",
+    );
+    p.task("events", &toml);
+    let out = p.run(&["run", "events", "--window", &day(0).to_string()]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(
+        text(&out).contains("partition_columns names [day]"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(log_version(&p.table_dir("events")), None);
+}
