@@ -6,6 +6,9 @@ use datafusion::prelude::SessionContext;
 
 use crate::error::Result;
 
+/// The memory DataFusion may keep listings in: ~300,000 objects.
+const LIST_FILES_CACHE_BYTES: usize = 64 << 20;
+
 /// A DataFusion session configured for idemlake: standard SQL identifier rules (unquoted
 /// names are case-insensitive), Delta's planner for Delta sources, and Parquet filter
 /// pushdown: a window reads a thin slice of its sources, so the window predicate is evaluated
@@ -32,6 +35,12 @@ pub fn session(mapped: bool, pushdown: bool) -> Result<SessionContext> {
     let ctx =
         deltalake::delta_datafusion::DeltaSessionContext::new_with_session_overrides(&overrides)?
             .into_inner();
+    // DataFusion keeps each listing table's listing for the session (the run); its default
+    // 1 MiB leaves a landing zone of more than a few thousand files to be listed again for
+    // every window (the plain twin's and the checks' route, see `pipeline::landing`).
+    if let Some(cache) = ctx.runtime_env().cache_manager.get_list_files_cache() {
+        cache.update_cache_limit(LIST_FILES_CACHE_BYTES);
+    }
     if mapped {
         // Local sources are read through memory maps (see `mapped`).
         let local = url::Url::parse("file:///").expect("a valid URL");

@@ -365,3 +365,54 @@ fn partition_columns_are_validated() {
     );
     assert_eq!(log_version(&p.table_dir("events")), None);
 }
+
+#[test]
+fn a_glob_location_reads_only_the_files_it_names_in_both_routes() {
+    let p = landing_project(4, 3);
+    for d in 0..4 {
+        let dir = p.path().join("events").join(format!("dt={}", day(d)));
+        std::fs::copy(
+            dir.join("part-00000.parquet"),
+            dir.join("other-00000.parquet"),
+        )
+        .unwrap();
+    }
+    let glob = p.path().join("events/*/part-*.parquet");
+    p.task(
+        "events",
+        &TASK.replace("uri = \"events\"", &format!("uri = \"{}\"", glob.display())),
+    );
+    for accelerate in ["1", "0"] {
+        let lake = p.path().join(format!("lake-{accelerate}"));
+        let out = p
+            .cmd()
+            .env("IDEMLAKE_ACCELERATE", accelerate)
+            .args(["--output", "json", "--lake"])
+            .arg(&lake)
+            .args(["backfill", "events", "--from"])
+            .arg(day(1).to_string())
+            .arg("--to")
+            .arg(day(2).to_string())
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        let reports = json_lines(&out);
+        assert_eq!(reports.len(), 2, "{}", text(&out));
+        for r in &reports {
+            assert_eq!(r["rows_written"], 30, "accelerate={accelerate}: {r}");
+        }
+    }
+    // Directory segments other than `*` / `key=*` are refused before anything is read.
+    let bad = p.path().join("events/dt=2026-*/part-*.parquet");
+    p.task(
+        "events",
+        &TASK.replace("uri = \"events\"", &format!("uri = \"{}\"", bad.display())),
+    );
+    let out = p.run(&["run", "events", "--window", &day(1).to_string()]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(
+        text(&out).contains("may only be `*` or `key=*`"),
+        "{}",
+        text(&out)
+    );
+}

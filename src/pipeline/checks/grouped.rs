@@ -3,9 +3,11 @@
 //! A backfill of N windows checked window by window reads the source N times. When the check
 //! query has the everyday shape — one aggregate (or, for a row-preserving task, the rows) over
 //! one filter holding the window bounds as `X >= $window_start AND X < $window_end` (either
-//! bound parameter, `_ts` or not, either side of the comparison) — the same numbers come from
-//! one query per batch of windows: the bounds are bound to the batch's first start and last
-//! end, and the aggregate is grouped by the window each row's `X` falls in. Anything else
+//! bound parameter, `_ts` or not, either side of the comparison; several such pairs on
+//! different expressions, as a landing zone's task bounds `dt` and `ts`) — the same numbers
+//! come from one query per batch of windows: the bounds are bound to the batch's first start
+//! and last end, and the aggregate is grouped by the window each row's `X` falls in (with
+//! several pairs, the window every one of them falls in, or none). Anything else
 //! (bounds in another form, `HAVING`, joins or sorts above the filter, parameters elsewhere)
 //! is [`NotGroupable`] and is checked window by window.
 //!
@@ -16,7 +18,8 @@
 //! Why the numbers are the same: the rewrite runs on the analysed plan, where each bound
 //! comparison is `X op P` with both sides of one type `T`; a row belongs to window `i` exactly
 //! when `lo_i <= X < hi_i` in `T`'s order (`lo_i`, `hi_i` the bound parameters of window `i`
-//! cast to `T` as the comparison casts them). The windows' intervals must be disjoint and
+//! cast to `T` as the comparison casts them); with several pairs, exactly when this holds
+//! for each, that is when all of their windows are `i`. The windows' intervals must be disjoint and
 //! ascending in `T` (checked), so each row falls in at most one; rows between the batch's
 //! windows (a `--missing` gap) fall in none and are dropped. A window no row falls in gets the
 //! query's result over no rows (the filter replaced by `false`).
@@ -72,11 +75,17 @@ pub enum PerWindow {
     Rows(u64),
 }
 
-/// One bound comparison of the window filter: `X op P` with `P` a window parameter, possibly
-/// cast to the comparison's type.
-struct Bound {
-    /// The parameter's name (`window_start`, `window_end_ts`, …).
-    param: String,
+/// One bounded expression of the window filter: `X >= lower AND X < upper` with `lower`,
+/// `upper` window parameters, possibly cast to the comparison's type.
+struct Pair {
+    /// The bounded expression `X`, in the filter's input schema.
+    x: Expr,
+    /// The lower bound's parameter (`window_start`, `window_start_ts`).
+    lower: String,
+    /// The upper bound's parameter (`window_end`, `window_end_ts`).
+    upper: String,
+    /// The type both sides of each bound comparison have.
+    ty: DataType,
 }
 
 /// A check query analysed for grouping.
@@ -85,12 +94,9 @@ pub struct Grouped {
     /// The analysed, unbound plan.
     plan: LogicalPlan,
     measure: Measure,
-    lower: Bound,
-    upper: Bound,
-    /// The bounded expression `X`, in the filter's input schema.
-    x: Expr,
-    /// The type both sides of each bound comparison have.
-    ty: DataType,
+    /// Every bounded expression (a landing zone's task bounds its partition column and its
+    /// timestamp): a row is in window `i` when each lies in window `i`'s bounds.
+    pairs: Vec<Pair>,
 }
 
 fn has_placeholder(e: &Expr) -> bool {
@@ -171,49 +177,64 @@ impl Grouped {
                 "the window parameters are not all in one filter".into(),
             ));
         };
-        let (mut lower, mut upper) = (None, None);
+        let (mut lowers, mut uppers): (Vec<(Expr, String, DataType)>, Vec<_>) = (vec![], vec![]);
         for c in split_conjunction(&f.predicate) {
             if !has_placeholder(c) {
                 continue;
             }
-            match bound(c) {
-                Some((true, x, p, ty)) if lower.is_none() => lower = Some((x, p, ty)),
-                Some((false, x, p, ty)) if upper.is_none() => upper = Some((x, p, ty)),
-                _ => {
-                    return Err(NotGroupable(format!(
-                        "the window filter has a condition other than X >= start AND X < end: {c}"
-                    )));
-                }
+            let Some((is_lower, x, p, ty)) = bound(c) else {
+                return Err(NotGroupable(format!(
+                    "the window filter has a condition other than X >= start AND X < end: {c}"
+                )));
+            };
+            let side = if is_lower { &mut lowers } else { &mut uppers };
+            if side.iter().any(|(y, _, _)| *y == x) {
+                return Err(NotGroupable(format!(
+                    "the window filter bounds {x} twice from one side"
+                )));
             }
+            side.push((x, p, ty));
         }
-        let (Some((x, lp, lty)), Some((ux, up, uty))) = (lower, upper) else {
+        if lowers.is_empty() || lowers.len() != uppers.len() {
             return Err(NotGroupable(
-                "the window filter does not bound one expression from both sides".into(),
+                "the window filter does not bound each expression from both sides".into(),
             ));
-        };
-        let xty = x.get_type(f.input.schema())?;
-        if x != ux || lty != uty || xty != lty {
-            return Err(NotGroupable(format!(
-                "the window bounds compare different expressions or types ({x}: {xty}, {lty}; {ux}: {uty})"
-            )));
         }
-        if !RowConverter::supports_fields(&[SortField::new(lty.clone())]) {
-            return Err(NotGroupable(format!("{lty} cannot be ordered")));
+        let mut pairs = Vec::with_capacity(lowers.len());
+        for (x, lp, lty) in lowers {
+            let Some((_, up, uty)) = uppers.iter().find(|(y, _, _)| *y == x).cloned() else {
+                return Err(NotGroupable(format!(
+                    "the window filter bounds {x} from below only"
+                )));
+            };
+            let xty = x.get_type(f.input.schema())?;
+            if lty != uty || xty != lty {
+                return Err(NotGroupable(format!(
+                    "the window bounds compare different types ({x}: {xty}, {lty}, {uty})"
+                )));
+            }
+            if !RowConverter::supports_fields(&[SortField::new(lty.clone())]) {
+                return Err(NotGroupable(format!("{lty} cannot be ordered")));
+            }
+            pairs.push(Pair {
+                x,
+                lower: lp,
+                upper: up,
+                ty: lty,
+            });
         }
         Ok(Grouped {
             state,
             plan,
             measure,
-            lower: Bound { param: lp },
-            upper: Bound { param: up },
-            x,
-            ty: lty,
+            pairs,
         })
     }
 
-    /// Each window's bounds in the comparison's type; an error unless disjoint and ascending.
+    /// Each window's bounds of `pair` in its comparison's type; an error unless disjoint and
+    /// ascending.
     fn bounds(
-        &self,
+        pair: &Pair,
         grain: Grain,
         windows: &[Window],
     ) -> std::result::Result<(Vec<ScalarValue>, Vec<ScalarValue>), NotGroupable> {
@@ -223,13 +244,13 @@ impl Grouped {
                 .find(|(n, _)| n == name)
                 .map(|(_, v)| v.clone())
                 .ok_or_else(|| NotGroupable(format!("no parameter {name}")))?;
-            v.cast_to(&self.ty).map_err(NotGroupable::from)
+            v.cast_to(&pair.ty).map_err(NotGroupable::from)
         };
         let (mut lo, mut hi) = (Vec::new(), Vec::new());
         for w in windows {
             let params = window_params(grain, w);
-            lo.push(value(&params, &self.lower.param)?);
-            hi.push(value(&params, &self.upper.param)?);
+            lo.push(value(&params, &pair.lower)?);
+            hi.push(value(&params, &pair.upper)?);
         }
         let less = |a: &ScalarValue, b: &ScalarValue, or_equal: bool| {
             matches!(a.partial_cmp(b), Some(std::cmp::Ordering::Less)) || (or_equal && a == b)
@@ -239,11 +260,39 @@ impl Grouped {
             if !less(&lo[i], &hi[i], false) || !disjoint {
                 return Err(NotGroupable(format!(
                     "the windows are not disjoint and ascending as {}",
-                    self.ty
+                    pair.ty
                 )));
             }
         }
         Ok((lo, hi))
+    }
+
+    /// The index of the window a row falls in (NULL for none): each bounded expression's
+    /// window, when all of them agree.
+    fn window_key(
+        &self,
+        grain: Grain,
+        windows: &[Window],
+    ) -> std::result::Result<Expr, NotGroupable> {
+        let mut keys = Vec::with_capacity(self.pairs.len());
+        for pair in &self.pairs {
+            let (lo, hi) = Self::bounds(pair, grain, windows)?;
+            let window_of = ScalarUDF::new_from_impl(WindowOf::new(pair.ty.clone(), &lo, &hi)?);
+            keys.push(window_of.call(vec![pair.x.clone()]));
+        }
+        // A row is in window i when every bounded expression is: its index, or NULL.
+        Ok(match keys.as_slice() {
+            [one] => one.clone(),
+            [first, rest @ ..] => {
+                let same = rest
+                    .iter()
+                    .map(|k| first.clone().eq(k.clone()))
+                    .reduce(Expr::and)
+                    .expect("two keys or more");
+                datafusion::logical_expr::when(same, first.clone()).end()?
+            }
+            [] => unreachable!("a grouped query has a bounded expression"),
+        })
     }
 
     /// The per-window results for `windows` (ascending, disjoint), from one query.
@@ -252,9 +301,7 @@ impl Grouped {
         grain: Grain,
         windows: &[Window],
     ) -> std::result::Result<Vec<PerWindow>, NotGroupable> {
-        let (lo, hi) = self.bounds(grain, windows)?;
-        let window_of = ScalarUDF::new_from_impl(WindowOf::new(self.ty.clone(), &lo, &hi)?);
-        let key = window_of.call(vec![self.x.clone()]);
+        let key = self.window_key(grain, windows)?;
         let mut aggregated = false;
         let mut grouped = carry(&self.plan, &key, &mut aggregated)?;
         match (self.measure, aggregated) {

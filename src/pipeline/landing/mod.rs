@@ -24,8 +24,10 @@
 //! DataFusion's own `ListingTable` with the same partition columns and schema: a listing of
 //! their own that shares nothing with this one.
 
+mod glob;
 mod pins;
 mod provider;
+mod prune;
 mod register;
 
 pub use pins::{describe, differences, scan_filters};
@@ -35,16 +37,12 @@ pub use register::{Route, register};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::common::{DFSchema, ScalarValue};
+use datafusion::common::ScalarValue;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl, PartitionedFile,
 };
-use datafusion::execution::context::ExecutionProps;
 use datafusion::logical_expr::Expr;
-use datafusion::logical_expr::utils::conjunction;
-use datafusion::physical_expr::create_physical_expr;
 use datafusion::prelude::SessionContext;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
@@ -83,6 +81,8 @@ pub struct LandingZone {
     /// The files' own columns (partition columns excluded).
     file_schema: SchemaRef,
     options: ListingOptions,
+    /// The glob of a `.../*/part-*.parquet` location (its root is `url`).
+    glob: Option<glob::Glob>,
     pinned: Mutex<HashMap<Path, Arc<Dir>>>,
 }
 
@@ -98,12 +98,13 @@ impl LandingZone {
         partitioning: &Partitioning,
         options: ListingOptions,
     ) -> Result<Option<LandingZone>> {
-        if *partitioning == Partitioning::None {
+        let Some((root, glob)) = split_location(uri, partitioning)? else {
             return Ok(None);
-        }
+        };
+        let uri = root.as_str();
         let url = ListingTableUrl::parse(uri)
             .map_err(|e| Error::input(format!("invalid source location `{uri}`: {e}")))?;
-        if !url.is_collection() && !is_directory(&url) {
+        if glob.is_none() && !url.is_collection() && !is_directory(&url) {
             return Ok(None);
         }
         let url = if url.is_collection() {
@@ -119,6 +120,7 @@ impl LandingZone {
             columns: Vec::new(),
             file_schema: Arc::new(Schema::empty()),
             options,
+            glob,
             pinned: Mutex::new(HashMap::new()),
         };
         let Some((levels, first)) = zone.first_file().await? else {
@@ -143,7 +145,7 @@ impl LandingZone {
                     first.location
                 )));
             }
-            _ if levels.is_empty() => return Ok(None),
+            _ if levels.is_empty() && zone.glob.is_none() => return Ok(None),
             _ => levels
                 .iter()
                 .map(|(k, v)| (k.clone(), arrow_type(PartitionKind::infer(v))))
@@ -206,7 +208,12 @@ impl LandingZone {
             .options
             .clone()
             .with_table_partition_cols(self.columns.clone());
-        let config = ListingTableConfig::new(self.url.clone())
+        // DataFusion matches a glob against the file names, `key=value` levels left out.
+        let url = match &self.glob {
+            Some(g) => self.url.clone().with_glob(g.file.as_str())?,
+            None => self.url.clone(),
+        };
+        let config = ListingTableConfig::new(url)
             .with_listing_options(options)
             .with_schema(self.file_schema.clone());
         Ok(ListingTable::try_new(config)?)
@@ -245,7 +252,7 @@ impl LandingZone {
                     children.push((child.clone(), vs));
                 }
             }
-            level = self.keep(children, depth, &filters)?;
+            level = prune::keep(&self.columns, children, depth, &filters)?;
         }
         let leaves: Vec<(Vec<ScalarValue>, Arc<Dir>)> =
             futures::stream::iter(level.into_iter().map(|(p, values)| async move {
@@ -258,11 +265,7 @@ impl LandingZone {
         let mut out = Vec::new();
         for (values, dir) in leaves {
             for meta in &dir.files {
-                if !meta
-                    .location
-                    .as_ref()
-                    .ends_with(&self.options.file_extension)
-                {
+                if !self.is_source_file(&meta.location) {
                     continue;
                 }
                 let mut pf = PartitionedFile::from(meta.clone());
@@ -330,89 +333,82 @@ impl LandingZone {
         }
     }
 
-    /// The directories of one level whose values (columns `0..=depth`) the filters that name
-    /// only those columns accept.
-    fn keep(
-        &self,
-        dirs: Vec<(Path, Vec<ScalarValue>)>,
-        depth: usize,
-        filters: &[&Expr],
-    ) -> Result<Vec<(Path, Vec<ScalarValue>)>> {
-        let known: Vec<&str> = self.columns[..=depth]
-            .iter()
-            .map(|(n, _)| n.as_str())
-            .collect();
-        let usable: Vec<Expr> = filters
-            .iter()
-            .filter(|f| {
-                datafusion::datasource::listing::helpers::expr_applicable_for_cols(&known, f)
-            })
-            .map(|f| unqualified((*f).clone()))
-            .collect::<Result<_>>()?;
-        let Some(predicate) = conjunction(usable) else {
-            return Ok(dirs);
-        };
-        if dirs.is_empty() {
-            return Ok(dirs);
-        }
-        let schema = Arc::new(Schema::new(
-            self.columns[..=depth]
-                .iter()
-                .map(|(n, t)| Field::new(n, t.clone(), true))
-                .collect::<Vec<_>>(),
-        ));
-        let columns: Vec<ArrayRef> = (0..=depth)
-            .map(|i| ScalarValue::iter_to_array(dirs.iter().map(|(_, v)| v[i].clone())))
-            .collect::<std::result::Result<_, _>>()?;
-        let batch = RecordBatch::try_new(schema.clone(), columns)?;
-        let df_schema = DFSchema::try_from(schema)?;
-        let expr = create_physical_expr(
-            &predicate,
-            &df_schema,
-            &ExecutionProps::new(),
-            &datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext::default(
-            ),
-        )?;
-        let result = expr.evaluate(&batch)?.into_array(batch.num_rows())?;
-        let keep = result
-            .as_any()
-            .downcast_ref::<BooleanArray>()
-            .ok_or_else(|| Error::runtime("a partition filter did not give booleans"))?
-            .clone();
-        Ok(dirs
-            .into_iter()
-            .enumerate()
-            .filter(|(i, _)| keep.is_valid(*i) && keep.value(*i))
-            .map(|(_, d)| d)
-            .collect())
+    /// Whether an object under the zone is one of its files: the format's extension, and the
+    /// glob's file pattern if there is one.
+    fn is_source_file(&self, location: &Path) -> bool {
+        location.as_ref().ends_with(&self.options.file_extension)
+            && self
+                .glob
+                .as_ref()
+                .is_none_or(|g| location.filename().is_some_and(|name| g.matches_file(name)))
     }
 
     /// The first file in path order and the `key=value` levels above it: one pinned listing
-    /// per level down the first directory (files directly in a directory come first).
+    /// per level down the first directories (files directly in a directory come first; with a
+    /// glob, only at its depth and under directories it matches).
     async fn first_file(&self) -> Result<Option<(Vec<(String, String)>, ObjectMeta)>> {
-        let mut path = self.url.prefix().clone();
-        let mut levels = Vec::new();
-        loop {
+        let depth_of_files = self.glob.as_ref().map(|g| g.dirs.len());
+        // Depth-first, smallest path first: (directory, depth, levels above it).
+        let mut stack = vec![(self.url.prefix().clone(), 0usize, Vec::new())];
+        while let Some((path, depth, levels)) = stack.pop() {
             let dir = self.list(&path, Listing::Pinned).await?;
-            let mut files: Vec<&ObjectMeta> = dir
-                .files
-                .iter()
-                .filter(|m| m.location.as_ref().ends_with(&self.options.file_extension))
-                .collect();
-            files.sort_by(|a, b| a.location.cmp(&b.location));
-            if let Some(f) = files.first() {
-                return Ok(Some((levels, (*f).clone())));
+            if depth_of_files.is_none_or(|d| d == depth) {
+                let first = dir
+                    .files
+                    .iter()
+                    .filter(|m| self.is_source_file(&m.location))
+                    .min_by(|a, b| a.location.cmp(&b.location));
+                if let Some(f) = first {
+                    return Ok(Some((levels, f.clone())));
+                }
             }
-            let Some(next) = dir.dirs.iter().min() else {
-                return Ok(None);
+            let mut next: Vec<&Path> = match &self.glob {
+                Some(g) => dir
+                    .dirs
+                    .iter()
+                    .filter(|p| g.matches_dir(depth, p.filename().unwrap_or_default()))
+                    .collect(),
+                None => dir.dirs.iter().min().into_iter().collect(),
             };
-            let segment = next.filename().unwrap_or_default().to_string();
-            if let Some((k, v)) = segment.split_once('=') {
-                levels.push((k.to_string(), percent_decode(v)));
+            next.sort_by(|a, b| b.cmp(a));
+            for child in next {
+                let segment = child.filename().unwrap_or_default();
+                let mut levels = levels.clone();
+                match segment.split_once('=') {
+                    Some((k, v)) => levels.push((k.to_string(), percent_decode(v))),
+                    None if self.glob.is_some() => {
+                        return Err(Error::input(format!(
+                            "directory {child} matches the glob of source `{}`, but a glob's directory levels must be key=value directories (Hive partitions)",
+                            self.alias
+                        )));
+                    }
+                    None => {}
+                }
+                stack.push((child.clone(), depth + 1, levels));
             }
-            path = next.clone();
         }
+        Ok(None)
     }
+}
+
+/// A zone's root and glob; `None` when `partitioning = "none"` leaves a plain location alone.
+fn split_location(
+    uri: &str,
+    partitioning: &Partitioning,
+) -> Result<Option<(String, Option<glob::Glob>)>> {
+    let (root, glob) = glob::split(uri)?;
+    if let Some(g) = &glob
+        && *partitioning == Partitioning::None
+        && !g.dirs.is_empty()
+    {
+        return Err(Error::input(format!(
+            "partitioning = \"none\", but the glob `{uri}` has directory levels: they are read as key=value partitions"
+        )));
+    }
+    if *partitioning == Partitioning::None && glob.is_none() {
+        return Ok(None);
+    }
+    Ok(Some((root, glob)))
 }
 
 /// The Arrow type of a partition column's values.
@@ -450,21 +446,6 @@ fn is_directory(url: &ListingTableUrl) -> bool {
             .as_str()
             .strip_prefix("file://")
             .is_some_and(|p| std::path::Path::new(&percent_decode(p)).is_dir())
-}
-
-/// `e` with its columns unqualified (a scan's filters name the table; the directory values are
-/// evaluated in a schema of the partition columns alone).
-fn unqualified(e: Expr) -> Result<Expr> {
-    use datafusion::common::tree_node::{Transformed, TreeNode};
-    Ok(e.transform(|e| {
-        Ok(match e {
-            Expr::Column(c) if c.relation.is_some() => Transformed::yes(Expr::Column(
-                datafusion::common::Column::new_unqualified(c.name),
-            )),
-            other => Transformed::no(other),
-        })
-    })?
-    .data)
 }
 
 /// A path segment's text, `%XX` escapes decoded (as Hive, Spark and DataFusion write them).
