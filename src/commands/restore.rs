@@ -5,7 +5,10 @@
 //! `V` (files live in both are left alone); other windows are untouched. The files must still
 //! be in storage: if a vacuum deleted any of them the restore is refused, naming them, and
 //! nothing changes. The re-added files keep the tags of the run that first published them,
-//! plus `idemlake.restored_from = V`, so `status` shows the window as restored. The commit is
+//! plus `idemlake.restored_from = V`, so `status` shows the window as restored. Files a merge
+//! wrote carry no tags: the SQL hash is then that of the newest run the run log records
+//! publishing the window at `V` or before. The restore's run-log entry records the version
+//! it made, which is what makes the windows downstream that read the window stale. The commit is
 //! a replaceWhere `WRITE` built on the latest snapshot: a run publishing the same window
 //! meanwhile makes it a conflict (nothing changes; run the restore again). Read-back: the
 //! window at the new version holds exactly version `V`'s files and their rows.
@@ -102,12 +105,15 @@ pub async fn restore(
     let want_paths: HashSet<&str> = wanted.iter().map(|a| a.path.as_str()).collect();
     let (removes, adds) = changes(&current, &wanted, &want_paths, v);
     let rows_then = window_rows(&window_files(&then, &task.partition_by, range)?)?;
-    report.sql_hash = wanted.iter().find_map(|a| {
+    report.sql_hash = match wanted.iter().find_map(|a| {
         a.tags
             .as_ref()?
             .get(crate::delta::overwrite::TAG_SQL_HASH)?
             .clone()
-    });
+    }) {
+        Some(hash) => Some(hash),
+        None => recorded_sql_hash(&store, window, v).await,
+    };
     if removes.is_empty() && adds.is_empty() {
         report.status = Status::Ok;
         report.rows_written = rows_then;
@@ -133,6 +139,26 @@ pub async fn restore(
     report.duration_ms = started.elapsed().as_millis() as u64;
     crate::report::runlog::record(&store, &report, false).await;
     Ok(report)
+}
+
+/// The SQL hash of the run that published what the window held at version `v`, when its
+/// files do not say (a merge writes its own files, without idemlake's tags): the newest
+/// attempt in the run log that published the window at `v` or before.
+async fn recorded_sql_hash(
+    store: &Arc<dyn ObjectStore>,
+    window: &Window,
+    v: i64,
+) -> Option<String> {
+    let attempts = crate::report::runlog::attempts(store).await.ok()?;
+    for a in attempts.get(&window.label())?.iter().rev() {
+        match crate::report::runlog::published_version(store, a).await {
+            Some(at) if at <= v => {
+                return crate::report::runlog::read(store, a).await.ok()?.sql_hash;
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Refuse the restore, naming them, if any of the files `wanted` at version `v` is no longer
