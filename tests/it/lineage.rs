@@ -332,10 +332,25 @@ async fn a_merge_upstream_makes_its_downstream_window_stale() {
     );
     assert!(check.agree("2026-08-03", "2026-08-03"));
     assert_eq!(status(&p, "weekly", "2026-W32")["stale"], false);
-    // An optimize changes no row upstream: nothing becomes stale.
-    let out = p.run(&["optimize", "orders"]);
+    // One more order on 08-06, merged alone: a second file in the day (the week re-runs).
+    std::fs::write(&csv, orders_csv(&[(20, "2026-08-06", 1, 50)])).unwrap();
+    p.run_ok("orders", "2026-08-06");
+    assert_eq!(
+        backfill_stale(&p, "weekly", "2026-W32", "2026-W32"),
+        ["2026-W32"]
+    );
+    // An optimize rewrites that day's files and changes no row: nothing becomes stale.
+    let out = p.run(&["--output", "json", "optimize", "orders"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
+    let compacted: Vec<String> = json_lines(&out)
+        .iter()
+        .filter(|l| l["status"] == "compacted")
+        .map(|l| l["window"]["label"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(compacted, ["2026-08-06"]);
+    assert!(check.agree("2026-08-03", "2026-08-03"));
     assert_eq!(status(&p, "weekly", "2026-W32")["stale"], false);
+    assert!(backfill_stale(&p, "weekly", "2026-W32", "2026-W32").is_empty());
 }
 
 /// Issue 36 §3: restoring a merge window lost its SQL hash (`status` showed `sql_hash: null`),
@@ -472,4 +487,35 @@ async fn half_hour_zone_hours_feed_every_day_they_overlap() {
     );
     assert!(check.agree("2026-08-05", "2026-08-05"));
     assert_eq!(status(&p, "daily", "2026-08-05")["stale"], false);
+    // --downstream takes the days the hour overlaps, by the same rule: 2026-08-05 runs again,
+    // 2026-08-06 waits for its other hours (exit 1, nothing published for it).
+    let out = p.run(&[
+        "--output",
+        "json",
+        "backfill",
+        "hourly",
+        "--from",
+        "2026-08-06T05",
+        "--to",
+        "2026-08-06T05",
+        "--downstream",
+    ]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    let mut days: Vec<(String, bool, String)> = json_lines(&out)
+        .iter()
+        .filter(|r| r["task"] == "daily")
+        .map(|r| {
+            (
+                r["window"]["label"].as_str().unwrap().to_string(),
+                r["published"].as_bool().unwrap(),
+                r["error"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    days.sort();
+    assert_eq!(days.len(), 2, "{days:?}");
+    assert_eq!((days[0].0.as_str(), days[0].1), ("2026-08-05", true));
+    assert_eq!((days[1].0.as_str(), days[1].1), ("2026-08-06", false));
+    assert!(days[1].2.contains("hourly:2026-08-06T06"), "{days:?}");
+    assert!(check.agree("2026-08-05", "2026-08-05"));
 }
