@@ -519,3 +519,70 @@ async fn half_hour_zone_hours_feed_every_day_they_overlap() {
     assert!(days[1].2.contains("hourly:2026-08-06T06"), "{days:?}");
     assert!(check.agree("2026-08-05", "2026-08-05"));
 }
+
+/// Found while fixing issue 36: a restored merge window read no inputs as far as `status` could
+/// tell (merge files carry no tags, and the restore's record named no sources), so a merge
+/// task's window restored to rows computed from older upstream rows never went stale.
+#[tokio::test]
+async fn a_restored_merge_downstream_window_is_stale_against_what_it_read() {
+    let p = TestProject::new();
+    p.task("hourly", &hour_task("UTC"));
+    let merge = "[write]\nmode = \"merge\"\nkey = [\"day\"]";
+    p.task(
+        "daily",
+        &totals_task("day", "UTC", "hourly", "day", BY_TS, "")
+            .replace("[sources.up]", &format!("{merge}\n[sources.up]")),
+    );
+    let csv = p.path().join("events.csv");
+    let hours = |p: &TestProject| {
+        let out = p.run(&[
+            "backfill",
+            "hourly",
+            "--from",
+            "2026-09-01T00",
+            "--to",
+            "2026-09-01T23",
+        ]);
+        assert_eq!(code(&out), 0, "{}", text(&out));
+    };
+    std::fs::write(&csv, events_csv("2026-09-01T00:05:00Z", 72, 1, "")).unwrap();
+    hours(&p);
+    p.run_ok("daily", "2026-09-01");
+    // Every hour is published again from changed rows, and the day with them.
+    std::fs::write(&csv, events_csv("2026-09-01T00:05:00Z", 72, 3, "")).unwrap();
+    hours(&p);
+    let second = run_json(&p, &["run", "daily", "--window", "2026-09-01"]);
+    let check = Windows {
+        input: &p.table_dir("hourly"),
+        table: &p.table_dir("daily"),
+        col: "day",
+        tz: "UTC",
+        grain: "day",
+    };
+    assert!(check.agree("2026-09-01", "2026-09-01"));
+    assert_eq!(status(&p, "daily", "2026-09-01")["stale"], false);
+    // The day goes back to what it computed from the first rows.
+    let run = second["run_id"].as_str().unwrap();
+    let r = run_json(
+        &p,
+        &[
+            "restore",
+            "daily",
+            "--window",
+            "2026-09-01",
+            "--before-run",
+            run,
+        ],
+    );
+    assert_eq!(r["status"], "restored", "{r}");
+    assert!(!check.agree("2026-09-01", "2026-09-01"));
+    let s = status(&p, "daily", "2026-09-01");
+    assert_eq!(s["stale"], true, "{s}");
+    assert_eq!(s["stale_inputs"].as_array().unwrap().len(), 24, "{s}");
+    assert_eq!(
+        backfill_stale(&p, "daily", "2026-09-01", "2026-09-01"),
+        ["2026-09-01"]
+    );
+    assert!(check.agree("2026-09-01", "2026-09-01"));
+    assert_eq!(status(&p, "daily", "2026-09-01")["stale"], false);
+}
