@@ -257,7 +257,9 @@ fn orders_csv(groups: &[(i64, &str, i64, i64)]) -> String {
 #[tokio::test]
 async fn a_merge_upstream_makes_its_downstream_window_stale() {
     let p = TestProject::new();
-    p.task("orders", &merge_task("status"));
+    // As in the issue: a run of a day merges the day before it again too (lookback 1).
+    let upstream = merge_task("status").replace("[window]\n", "[window]\nlookback = 1\n");
+    p.task("orders", &upstream);
     let day = "day >= $window_start AND day < $window_end";
     p.task(
         "weekly",
@@ -317,9 +319,12 @@ async fn a_merge_upstream_makes_its_downstream_window_stale() {
         .iter()
         .map(|v| v.as_str().unwrap().split('@').next().unwrap())
         .collect();
+    // 08-03 too: the second run of 08-04 merged it again (lookback 1). A merge counts as a
+    // change whether or not the rows it rewrote differ.
     assert_eq!(
         named,
         [
+            "orders:2026-08-03",
             "orders:2026-08-04",
             "orders:2026-08-05",
             "orders:2026-08-06"
