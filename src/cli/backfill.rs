@@ -119,7 +119,7 @@ async fn backfill_downstream(
     let (lo, hi) = (a.start_ts(), b.end_ts());
     let mut worst = 0;
     for down in crate::commands::backfill::downstream_of(project, &root)? {
-        let Some((first, last)) = crate::commands::status::overlapping(&down, lo, hi)? else {
+        let Some((first, last)) = crate::task::overlap::overlapping(&down, lo, hi)? else {
             continue;
         };
         let opts = crate::commands::backfill::Options {

@@ -229,7 +229,7 @@ pub enum Command {
     },
     /// Compact each window's files (one commit per window, rows unchanged, proven by a read-back)
     #[command(
-        after_help = "Examples:\n  idemlake optimize merged_orders                          # every window with 2 or more files\n  idemlake optimize merged_orders --from 1995-06-01 --to 1995-06-30 --min-files 8"
+        after_help = "Examples:\n  idemlake optimize merged_orders                          # every window with 2 or more files in one partition\n  idemlake optimize merged_orders --from 1995-06-01 --to 1995-06-30 --min-files 8"
     )]
     Optimize {
         task: String,
@@ -239,7 +239,7 @@ pub enum Command {
         /// Last window of the range (inclusive)
         #[arg(long, requires = "from")]
         to: Option<String>,
-        /// Compact only windows holding at least this many files
+        /// Compact only windows where one partition value holds at least this many files
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(2..))]
         min_files: u32,
     },

@@ -2,7 +2,10 @@
 //! per window, never changing a row.
 //!
 //! Windows published by merges (or re-published with many small staged files) accumulate
-//! files. For every window of the range holding at least `min_files` live files:
+//! files. For every window of the range where some partition value holds at least
+//! `max(min_files, 2)` live files (a week over day partitions always spans several values,
+//! each holding one file once compacted: counting the window's files would compact it again
+//! on every call):
 //! 1. its rows are read from the current snapshot (delta-rs's table provider, filtered to the
 //!    window's partitions) and written as new files (delta-rs's writer, 128 MiB target);
 //! 2. one commit removes the old files and adds the new ones, both with `dataChange=false`,
@@ -31,7 +34,9 @@ use serde::Serialize;
 use crate::commands::vacuum::UPKEEP_INFO_KEY;
 use crate::commands::verify::diff;
 use crate::delta::overwrite::TAG_VERSION;
-use crate::delta::partition::{PartitionRange, file_window, window_files, window_rows};
+use crate::delta::partition::{
+    PartitionRange, PartitionValue, file_window, partition_value, window_files, window_rows,
+};
 use crate::delta::table;
 use crate::error::{Error, Result};
 use crate::report::record::WindowRecord;
@@ -44,7 +49,7 @@ use crate::task::window::Window;
 pub struct WindowOptimize {
     pub task: String,
     pub window: WindowRecord,
-    /// `compacted`, `skipped` (fewer than `min_files` files), `conflict` (replaced by another
+    /// `compacted`, `skipped` (no partition value with `min_files` files), `conflict` (replaced by another
     /// writer meanwhile: nothing changed), `failed`, or `unverified` (committed, read-back
     /// failed).
     pub status: &'static str,
@@ -70,6 +75,8 @@ impl WindowOptimize {
 struct Live {
     window: Window,
     removes: Vec<Remove>,
+    /// Live files per partition value.
+    per_value: HashMap<PartitionValue, usize>,
     rows: u64,
     /// Every file has a row count in its statistics (so `rows` is exact).
     counted: bool,
@@ -104,7 +111,7 @@ pub async fn optimize(
             table_version: table.version().map(|v| v as i64),
             error: None,
         };
-        if w.removes.len() >= min_files.max(2) {
+        if w.per_value.values().any(|&n| n >= min_files.max(2)) {
             compact(&mut table, task, &w, &mut report).await;
         }
         out.push(report);
@@ -124,7 +131,12 @@ fn live_windows(
         None => (jiff::Timestamp::MIN, jiff::Timestamp::MAX),
     };
     for view in table.snapshot()?.snapshot().log_data().iter() {
-        let Some(window) = file_window(&view, task) else {
+        let (Some(window), Some(value)) = (
+            file_window(&view, task),
+            partition_value(&view, &task.partition_by)
+                .as_ref()
+                .and_then(PartitionValue::from_scalar),
+        ) else {
             continue;
         };
         if window.start_ts() < lo || window.end_ts() > hi {
@@ -140,6 +152,7 @@ fn live_windows(
         let entry = out.entry(window.key()).or_insert_with(|| Live {
             window,
             removes: Vec::new(),
+            per_value: HashMap::new(),
             rows: 0,
             counted: true,
             tags: tags.clone(),
@@ -147,6 +160,7 @@ fn live_windows(
         entry.rows += view.num_records().unwrap_or(0) as u64;
         entry.counted &= view.num_records().is_some();
         entry.removes.push(view.remove_action(false));
+        *entry.per_value.entry(value).or_default() += 1;
         // The newest run's tags; none at all if any file is untagged (not idemlake's).
         entry.tags = match (&entry.tags, version(&entry.tags), version(&tags)) {
             (Some(_), Some(a), Some(b)) if b > a => tags,

@@ -5,7 +5,10 @@
 //! `V` (files live in both are left alone); other windows are untouched. The files must still
 //! be in storage: if a vacuum deleted any of them the restore is refused, naming them, and
 //! nothing changes. The re-added files keep the tags of the run that first published them,
-//! plus `idemlake.restored_from = V`, so `status` shows the window as restored. The commit is
+//! plus `idemlake.restored_from = V`, so `status` shows the window as restored. Files a merge
+//! wrote carry no tags: the SQL hash (and the sources read, for the restore's record) are
+//! then those of the newest run the run log records publishing the window at `V` or before. The restore's run-log entry records the version
+//! it made, which is what makes the windows downstream that read the window stale. The commit is
 //! a replaceWhere `WRITE` built on the latest snapshot: a run publishing the same window
 //! meanwhile makes it a conflict (nothing changes; run the restore again). Read-back: the
 //! window at the new version holds exactly version `V`'s files and their rows.
@@ -21,10 +24,11 @@ use object_store::{ObjectStore, ObjectStoreExt};
 
 use crate::delta::overwrite::TAG_RESTORED_FROM;
 use crate::delta::partition::{PartitionRange, partition_value, window_files, window_rows};
-use crate::delta::readback::find_run_commit;
+use crate::delta::readback::{find_run_commit, run_record};
 use crate::delta::table;
 use crate::error::{Error, Result};
-use crate::report::record::{Check, Report, RunRecord, Status};
+use crate::report::record::{Check, Report, RunRecord, SourceVersion, Status};
+use crate::report::runlog;
 use crate::task::Task;
 use crate::task::plan;
 use crate::task::project::Project;
@@ -102,12 +106,8 @@ pub async fn restore(
     let want_paths: HashSet<&str> = wanted.iter().map(|a| a.path.as_str()).collect();
     let (removes, adds) = changes(&current, &wanted, &want_paths, v);
     let rows_then = window_rows(&window_files(&then, &task.partition_by, range)?)?;
-    report.sql_hash = wanted.iter().find_map(|a| {
-        a.tags
-            .as_ref()?
-            .get(crate::delta::overwrite::TAG_SQL_HASH)?
-            .clone()
-    });
+    let (sql_hash, sources) = provenance(&latest, &store, window, v, &wanted).await;
+    report.sql_hash = sql_hash;
     if removes.is_empty() && adds.is_empty() {
         report.status = Status::Ok;
         report.rows_written = rows_then;
@@ -123,6 +123,7 @@ pub async fn restore(
         report.sql_hash.as_deref().unwrap_or_default(),
     );
     record.rows_written = rows_then;
+    record.sources = sources;
     let version = commit(&latest, task, window, &record, v, removes, adds).await?;
     report.published = true;
     report.table_version = Some(version);
@@ -131,8 +132,50 @@ pub async fn restore(
     let check = read_back(&url, task, range, version, v, &want_paths).await?;
     settle(&mut report, check, rows_then, version, v);
     report.duration_ms = started.elapsed().as_millis() as u64;
-    crate::report::runlog::record(&store, &report, false).await;
+    runlog::record(&store, &report, false).await;
     Ok(report)
+}
+
+/// The SQL hash of the run that published what the window held at version `v`, and the
+/// sources it read (for the restore's record). From the files' tags when they say; files a
+/// merge wrote carry none: then from the newest attempt in the run log that published the
+/// window at `v` or before (its entry, and its commit's record for the sources it read).
+async fn provenance(
+    latest: &DeltaTable,
+    store: &Arc<dyn ObjectStore>,
+    window: &Window,
+    v: i64,
+    wanted: &[Add],
+) -> (Option<String>, Vec<SourceVersion>) {
+    let tagged = wanted.iter().find_map(|a| {
+        a.tags
+            .as_ref()?
+            .get(crate::delta::overwrite::TAG_SQL_HASH)?
+            .clone()
+    });
+    if tagged.is_some() {
+        // The files keep their `idemlake.inputs` tag: `status` reads the sources there.
+        return (tagged, Vec::new());
+    }
+    let Ok(attempts) = runlog::attempts(store).await else {
+        return (None, Vec::new());
+    };
+    for a in attempts.get(&window.label()).into_iter().flatten().rev() {
+        match runlog::published_version(store, a).await {
+            Some(at) if at <= v => {
+                let hash = runlog::read(store, a).await.ok().and_then(|r| r.sql_hash);
+                let sources = run_record(latest, at, &a.run_id)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|r| serde_json::from_value(r.get("sources")?.clone()).ok())
+                    .unwrap_or_default();
+                return (hash, sources);
+            }
+            _ => {}
+        }
+    }
+    (None, Vec::new())
 }
 
 /// Refuse the restore, naming them, if any of the files `wanted` at version `v` is no longer

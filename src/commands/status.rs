@@ -9,6 +9,10 @@
 
 use std::collections::BTreeMap;
 
+mod upstream;
+pub use upstream::{blocked, missing_inputs};
+use upstream::{recorded_inputs, stale_inputs, upstream_publishes};
+
 use crate::delta::overwrite::{
     TAG_INPUTS, TAG_PUBLISHED_AT, TAG_RESTORED_FROM, TAG_RUN_ID, TAG_SQL_HASH, TAG_VERSION,
 };
@@ -143,141 +147,6 @@ fn published_files(table: &DeltaTable, task: &Task) -> Result<BTreeMap<String, A
     Ok(data)
 }
 
-/// Per window of `windows` (ascending): the upstream windows inside it that nothing has
-/// published yet (`task:window`), for task sources with `require = "complete"`; a window with
-/// none may run.
-pub async fn missing_inputs(
-    project: &Project,
-    task: &Task,
-    windows: &[Window],
-) -> Result<Vec<Vec<String>>> {
-    let mut out = vec![Vec::new(); windows.len()];
-    let (Some(first), Some(last)) = (windows.first(), windows.last()) else {
-        return Ok(out);
-    };
-    for s in &task.sources {
-        let (Some(name), crate::task::Require::Complete) = (&s.upstream, s.require) else {
-            continue;
-        };
-        let up = project.task(name)?;
-        let Some(range) = overlapping(&up, first.start_ts(), last.end_ts())? else {
-            continue;
-        };
-        let (_, states) = status(project, &up, Some(range)).await?;
-        for st in states.iter().filter(|st| st.state == "missing") {
-            let (Ok(a), Ok(b)) = (
-                st.window.start.parse::<jiff::Timestamp>(),
-                st.window.end.parse::<jiff::Timestamp>(),
-            ) else {
-                continue;
-            };
-            for (i, w) in windows.iter().enumerate() {
-                if a >= w.start_ts() && b <= w.end_ts() {
-                    out[i].push(format!("{}:{}", up.name, st.window.label));
-                }
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// The failure of a window whose upstream windows are missing (see [`missing_inputs`]).
-pub fn blocked(task: &Task, window: &Window, missing: &[String]) -> crate::report::record::Report {
-    let mut r = crate::report::record::Report::new(task, window, &uuid::Uuid::new_v4().to_string());
-    let shown: Vec<&str> = missing.iter().take(5).map(String::as_str).collect();
-    r.fail(&Error::runtime(format!(
-        "{} upstream window(s) inside {} are not published yet ({}{}): run them first, or set [sources.<alias>] require = \"any\"; nothing was published",
-        missing.len(),
-        window.label(),
-        shown.join(", "),
-        if missing.len() > shown.len() { ", …" } else { "" }
-    )));
-    r
-}
-
-/// Per upstream task source (alias): the task's name and each of its windows' bounds and
-/// the version that last published it.
-type Upstream = Vec<(
-    String,
-    String,
-    Vec<(jiff::Timestamp, jiff::Timestamp, String, i64)>,
-)>;
-
-/// What the task's upstream tasks (`task = "…"` sources) have published, window by window.
-async fn upstream_publishes(project: &Project, task: &Task) -> Result<Upstream> {
-    let mut out = Vec::new();
-    for s in &task.sources {
-        let Some(name) = &s.upstream else {
-            continue;
-        };
-        let up = project.task(name)?;
-        let table = table::open(&project.table_url(&up)?).await?;
-        if table.version().is_none() {
-            continue;
-        }
-        let mut windows = Vec::new();
-        for (label, acc) in published_files(&table, &up)? {
-            let (Ok(w), Some(v)) = (
-                Window::parse(&label, up.grain, &up.timezone),
-                acc.runs.keys().next_back(),
-            ) else {
-                continue;
-            };
-            windows.push((w.start_ts(), w.end_ts(), label, *v));
-        }
-        out.push((s.alias.clone(), up.name.clone(), windows));
-    }
-    Ok(out)
-}
-
-/// The Delta source versions the run that published `st` read, from its commit's record, in
-/// the form of the `idemlake.inputs` file tag.
-async fn recorded_inputs(table: &DeltaTable, st: &WindowStatus) -> Option<String> {
-    let (Some(v), Some(run)) = (st.table_version, st.run_id.as_deref()) else {
-        return None;
-    };
-    let record = crate::delta::readback::run_record(table, v, run)
-        .await
-        .ok()??;
-    let pinned: BTreeMap<String, i64> = record
-        .get("sources")?
-        .as_array()?
-        .iter()
-        .filter_map(|s| {
-            Some((
-                s.get("alias")?.as_str()?.to_string(),
-                s.get("version")?.as_i64()?,
-            ))
-        })
-        .collect();
-    (!pinned.is_empty()).then(|| serde_json::to_string(&pinned).expect("serialisable"))
-}
-
-/// The upstream windows inside `st`'s window published after the versions it read.
-fn stale_inputs(st: &WindowStatus, inputs: &str, upstream: &Upstream) -> Vec<String> {
-    let Ok(read) = serde_json::from_str::<BTreeMap<String, i64>>(inputs) else {
-        return Vec::new();
-    };
-    let (Ok(lo), Ok(hi)) = (
-        st.window.start.parse::<jiff::Timestamp>(),
-        st.window.end.parse::<jiff::Timestamp>(),
-    ) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for (alias, name, windows) in upstream {
-        let Some(&seen) = read.get(alias) else {
-            continue;
-        };
-        for (start, end, label, v) in windows {
-            if *start >= lo && *end <= hi && *v > seen {
-                out.push(format!("{name}:{label}@{v}"));
-            }
-        }
-    }
-    out
-}
-
 /// The window a status label names, shaped as in every command's JSON (a label that is not
 /// a window of the task keeps only its label).
 fn record_of(task: &Task, label: &str) -> WindowRecord {
@@ -313,12 +182,7 @@ async fn window_status(
         .rposition(|a| a.status != "failed" || published_ms.is_some_and(|p| a.at_ms <= p));
     // The last attempt that published (a skipped run, e.g. a merge with an empty result,
     // changed nothing and is never the window's publisher).
-    let last_publish = log.iter().rposition(|a| {
-        matches!(
-            a.status.as_str(),
-            "ok" | "mismatch" | "unverified" | "restored" | "warned"
-        )
-    });
+    let last_publish = log.iter().rposition(|a| a.published());
     let failed: Vec<_> = log[last_ok.map(|i| i + 1).unwrap_or(0)..].to_vec();
     let last_error = match failed.last() {
         Some(a) => crate::report::runlog::read(store, a)
@@ -430,21 +294,4 @@ pub fn parse_range(
         ))),
         _ => Err(Error::input("give both --from and --to, or neither")),
     }
-}
-
-/// The first and last windows of `task` overlapping the instants `[lo, hi)`.
-pub fn overlapping(
-    task: &Task,
-    lo: jiff::Timestamp,
-    hi: jiff::Timestamp,
-) -> Result<Option<(Window, Window)>> {
-    if hi <= lo {
-        return Ok(None);
-    }
-    let at = |t: jiff::Timestamp| t.to_zoned(task.timezone.clone());
-    let last = hi - jiff::SignedDuration::from_micros(1);
-    Ok(Some((
-        Window::containing(task.grain, &at(lo))?,
-        Window::containing(task.grain, &at(last))?,
-    )))
 }

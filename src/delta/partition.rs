@@ -161,7 +161,7 @@ pub fn partition_key(kind: PartitionRange, raw: &str) -> Option<i64> {
 
 /// A partition value as idemlake reads it back: a date (days since the epoch) or an instant
 /// (microseconds since the epoch, UTC).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PartitionValue {
     Date(i32),
     Micros(i64),

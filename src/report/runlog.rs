@@ -4,9 +4,10 @@
 //! tags), but a failed attempt publishes nothing, an emptied window leaves no file to tag, and
 //! merge-mode files carry no tags. Each such attempt (every attempt with
 //! `IDEMLAKE_RUN_LOG=all`) therefore writes
-//! `<table>/_idemlake/runs/<window>@<unix ms>-<status>-<run id>.json` holding its report. The
-//! name alone says when and how it ended, so `status` needs one listing and reads only the
-//! objects whose error it shows. All entries sit in one directory: a directory per window cost
+//! `<table>/_idemlake/runs/<window>@<unix ms>-<status>-<run id>[.v<version>].json` holding its
+//! report (`.v<version>`: the table version its commit made, for attempts that published). The
+//! name alone says when and how it ended and which version it published, so `status` needs
+//! one listing and reads only the objects whose error it shows. All entries sit in one directory: a directory per window cost
 //! a second file-system object per window of a load (entries written by older versions,
 //! `runs/<window>/<unix ms>-…`, are still read). Objects under `_idemlake/` are
 //! ignored by Delta readers and VACUUM (hidden paths). Writing is best-effort: a run's
@@ -65,8 +66,12 @@ pub async fn record(store: &Arc<dyn ObjectStore>, report: &Report, overwrite: bo
     };
     let ms = jiff::Timestamp::now().as_millisecond();
     let label = report.window.label.replace(['/', ':'], "_");
+    let version = match report.table_version {
+        Some(v) if report.published => format!(".v{v}"),
+        _ => String::new(),
+    };
     let path = Path::from(format!(
-        "{PREFIX}/{label}@{ms:013}-{status}-{}.json",
+        "{PREFIX}/{label}@{ms:013}-{status}-{}{version}.json",
         report.run_id.as_deref().unwrap_or("unknown")
     ));
     let body = serde_json::to_vec(report).unwrap_or_default();
@@ -81,7 +86,33 @@ pub struct Attempt {
     pub at_ms: i64,
     pub status: String,
     pub run_id: String,
+    /// The table version the attempt's commit made (from the entry's name; `None`: it
+    /// published nothing, or an older entry that does not say — see [`published_version`]).
+    pub version: Option<i64>,
     pub path: Path,
+}
+
+/// The outcomes of attempts whose commit published the window (a skipped run, e.g. a merge
+/// with an empty result, changed nothing).
+pub const PUBLISHED: [&str; 5] = ["ok", "mismatch", "unverified", "restored", "warned"];
+
+impl Attempt {
+    /// Whether this attempt's commit published the window.
+    pub fn published(&self) -> bool {
+        PUBLISHED.contains(&self.status.as_str())
+    }
+}
+
+/// The table version a publishing attempt's commit made: from its entry's name, or (entries
+/// written before names carried it) from the entry itself; `None` if it published nothing.
+pub async fn published_version(store: &Arc<dyn ObjectStore>, a: &Attempt) -> Option<i64> {
+    if !a.published() {
+        return None;
+    }
+    match a.version {
+        Some(v) => Some(v),
+        None => read(store, a).await.ok()?.table_version,
+    }
 }
 
 /// All attempts per window label, oldest first (one listing).
@@ -107,6 +138,11 @@ pub async fn attempts(store: &Arc<dyn ObjectStore>) -> Result<BTreeMap<String, V
             continue;
         };
         let Ok(at_ms) = ms.parse() else { continue };
+        // Run ids never hold a `.`: what follows `.v` is the version the attempt published.
+        let (run_id, version) = match run_id.split_once(".v") {
+            Some((run, v)) => (run, v.parse().ok()),
+            None => (run_id, None),
+        };
         // File names hold labels with `:` as `_` (repeated hours carry an offset); labels
         // never contain `_` otherwise.
         out.entry(label.replace('_', ":"))
@@ -115,6 +151,7 @@ pub async fn attempts(store: &Arc<dyn ObjectStore>) -> Result<BTreeMap<String, V
                 at_ms,
                 status: status.to_string(),
                 run_id: run_id.to_string(),
+                version,
                 path: m.location.clone(),
             });
     }
@@ -144,6 +181,7 @@ mod tests {
             "_idemlake/runs/1995-06-02@0000000000100-failed-run-a.json",
             "_idemlake/runs/1995-06-01/0000000000050-skipped-run-old.json",
             "_idemlake/runs/2024-01-01T05@0000000000300-mismatch-run-c.json",
+            "_idemlake/runs/1995-06-03@0000000000400-restored-run-d.v17.json",
             "_idemlake/runs/notes.txt",
         ] {
             store
@@ -152,13 +190,13 @@ mod tests {
                 .unwrap();
         }
         let got = attempts(&store).await.unwrap();
-        type Seen = (i64, String, String);
+        type Seen = (i64, String, String, Option<i64>);
         let summary: Vec<(String, Vec<Seen>)> = got
             .into_iter()
             .map(|(label, v)| {
                 let v = v
                     .into_iter()
-                    .map(|a| (a.at_ms, a.status, a.run_id))
+                    .map(|a| (a.at_ms, a.status, a.run_id, a.version))
                     .collect();
                 (label, v)
             })
@@ -167,12 +205,25 @@ mod tests {
         assert_eq!(
             summary,
             vec![
-                (s("1995-06-01"), vec![(50, s("skipped"), s("run-old"))]),
+                (
+                    s("1995-06-01"),
+                    vec![(50, s("skipped"), s("run-old"), None)]
+                ),
                 (
                     s("1995-06-02"),
-                    vec![(100, s("failed"), s("run-a")), (200, s("ok"), s("run-b"))]
+                    vec![
+                        (100, s("failed"), s("run-a"), None),
+                        (200, s("ok"), s("run-b"), None)
+                    ]
                 ),
-                (s("2024-01-01T05"), vec![(300, s("mismatch"), s("run-c"))]),
+                (
+                    s("1995-06-03"),
+                    vec![(400, s("restored"), s("run-d"), Some(17))]
+                ),
+                (
+                    s("2024-01-01T05"),
+                    vec![(300, s("mismatch"), s("run-c"), None)]
+                ),
             ]
         );
     }

@@ -6,6 +6,7 @@ pub mod checks;
 pub mod engine;
 pub mod lint;
 pub mod names;
+pub mod overlap;
 pub mod plan;
 pub mod project;
 pub mod spec;

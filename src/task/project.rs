@@ -185,7 +185,9 @@ impl Project {
 
 /// A downstream window must cover whole upstream windows: the upstream grain nests in the
 /// downstream one (hour → anything, day → day/week/month, week → week, month → month) and,
-/// above hours, both compute their windows in the same time zone.
+/// above hours, both compute their windows in the same time zone. Hours of a zone whose
+/// offset is not whole hours (Asia/Kolkata) straddle the days of other zones: they are
+/// accepted, and windows relate by overlap (`task::overlap`), so such an hour feeds both days.
 fn check_nesting(down: &Task, up: &Task, alias: &str) -> Result<()> {
     use crate::task::window::Grain::{Day, Hour, Month, Week};
     let nests = match (up.grain, down.grain) {

@@ -13,6 +13,7 @@ mod findings;
 mod incident;
 mod landing;
 mod layers;
+mod lineage;
 mod lookback;
 mod mutations;
 mod python_reader;

@@ -416,3 +416,63 @@ async fn restore_brings_one_window_back_and_leaves_the_others() {
     assert_eq!(log_version(&table).unwrap(), now);
     assert_eq!(table_rows(&table, d1).await, day1_then);
 }
+
+/// A weekly merge task over `items.csv` whose partition column holds days.
+const WEEK_MERGE_TASK: &str = r#"sql = """
+SELECT order_id, amount, CAST(day AS DATE) AS day
+FROM items
+WHERE CAST(day AS DATE) >= $window_start AND CAST(day AS DATE) < $window_end
+"""
+[target]
+partition_by = "day"
+[window]
+grain = "week"
+[sources.items]
+uri = "items.csv"
+[write]
+mode = "merge"
+key = ["order_id"]
+"#;
+
+/// Issue 36 §5: `optimize` never settled on week windows over day partitions: a week always
+/// spans several partition values, so "≥ 2 files" was always true and every optimize
+/// compacted again (`files_before: 4, files_after: 4`) and committed a new version.
+#[tokio::test]
+async fn second_optimize_of_week_windows_over_day_partitions_commits_nothing() {
+    let p = TestProject::new();
+    p.task("weekly", WEEK_MERGE_TASK);
+    let table = p.table_dir("weekly");
+    // Two merges into week 2026-W45 (Mon 11-02 … Sun 11-08): two files on each of four days.
+    let days = ["2026-11-02", "2026-11-03", "2026-11-04", "2026-11-05"];
+    for round in 0..2 {
+        // Only new keys: the merge inserts them into new files beside the first ones.
+        let mut csv = String::from("order_id,amount,day\n");
+        for (d, day) in days.iter().enumerate() {
+            for i in 0..3 {
+                let id = round * 100 + d as i64 * 10 + i;
+                csv.push_str(&format!("{id},{},{day}\n", id * 7));
+            }
+        }
+        std::fs::write(p.path().join("items.csv"), &csv).unwrap();
+        p.run_ok("weekly", "2026-W45");
+    }
+    let rows_before = table_rows(&table, "").await;
+    assert_eq!(rows_before.len(), 24);
+    let out = p.run(&["--output", "json", "optimize", "weekly"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let first = json_lines(&out).remove(0);
+    assert_eq!(first["status"], "compacted", "{first}");
+    assert_eq!(first["files_after"], 4, "{first}");
+    assert_eq!(table_rows(&table, "").await, rows_before);
+    let version = log_version(&table).unwrap();
+    // One file per day now: nothing to compact, no commit, however often it is asked.
+    for _ in 0..2 {
+        let out = p.run(&["--output", "json", "optimize", "weekly"]);
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        let again = json_lines(&out).remove(0);
+        assert_eq!(again["status"], "skipped", "{again}");
+        assert_eq!(again["files_before"], 4, "{again}");
+        assert_eq!(log_version(&table).unwrap(), version);
+    }
+    assert_eq!(table_rows(&table, "").await, rows_before);
+}

@@ -1,0 +1,179 @@
+//! A downstream window and its upstream tasks' windows: which it waits for (`require =
+//! "complete"`) and which changed after it read them (staleness). Both relate windows by
+//! overlap (`task::overlap`), as `backfill --downstream` does.
+//!
+//! An upstream window *changed* at the newest table version that changed its content,
+//! whatever wrote it: an overwrite publish (its files' `idemlake.version` tag), or — where the
+//! files' tags do not say — a merge, a restore or an emptying publish (the version in the
+//! upstream's run log, which records every such attempt). An `optimize` changes no content:
+//! it keeps the files' tags and writes no run-log entry, so it changes nothing here.
+
+use std::collections::BTreeMap;
+
+use deltalake::DeltaTable;
+
+use super::{WindowStatus, published_files, status};
+use crate::delta::table;
+use crate::error::{Error, Result};
+use crate::report::runlog;
+use crate::task::Task;
+use crate::task::overlap::{overlapping, overlaps};
+use crate::task::project::Project;
+use crate::task::window::Window;
+
+/// Per window of `windows` (ascending): the upstream windows overlapping it that nothing has
+/// published yet (`task:window`), for task sources with `require = "complete"`; a window with
+/// none may run.
+pub async fn missing_inputs(
+    project: &Project,
+    task: &Task,
+    windows: &[Window],
+) -> Result<Vec<Vec<String>>> {
+    let mut out = vec![Vec::new(); windows.len()];
+    let (Some(first), Some(last)) = (windows.first(), windows.last()) else {
+        return Ok(out);
+    };
+    for s in &task.sources {
+        let (Some(name), crate::task::Require::Complete) = (&s.upstream, s.require) else {
+            continue;
+        };
+        let up = project.task(name)?;
+        let Some(range) = overlapping(&up, first.start_ts(), last.end_ts())? else {
+            continue;
+        };
+        let (_, states) = status(project, &up, Some(range)).await?;
+        for st in states.iter().filter(|st| st.state == "missing") {
+            let (Ok(a), Ok(b)) = (
+                st.window.start.parse::<jiff::Timestamp>(),
+                st.window.end.parse::<jiff::Timestamp>(),
+            ) else {
+                continue;
+            };
+            for (i, w) in windows.iter().enumerate() {
+                if overlaps(a, b, w.start_ts(), w.end_ts()) {
+                    out[i].push(format!("{}:{}", up.name, st.window.label));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The failure of a window whose upstream windows are missing (see [`missing_inputs`]).
+pub fn blocked(task: &Task, window: &Window, missing: &[String]) -> crate::report::record::Report {
+    let mut r = crate::report::record::Report::new(task, window, &uuid::Uuid::new_v4().to_string());
+    let shown: Vec<&str> = missing.iter().take(5).map(String::as_str).collect();
+    r.fail(&Error::runtime(format!(
+        "{} upstream window(s) overlapping {} are not published yet ({}{}): run them first, or set [sources.<alias>] require = \"any\"; nothing was published",
+        missing.len(),
+        window.label(),
+        shown.join(", "),
+        if missing.len() > shown.len() { ", …" } else { "" }
+    )));
+    r
+}
+
+/// Per upstream task source (alias): the task's name and each of its windows' bounds and
+/// the version that last changed its content.
+pub(super) type Upstream = Vec<(
+    String,
+    String,
+    Vec<(jiff::Timestamp, jiff::Timestamp, String, i64)>,
+)>;
+
+/// What the task's upstream tasks (`task = "…"` sources) have published, window by window:
+/// the newest version that changed each window (see the module documentation).
+pub(super) async fn upstream_publishes(project: &Project, task: &Task) -> Result<Upstream> {
+    let mut out = Vec::new();
+    for s in &task.sources {
+        let Some(name) = &s.upstream else {
+            continue;
+        };
+        let up = project.task(name)?;
+        let table = table::open(&project.table_url(&up)?).await?;
+        if table.version().is_none() {
+            continue;
+        }
+        let mut windows = Vec::new();
+        for (label, v) in changed_at(&table, &up).await? {
+            let Ok(w) = Window::parse(&label, up.grain, &up.timezone) else {
+                continue;
+            };
+            windows.push((w.start_ts(), w.end_ts(), label, v));
+        }
+        out.push((s.alias.clone(), up.name.clone(), windows));
+    }
+    Ok(out)
+}
+
+/// Per window label of `task`'s table: the newest version that changed its content — its
+/// files' newest `idemlake.version` tag, or the newest version its run log records a publish
+/// at (a merge, a restore, an emptying publish), whichever is later.
+async fn changed_at(table: &DeltaTable, task: &Task) -> Result<BTreeMap<String, i64>> {
+    let mut out: BTreeMap<String, i64> = BTreeMap::new();
+    for (label, acc) in published_files(table, task)? {
+        if let Some(v) = acc.runs.keys().next_back() {
+            out.insert(label, *v);
+        }
+    }
+    let store = table.log_store().object_store(None);
+    for (label, log) in runlog::attempts(&store).await? {
+        // The newest publishing attempt (attempts are oldest first).
+        let Some(a) = log.iter().rev().find(|a| a.published()) else {
+            continue;
+        };
+        if let Some(v) = runlog::published_version(&store, a).await {
+            let at = out.entry(label).or_insert(v);
+            *at = (*at).max(v);
+        }
+    }
+    Ok(out)
+}
+
+/// The Delta source versions the run that published `st` read, from its commit's record, in
+/// the form of the `idemlake.inputs` file tag.
+pub(super) async fn recorded_inputs(table: &DeltaTable, st: &WindowStatus) -> Option<String> {
+    let (Some(v), Some(run)) = (st.table_version, st.run_id.as_deref()) else {
+        return None;
+    };
+    let record = crate::delta::readback::run_record(table, v, run)
+        .await
+        .ok()??;
+    let pinned: BTreeMap<String, i64> = record
+        .get("sources")?
+        .as_array()?
+        .iter()
+        .filter_map(|s| {
+            Some((
+                s.get("alias")?.as_str()?.to_string(),
+                s.get("version")?.as_i64()?,
+            ))
+        })
+        .collect();
+    (!pinned.is_empty()).then(|| serde_json::to_string(&pinned).expect("serialisable"))
+}
+
+/// The upstream windows overlapping `st`'s window that changed after the versions it read.
+pub(super) fn stale_inputs(st: &WindowStatus, inputs: &str, upstream: &Upstream) -> Vec<String> {
+    let Ok(read) = serde_json::from_str::<BTreeMap<String, i64>>(inputs) else {
+        return Vec::new();
+    };
+    let (Ok(lo), Ok(hi)) = (
+        st.window.start.parse::<jiff::Timestamp>(),
+        st.window.end.parse::<jiff::Timestamp>(),
+    ) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (alias, name, windows) in upstream {
+        let Some(&seen) = read.get(alias) else {
+            continue;
+        };
+        for (start, end, label, v) in windows {
+            if overlaps(*start, *end, lo, hi) && *v > seen {
+                out.push(format!("{name}:{label}@{v}"));
+            }
+        }
+    }
+    out
+}
