@@ -283,3 +283,18 @@ uri = "data/lineitem.parquet"
 "#
     )
 }
+
+/// The project's Python (scripts/py-env's venv, or IDEMLAKE_PYTHON), which the oracles run in.
+pub fn python() -> String {
+    let py = std::env::var("IDEMLAKE_PYTHON").unwrap_or_else(|_| {
+        repo()
+            .join(".venv-py/bin/python")
+            .to_string_lossy()
+            .into_owned()
+    });
+    assert!(
+        std::path::Path::new(&py).exists(),
+        "{py} is missing: run scripts/py-env (make test does) or set IDEMLAKE_PYTHON"
+    );
+    py
+}

@@ -101,15 +101,6 @@ fn landing_project(days: i64, files: usize) -> TestProject {
     p
 }
 
-fn python() -> String {
-    std::env::var("IDEMLAKE_PYTHON").unwrap_or_else(|_| {
-        repo()
-            .join(".venv-py/bin/python")
-            .to_string_lossy()
-            .into_owned()
-    })
-}
-
 /// polars' per-day rows and sums of the source and of table `table` (see landing_oracle.py).
 fn oracle(p: &TestProject, table: &Path, first: i64, last: i64) -> serde_json::Value {
     let out = std::process::Command::new(python())

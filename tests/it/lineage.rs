@@ -7,15 +7,6 @@ use std::path::Path;
 
 use crate::common::*;
 
-fn python() -> String {
-    std::env::var("IDEMLAKE_PYTHON").unwrap_or_else(|_| {
-        repo()
-            .join(".venv-py/bin/python")
-            .to_string_lossy()
-            .into_owned()
-    })
-}
-
 /// Run scripts/lineage_oracle.py with `args`; its JSON answer.
 fn oracle(args: &[&str]) -> serde_json::Value {
     let out = std::process::Command::new(python())

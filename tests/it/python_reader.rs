@@ -5,20 +5,6 @@ use std::process::Command;
 
 use crate::common::*;
 
-fn python() -> String {
-    let py = std::env::var("IDEMLAKE_PYTHON").unwrap_or_else(|_| {
-        repo()
-            .join(".venv-py/bin/python")
-            .to_string_lossy()
-            .into_owned()
-    });
-    assert!(
-        std::path::Path::new(&py).exists(),
-        "{py} is missing: run scripts/py-env (make test does) or set IDEMLAKE_PYTHON"
-    );
-    py
-}
-
 #[tokio::test]
 async fn python_deltalake_and_polars_read_what_idemlake_wrote() {
     let p = TestProject::new();
