@@ -10,7 +10,7 @@ BIN         := $(TARGET_DIR)/$(PROFILE)/idemlake
 SCALE       ?= 0.01
 DEMO_DAYS   := 1995-06-01 1995-06-02 1995-06-03 1995-06-04 1995-06-05 1995-06-06 1995-06-07
 
-.PHONY: build demo test test-ballista test-orchestrators torture lint fmt py-env s3-start s3-stop clean-demo bench bench-scale bench-ballista
+.PHONY: build demo test test-ballista test-orchestrators torture lint fmt py-env s3-start s3-stop clean-demo bench bench-scale bench-ballista bench-landing bench-landing-s3
 
 build:
 	$(CARGO) build $(CARGO_FLAGS) --bin idemlake
@@ -88,6 +88,20 @@ bench-scale:
 bench-ballista:
 	$(CARGO) build --release --features ballista --bin idemlake
 	BENCH_BIN=$(TARGET_DIR)/release/idemlake python3 scripts/bench_ballista.py
+
+## bench-landing: a landing zone (LANDING_DAYS days x LANDING_FILES small files a day, Hive
+## `dt=` directories) read by a day task: initial load, one day window and a 30-day backfill,
+## idemlake vs polars and DuckDB, every table checked against polars; appends to bench/LANDING.md.
+## bench-landing-s3: the same on the local S3 server (source and tables), with the object-store
+## requests of one day window; LANDING_S3_LATENCY_MS=20 puts the latency proxy in front.
+## Knobs in scripts/bench_landing.py. Not in `make test`.
+bench-landing: py-env
+	$(CARGO) build --release --bin idemlake
+	BENCH_BIN=$(TARGET_DIR)/release/idemlake .venv-py/bin/python scripts/bench_landing.py
+
+bench-landing-s3: py-env s3-start
+	$(CARGO) build --release --bin idemlake
+	LANDING_S3=1 BENCH_BIN=$(TARGET_DIR)/release/idemlake .venv-py/bin/python scripts/bench_landing.py
 
 s3-start:
 	scripts/s3-server start

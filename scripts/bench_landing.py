@@ -22,7 +22,9 @@ gives the object-store requests of one idemlake day window (its -v summary).
 
 Knobs: BENCH_BIN, LANDING_DAYS [730], LANDING_FILES [24], LANDING_ROWS [100], LANDING_REPS [5],
 LANDING_RANGE [30], LANDING_PARALLEL [4], LANDING_WORK [/tmp/idemlake-landing], LANDING_OUT
-[bench/LANDING.md, appended], LANDING_SCENARIOS [load,day,range], LANDING_S3 [0].
+[bench/LANDING.md, appended], LANDING_SCENARIOS [load,day,range], LANDING_S3 [0] (LANDING_DAYS
+defaults to 90 there), LANDING_S3_LATENCY_MS [0]. On S3 the DuckDB peer is left out (its httpfs
+extension is downloaded at run time, which this machine's closed network refuses).
 Runs with the project's .venv-py (polars, deltalake, duckdb: scripts/py-env).
 """
 import datetime as dt
@@ -34,7 +36,6 @@ import subprocess
 import sys
 import time
 
-import duckdb
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -42,7 +43,9 @@ from deltalake import write_deltalake
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("BENCH_BIN", os.path.join(REPO, "target/release/idemlake"))
-DAYS = int(os.environ.get("LANDING_DAYS", "730"))
+S3 = os.environ.get("LANDING_S3", "0") == "1"
+LATENCY_MS = int(os.environ.get("LANDING_S3_LATENCY_MS", "0"))
+DAYS = int(os.environ.get("LANDING_DAYS", "90" if S3 else "730"))
 FILES = int(os.environ.get("LANDING_FILES", "24"))
 ROWS = int(os.environ.get("LANDING_ROWS", "100"))
 REPS = int(os.environ.get("LANDING_REPS", "5"))
@@ -106,6 +109,100 @@ def generate() -> str:
     return root
 
 
+def s3_env() -> dict:
+    """The local S3 server's settings (`scripts/s3-server env`), for every tool of the run."""
+    out = subprocess.run([os.path.join(REPO, "scripts/s3-server"), "env"], capture_output=True,
+                         text=True, check=True).stdout
+    env = {}
+    for line in out.splitlines():
+        if line.startswith("export "):
+            k, v = line[len("export "):].split("=", 1)
+            env[k] = v.strip("'")
+    return env
+
+
+class Local:
+    """Source and tables on local disk."""
+    tools = ("idemlake", "polars", "duckdb")
+    env = None
+
+    def __init__(self, src: str):
+        self.src = src
+
+    def table(self, tool: str) -> str:
+        return os.path.join(WORK, f"lake-{tool}", "events")
+
+    def lake(self, tool: str) -> str:
+        return os.path.join(WORK, f"lake-{tool}")
+
+    def remove(self, tool: str):
+        shutil.rmtree(self.lake(tool), ignore_errors=True)
+
+    def exists(self, tool: str) -> bool:
+        return os.path.exists(self.table(tool))
+
+    def options(self):
+        return None
+
+
+class S3:
+    """Source and tables on the local S3 server (optionally behind the latency proxy)."""
+    tools = ("idemlake", "polars")
+
+    def __init__(self, local_src: str):
+        import pyarrow.fs as pafs
+        self.base = s3_env()
+        self.bucket = self.base["IDEMLAKE_S3_BUCKET"]
+        self.fs = pafs.S3FileSystem(access_key=self.base["AWS_ACCESS_KEY_ID"],
+                                    secret_key=self.base["AWS_SECRET_ACCESS_KEY"],
+                                    endpoint_override=self.base["AWS_ENDPOINT_URL"],
+                                    region=self.base["AWS_REGION"], scheme="http")
+        key = f"{self.bucket}/landing/{os.path.basename(local_src)}"
+        if self.fs.get_file_info(f"{key}/_complete").type == pafs.FileType.NotFound:
+            t0 = time.time()
+            self.fs.delete_dir_contents(key, missing_dir_ok=True)
+            pafs.copy_files(local_src, key, destination_filesystem=self.fs, use_threads=True)
+            print(f"landing zone uploaded to s3://{key} in {time.time() - t0:.0f} s", file=sys.stderr)
+        self.src = f"s3://{key}"
+        self.env = {**os.environ, **self.base}
+        self.proxy = None
+        if LATENCY_MS > 0:
+            import socket
+            with socket.socket() as so:
+                so.bind(("127.0.0.1", 0))
+                port = so.getsockname()[1]
+            upstream = self.base["AWS_ENDPOINT_URL"].split("://", 1)[1].rstrip("/")
+            self.proxy = subprocess.Popen([sys.executable, os.path.join(REPO, "scripts/latency-proxy"),
+                                           str(port), upstream, str(LATENCY_MS)],
+                                          stdout=subprocess.PIPE, text=True)
+            self.proxy.stdout.readline()  # "listening on ..."
+            self.env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{port}"
+
+    def lake(self, tool: str) -> str:
+        return f"s3://{self.bucket}/landing-bench/lake-{tool}"
+
+    def table(self, tool: str) -> str:
+        return f"{self.lake(tool)}/events"
+
+    def remove(self, tool: str):
+        self.fs.delete_dir_contents(self.lake(tool)[len("s3://"):], missing_dir_ok=True)
+
+    def exists(self, tool: str) -> bool:
+        import pyarrow.fs as pafs
+        return self.fs.get_file_info(self.table(tool)[len("s3://"):] + "/_delta_log").type != pafs.FileType.NotFound
+
+    def options(self):
+        e = self.env
+        return {"aws_endpoint_url": e["AWS_ENDPOINT_URL"], "aws_access_key_id": e["AWS_ACCESS_KEY_ID"],
+                "aws_secret_access_key": e["AWS_SECRET_ACCESS_KEY"], "aws_region": e["AWS_REGION"],
+                "aws_allow_http": "true", "aws_conditional_put": "etag"}
+
+    def close(self):
+        if self.proxy is not None:
+            self.proxy.terminate()
+            self.proxy.wait()
+
+
 def timed(cmd, env=None) -> float:
     t0 = time.perf_counter()
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -116,125 +213,150 @@ def timed(cmd, env=None) -> float:
 
 
 PEER = r'''
-import sys, datetime as dt, polars as pl, duckdb
+import sys, json, datetime as dt, polars as pl
 from deltalake import write_deltalake
-tool, src, table, lo, hi, mode = sys.argv[1:]
+tool, src, table, lo, hi, mode, opts = sys.argv[1:]
+opts = json.loads(opts)
 lo, hi = dt.date.fromisoformat(lo), dt.date.fromisoformat(hi)
 if tool == "polars":
-    q = pl.scan_parquet(f"{src}/**/*.parquet", hive_partitioning=True)
+    q = pl.scan_parquet(f"{src}/**/*.parquet", hive_partitioning=True, storage_options=opts)
     if mode != "load":
         q = q.filter((pl.col("dt") >= lo) & (pl.col("dt") <= hi))
     df = q.with_columns(pl.col("ts").dt.date().alias("day")).select("day", "ts", "id", "v").collect()
     arrow = df.to_arrow()
 else:
+    import duckdb
     con = duckdb.connect()
     where = "" if mode == "load" else f"WHERE dt BETWEEN DATE '{lo}' AND DATE '{hi}'"
     arrow = con.execute(f"SELECT CAST(ts AS DATE) AS day, ts, id, v FROM read_parquet('{src}/*/*.parquet', hive_partitioning = true) {where}").arrow()
 if mode == "load":
-    write_deltalake(table, arrow, mode="overwrite", partition_by=["day"])
+    write_deltalake(table, arrow, mode="overwrite", partition_by=["day"], storage_options=opts)
 else:
     write_deltalake(table, arrow, mode="overwrite", partition_by=["day"],
-                    predicate=f"day >= '{lo}' AND day <= '{hi}'")
+                    predicate=f"day >= '{lo}' AND day <= '{hi}'", storage_options=opts)
 '''
 
 
-def peer(tool: str, src: str, table: str, lo: dt.date, hi: dt.date, mode: str):
-    return [sys.executable, "-c", PEER, tool, src, table, str(lo), str(hi), mode]
+def peer(store, tool: str, lo: dt.date, hi: dt.date, mode: str):
+    return [sys.executable, "-c", PEER, tool, store.src, store.table(tool), str(lo), str(hi), mode,
+            json.dumps(store.options())]
 
 
 def idem(project: str, lake: str, *args):
     return [BIN, "--project", project, "--lake", lake, *args]
 
 
-def check(src: str, table: str, lo: dt.date, hi: dt.date):
-    s = (pl.scan_parquet(f"{src}/**/*.parquet", hive_partitioning=True)
+def check(store, tool: str, lo: dt.date, hi: dt.date):
+    opts = store.options()
+    s = (pl.scan_parquet(f"{store.src}/**/*.parquet", hive_partitioning=True, storage_options=opts)
          .with_columns(pl.col("ts").dt.date().alias("d"))
          .filter((pl.col("d") >= lo) & (pl.col("d") <= hi))
          .group_by("d").agg(pl.len(), pl.col("v").sum()).sort("d").collect())
-    t = (pl.read_delta(table).filter((pl.col("day") >= lo) & (pl.col("day") <= hi))
+    t = (pl.read_delta(store.table(tool), storage_options=opts)
+         .filter((pl.col("day") >= lo) & (pl.col("day") <= hi))
          .group_by("day").agg(pl.len(), pl.col("v").sum()).sort("day"))
     if s.rows() != t.rows():
-        raise SystemExit(f"{table}: differs from polars over the source for {lo}..{hi}")
+        raise SystemExit(f"{store.table(tool)}: differs from polars over the source for {lo}..{hi}")
 
 
-def requests_of_day(project: str, lake: str, d: dt.date) -> str:
-    r = subprocess.run(idem(project, lake, "-v", "run", "events", "--window", str(d)),
-                       capture_output=True, text=True)
-    for line in (r.stderr + r.stdout).splitlines():
-        if "storage requests" in line:
-            return line.split("storage requests", 1)[1].strip(": ")
-    return "(no summary)"
+def requests_of_day(store, project: str, d: dt.date) -> str:
+    r = subprocess.run(idem(project, store.lake("idemlake"), "-v", "run", "events", "--window", str(d)),
+                       capture_output=True, text=True, env=store.env)
+    found = [line.split("storage requests: ", 1)[1] for line in (r.stderr + r.stdout).splitlines()
+             if "storage requests: " in line]
+    if r.returncode != 0 or not found:
+        raise SystemExit(f"the -v day window failed or printed no request summary:\n{r.stderr}")
+    return found[-1]
+
+
+def scenario(store, name, reps, cmd_of, warm=False):
+    times = {t: [] for t in store.tools}
+    for _ in range(reps + (1 if warm else 0)):
+        for t in store.tools:
+            times[t].append(timed(cmd_of(t), env=store.env))
+    if warm:
+        times = {t: v[1:] for t, v in times.items()}  # the first round warms caches
+    return (name, times)
 
 
 def main() -> int:
     os.makedirs(WORK, exist_ok=True)
-    src = generate()
+    local_src = generate()
+    store = S3(local_src) if S3 else Local(local_src)
+    try:
+        return run(store)
+    finally:
+        if S3:
+            store.close()
+
+
+def run(store) -> int:
     project = os.path.join(WORK, "project")
     shutil.rmtree(project, ignore_errors=True)
     os.makedirs(os.path.join(project, "tables"))
     with open(os.path.join(project, "tables/events.toml"), "w") as f:
-        f.write(TASK.format(uri=src))
-    lakes = {t: os.path.join(WORK, f"lake-{t}") for t in ("idemlake", "polars", "duckdb")}
-    tables = {"idemlake": os.path.join(lakes["idemlake"], "events"),
-              "polars": os.path.join(lakes["polars"], "events"),
-              "duckdb": os.path.join(lakes["duckdb"], "events")}
-    results = []
-    last = day(DAYS - 1)
-    if "load" in SCENARIOS or not os.path.exists(tables["idemlake"]):
-        times = {t: [] for t in tables}
-        reps = REPS if "load" in SCENARIOS else 1
-        for _ in range(max(1, min(reps, 3))):
-            for t in tables:
-                shutil.rmtree(lakes[t], ignore_errors=True)
-                cmd = (idem(project, lakes[t], "backfill", "events", "--from", str(day(0)), "--to",
-                            str(last), "--parallel", PARALLEL) if t == "idemlake"
-                       else peer(t, src, tables[t], day(0), last, "load"))
-                times[t].append(timed(cmd))
-        for t in tables:
-            check(src, tables[t], day(0), last)
-        results.append(("initial load", times))
+        f.write(TASK.format(uri=store.src))
+    tools = store.tools
+    results, extra = [], []
+    first, last = day(0), day(DAYS - 1)
+
+    def load(t):
+        store.remove(t)
+        if t == "idemlake":
+            return idem(project, store.lake(t), "backfill", "events", "--from", str(first), "--to",
+                        str(last), "--parallel", PARALLEL)
+        return peer(store, t, first, last, "load")
+
+    if "load" in SCENARIOS or not all(store.exists(t) for t in tools):
+        reps = max(1, min(REPS, 3)) if "load" in SCENARIOS else 1
+        results.append(scenario(store, "initial load", reps, load))
+        for t in tools:
+            check(store, t, first, last)
     mid = day(DAYS // 2)
     if "day" in SCENARIOS:
-        times = {t: [] for t in tables}
-        for _ in range(REPS + 1):
-            for t in tables:
-                cmd = (idem(project, lakes[t], "run", "events", "--window", str(mid)) if t == "idemlake"
-                       else peer(t, src, tables[t], mid, mid, "day"))
-                times[t].append(timed(cmd))
-        for t in tables:
-            times[t] = times[t][1:]  # the first round warms the page cache
-            check(src, tables[t], mid, mid)
-        results.append((f"day window ({mid})", times))
+        results.append(scenario(store, f"day window ({mid})", REPS, lambda t: (
+            idem(project, store.lake(t), "run", "events", "--window", str(mid)) if t == "idemlake"
+            else peer(store, t, mid, mid, "day")), warm=True))
+        for t in tools:
+            check(store, t, mid, mid)
+        extra.append(f"Requests of one idemlake day window ({FILES} source files in the window): "
+                     f"{requests_of_day(store, project, mid)}")
     if "range" in SCENARIOS:
         lo, hi = day(DAYS // 3), day(DAYS // 3 + RANGE - 1)
-        times = {t: [] for t in tables}
-        for _ in range(max(1, REPS // 2)):
-            for t in tables:
-                cmd = (idem(project, lakes[t], "backfill", "events", "--from", str(lo), "--to", str(hi),
-                            "--parallel", PARALLEL) if t == "idemlake"
-                       else peer(t, src, tables[t], lo, hi, "range"))
-                times[t].append(timed(cmd))
-        for t in tables:
-            check(src, tables[t], lo, hi)
-        results.append((f"{RANGE}-day backfill", times))
+        results.append(scenario(store, f"{RANGE}-day backfill", max(1, REPS // 2), lambda t: (
+            idem(project, store.lake(t), "backfill", "events", "--from", str(lo), "--to", str(hi),
+                 "--parallel", PARALLEL) if t == "idemlake" else peer(store, t, lo, hi, "range"))))
+        for t in tools:
+            check(store, t, lo, hi)
+    report(results, extra)
+    return 0
+
+
+def report(results, extra):
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     rev = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip()
+    where = "local disk"
+    if S3:
+        where = "the local S3 server" + (f", +{LATENCY_MS} ms a request" if LATENCY_MS else "")
+    peers = [t for t in ("polars", "duckdb") if t in results[0][1]] if results else []
+    names = {"polars": "polars", "duckdb": "DuckDB"}
     lines = [f"\n## Landing zone {DAYS} days x {FILES} files x {ROWS} rows ({DAYS * FILES} files), "
-             f"{stamp}, {rev}\n",
-             "| scenario | idemlake | polars | DuckDB | idemlake / polars | idemlake / DuckDB |",
-             "|---|---|---|---|---|---|"]
+             f"{where}, {stamp}, {rev}\n",
+             "| scenario | idemlake | " + " | ".join(names[p] for p in peers) + " | "
+             + " | ".join(f"idemlake / {names[p]}" for p in peers) + " |",
+             "|---" * (2 + 2 * len(peers)) + "|"]
     for name, times in results:
         med = {t: statistics.median(v) for t, v in times.items()}
         lines.append(f"| {name} (median of {len(times['idemlake'])}) | {med['idemlake']:.2f} s | "
-                     f"{med['polars']:.2f} s | {med['duckdb']:.2f} s | "
-                     f"{med['idemlake'] / med['polars']:.2f}x | {med['idemlake'] / med['duckdb']:.2f}x |")
+                     + " | ".join(f"{med[p]:.2f} s" for p in peers) + " | "
+                     + " | ".join(f"{med['idemlake'] / med[p]:.2f}x" for p in peers) + " |")
     lines.append("\nEvery table matched polars over the source, day by day.")
+    lines += [f"\n{e}" for e in extra]
     text = "\n".join(lines) + "\n"
     print(text)
     with open(OUT, "a") as f:
         f.write(text)
-    return 0
 
 
 if __name__ == "__main__":

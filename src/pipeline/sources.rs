@@ -99,6 +99,8 @@ async fn register_one(
     if s.format == Format::Delta {
         return Ok((register_delta(ctx, s, pin, engine).await?, None));
     }
+    let prefix = remote_prefix(ctx, s).await?;
+    let s = prefix.as_ref().unwrap_or(s);
     if let Some(zone) = crate::pipeline::landing::register(ctx, s, route).await? {
         // Each window records the files it read (see `landing`), not the whole source.
         let v = SourceVersion {
@@ -150,6 +152,27 @@ async fn register_delta(
         fingerprint: None,
         read: Vec::new(),
     })
+}
+
+/// A remote location without a trailing slash (`s3://raw/events`) names an object or a
+/// prefix: an object that exists is a one-file source; otherwise the source is the prefix
+/// `s3://raw/events/` (as a local path names a file or a directory). `None`: keep `s` as it is.
+/// One HEAD request; none for local paths, globs and locations ending in `/`.
+async fn remote_prefix(ctx: &SessionContext, s: &Source) -> Result<Option<Source>> {
+    let plain = !s.uri.ends_with('/') && !s.uri.contains(['*', '?', '[']);
+    if s.format == Format::Delta || !plain || !s.uri.contains("://") || s.uri.starts_with("file:") {
+        return Ok(None);
+    }
+    let url = listing_url(&s.uri)?;
+    let store = ctx.runtime_env().object_store(&url)?;
+    match store.head(url.prefix()).await {
+        Ok(_) => Ok(None),
+        Err(object_store::Error::NotFound { .. }) => Ok(Some(Source {
+            uri: format!("{}/", s.uri),
+            ..s.clone()
+        })),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Register a file source (Parquet, CSV or JSON) as a listing, fingerprinted.
@@ -228,7 +251,8 @@ pub async fn current_versions(
             });
             continue;
         }
-        let url = listing_url(&s.uri)?;
+        let prefix = remote_prefix(ctx, s).await?;
+        let url = listing_url(&prefix.as_ref().unwrap_or(s).uri)?;
         let store = ctx.runtime_env().object_store(&url)?;
         let (files, fp) = fingerprint(store.as_ref(), &url).await?;
         out.push(SourceVersion {

@@ -407,3 +407,64 @@ fn a_glob_location_reads_only_the_files_it_names_in_both_routes() {
         text(&out)
     );
 }
+
+/// A landing zone on S3 named as users write it, without a trailing slash
+/// (`s3://bucket/…/events`): it was "no files found" (one HEAD of an object that does not
+/// exist, then nothing). Now it reads as the prefix it names, and a day window reads only its
+/// own directory's files, besides the one file each route takes the schema from.
+#[tokio::test(flavor = "multi_thread")]
+async fn s3_a_landing_zone_named_without_a_trailing_slash_reads_only_its_day() {
+    use object_store::{ObjectStoreExt, PutPayload, path::Path as ObjPath};
+    let (days, files) = (6, 3);
+    let p = landing_project(days, files);
+    let prefix = format!("it-{}", uuid::Uuid::new_v4().simple());
+    let store = crate::s3::store();
+    for d in 0..days {
+        for n in 0..files {
+            let rel = format!("dt={}/part-{n:05}.parquet", day(d));
+            let bytes = std::fs::read(p.path().join("events").join(&rel)).unwrap();
+            let key = ObjPath::from(format!("{prefix}/events/{rel}"));
+            store.put(&key, PutPayload::from(bytes)).await.unwrap();
+        }
+    }
+    let bucket = crate::s3::bucket();
+    let uri = format!("s3://{bucket}/{prefix}/events");
+    p.task(
+        "events",
+        &TASK.replace("uri = \"events\"", &format!("uri = \"{uri}\"")),
+    );
+    let window = day(3);
+    let out = p
+        .cmd()
+        .envs(crate::s3::s3_env())
+        .env("IDEMLAKE_LAKE", format!("s3://{bucket}/{prefix}/lake"))
+        .env(
+            "IDEMLAKE_LOG",
+            "idemlake::storage::count=trace,idemlake=info",
+        )
+        .args(["-v", "run", "events", "--window", &window.to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(text(&out).contains("rows=30"), "{}", text(&out));
+    let requests = crate::s3::traced_requests(&String::from_utf8_lossy(&out.stderr));
+    let zone_gets: Vec<&String> = requests
+        .iter()
+        .filter(|(k, l)| k == "GET" && l.contains("/events/dt="))
+        .map(|(_, l)| l)
+        .collect();
+    let own = format!("/events/dt={window}/");
+    let elsewhere: Vec<_> = zone_gets.iter().filter(|l| !l.contains(&own)).collect();
+    assert!(
+        elsewhere.len() <= 2 && zone_gets.len() > elsewhere.len(),
+        "GETs outside the window's directory: {elsewhere:?} (all: {requests:?})"
+    );
+    // No listing of the whole history from the accelerated route: each LIST names the root
+    // or one directory, and no other day's directory is listed but the first (schema).
+    let listed_days: std::collections::BTreeSet<_> = requests
+        .iter()
+        .filter(|(k, l)| k == "LIST" && l.contains("/events/dt="))
+        .map(|(_, l)| l.clone())
+        .collect();
+    assert!(listed_days.len() <= 2, "{listed_days:?}");
+}

@@ -656,7 +656,7 @@ async fn s3_request_counts_in_the_summary_match_the_wire() {
 }
 
 /// The requests one command's `-v` trace names (`IDEMLAKE_LOG=…count=trace`): kind and object.
-fn traced_requests(stderr: &str) -> Vec<(String, String)> {
+pub(crate) fn traced_requests(stderr: &str) -> Vec<(String, String)> {
     stderr
         .lines()
         .filter(|l| l.contains("storage request "))
