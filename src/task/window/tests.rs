@@ -302,7 +302,12 @@ fn date_intervals_name_day_week_and_month_windows() {
         &utc(),
     )
     .unwrap_err();
-    assert!(e.message().contains("{{ ds }}"), "{}", e.message());
+    assert!(
+        e.message()
+            .contains("{{ data_interval_start }}/{{ data_interval_end }}"),
+        "{}",
+        e.message()
+    );
 }
 
 /// Issue 16 §1: a window's lookback windows are the ones right before it, across DST and

@@ -1,0 +1,332 @@
+//! Docs that cannot drift: the generated CLI reference, the task-file keys, relative links and
+//! anchors, and the example tasks of docs/ (each must pass `validate`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use crate::common::*;
+
+fn docs_src() -> PathBuf {
+    repo().join("docs").join("src")
+}
+
+/// Every Markdown file of the guide, plus the top-level ones and bench/README.md.
+fn markdown_files() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "md") {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&docs_src(), &mut out);
+    for f in [
+        "README.md",
+        "CONTRIBUTING.md",
+        "FAQ.md",
+        "CHANGELOG.md",
+        "bench/README.md",
+    ] {
+        out.push(repo().join(f));
+    }
+    out.sort();
+    out
+}
+
+/// The lines of `text` outside fenced code blocks.
+fn prose_lines(text: &str) -> Vec<&str> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if !fenced {
+            out.push(line);
+        }
+    }
+    out
+}
+
+/// The anchor mdBook (and GitHub) give a heading.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+fn anchors(text: &str) -> BTreeSet<String> {
+    prose_lines(text)
+        .iter()
+        .filter_map(|l| l.strip_prefix('#'))
+        .map(|l| slug(l.trim_start_matches('#')))
+        .collect()
+}
+
+/// `[text](target)` link targets in the prose of `text` (not images' alt texts' URLs).
+fn links(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in prose_lines(text) {
+        let mut rest = line;
+        while let Some(at) = rest.find("](") {
+            rest = &rest[at + 2..];
+            let Some(end) = rest.find(')') else { break };
+            out.push(rest[..end].to_string());
+            rest = &rest[end..];
+        }
+    }
+    out
+}
+
+#[test]
+fn the_cli_reference_is_generated_from_clap() {
+    let path = docs_src().join("reference").join("cli.md");
+    let generated = idemlake::cli::reference::markdown();
+    if std::env::var_os("IDEMLAKE_BLESS").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "{} differs from the clap definitions: regenerate it with\n  \
+         IDEMLAKE_BLESS=1 cargo test --test it docs::the_cli_reference_is_generated_from_clap\n\
+         and commit the result",
+        path.display()
+    );
+    // Every command of the binary has its section (and so its flags).
+    use clap::CommandFactory;
+    for sub in idemlake::cli::Cli::command().get_subcommands() {
+        let heading = format!("`idemlake {}`", sub.get_name());
+        assert!(committed.contains(&heading), "no section {heading}");
+    }
+}
+
+#[test]
+fn links_and_anchors_in_the_docs_resolve() {
+    let mut broken = Vec::new();
+    for file in markdown_files() {
+        let text =
+            std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        for link in links(&text) {
+            if link.contains("://") || link.starts_with("mailto:") {
+                continue;
+            }
+            let (target, anchor) = match link.split_once('#') {
+                Some((t, a)) => (t, Some(a)),
+                None => (link.as_str(), None),
+            };
+            let path = if target.is_empty() {
+                file.clone()
+            } else {
+                file.parent().unwrap().join(target)
+            };
+            if !path.exists() {
+                broken.push(format!("{}: {link} (no such file)", file.display()));
+                continue;
+            }
+            if let Some(a) = anchor
+                && !anchors(&std::fs::read_to_string(&path).unwrap()).contains(a)
+            {
+                broken.push(format!("{}: {link} (no such heading)", file.display()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+/// The keys a section of the task-file reference documents: the first column of its tables.
+fn documented_keys() -> BTreeMap<String, BTreeSet<String>> {
+    let text = std::fs::read_to_string(docs_src().join("reference").join("task-file.md")).unwrap();
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut section = String::new();
+    for line in prose_lines(&text) {
+        if let Some(h) = line.strip_prefix("## ").or(line.strip_prefix("### ")) {
+            section = h.trim().trim_matches('`').to_string();
+        } else if let Some(row) = line.strip_prefix("| `")
+            && let Some(end) = row.find('`')
+        {
+            out.entry(section.clone())
+                .or_default()
+                .insert(row[..end].to_string());
+        }
+    }
+    out
+}
+
+/// The keys the task-file parser accepts in a section, from its own error for an unknown key
+/// (serde's `unknown field ..., expected one of ...`).
+fn accepted_keys(p: &TestProject, toml: &str) -> BTreeSet<String> {
+    p.task("keys_probe", toml);
+    let out = p.run(&["validate", "keys_probe"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    let t = text(&out);
+    let Some(at) = t.find("unknown field `zz_unknown`, expected") else {
+        panic!("no unknown-field error for\n{toml}\n{t}");
+    };
+    let rest = t[at..].lines().next().unwrap();
+    let rest = &rest[rest.find("expected").unwrap()..];
+    rest.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn every_task_file_key_is_documented_and_exists() {
+    let p = TestProject::new();
+    let base = |top: &str, extra: &str| {
+        format!(
+            "{top}sql = \"SELECT l_orderkey, l_shipdate AS d FROM li WHERE l_shipdate >= $window_start AND l_shipdate < $window_end\"\n\
+             [target]\npartition_by = \"d\"\n[window]\ngrain = \"day\"\n\
+             [sources.li]\nuri = \"data/lineitem.parquet\"\n{extra}"
+        )
+    };
+    let z = "zz_unknown = 1\n";
+    let sections: Vec<(&str, String)> = vec![
+        ("Top level", base(z, "")),
+        (
+            "[target]",
+            base("", "").replace("[window]", &format!("{z}[window]")),
+        ),
+        (
+            "[window]",
+            base("", "").replace("[sources.li]", &format!("{z}[sources.li]")),
+        ),
+        ("[sources.<alias>]", base("", z)),
+        ("[write]", base("", &format!("[write]\n{z}"))),
+        (
+            "[reconcile]",
+            base(
+                "",
+                &format!("[reconcile]\nsource = \"x\"\noutput = \"y\"\n{z}"),
+            ),
+        ),
+        ("[checks]", base("", &format!("[checks]\n{z}"))),
+        (
+            "[checks.range.<column>]",
+            base("", "[checks]\nrange = { x = { zz_unknown = 1 } }\n"),
+        ),
+        (
+            "[checks.row_count]",
+            base("", "[checks]\nrow_count = { zz_unknown = 1 }\n"),
+        ),
+        (
+            "[[checks.sql]]",
+            base(
+                "",
+                &format!("[[checks.sql]]\nname = \"n\"\nsql = \"s\"\n{z}"),
+            ),
+        ),
+        ("[lint]", base("", &format!("[lint]\n{z}"))),
+        ("[alert]", base("", &format!("[alert]\n{z}"))),
+        ("[engine]", base("", &format!("[engine]\n{z}"))),
+    ];
+    let mut documented = documented_keys();
+    // The top level also accepts the sections themselves: `[target]`, `[sources.<alias>]`, …
+    let tables: Vec<String> = documented
+        .keys()
+        .filter_map(|h| h.strip_prefix('['))
+        .map(|h| {
+            h.trim_start_matches('[')
+                .split(['.', ']'])
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    documented
+        .entry("Top level".to_string())
+        .or_default()
+        .extend(tables);
+    let mut problems = Vec::new();
+    for (section, toml) in &sections {
+        let accepted = accepted_keys(&p, toml);
+        let doc = documented.get(*section).cloned().unwrap_or_default();
+        for k in accepted.difference(&doc) {
+            problems.push(format!("{section}: `{k}` is accepted but not documented"));
+        }
+        for k in doc.difference(&accepted) {
+            problems.push(format!(
+                "{section}: `{k}` is documented but the parser refuses it"
+            ));
+        }
+    }
+    let known: BTreeSet<&str> = sections.iter().map(|(s, _)| *s).collect();
+    for s in documented.keys() {
+        assert!(
+            known.contains(s.as_str()),
+            "reference section {s} is not checked by this test"
+        );
+    }
+    assert!(
+        problems.is_empty(),
+        "docs/src/reference/task-file.md and the parser disagree:\n{}",
+        problems.join("\n")
+    );
+}
+
+/// Example tasks in the docs: a ```toml block right after `<!-- validate: NAME -->`.
+fn example_tasks() -> Vec<(PathBuf, String, String)> {
+    let mut out = Vec::new();
+    for file in markdown_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let mut lines = text.lines();
+        while let Some(line) = lines.next() {
+            let Some(name) = line
+                .trim()
+                .strip_prefix("<!-- validate:")
+                .and_then(|r| r.strip_suffix("-->"))
+            else {
+                continue;
+            };
+            assert_eq!(
+                lines.next().map(str::trim),
+                Some("```toml"),
+                "{}: `<!-- validate: {name}-->` must be followed by a ```toml block",
+                file.display()
+            );
+            let body: Vec<&str> = lines.by_ref().take_while(|l| l.trim() != "```").collect();
+            out.push((file.clone(), name.trim().to_string(), body.join("\n")));
+        }
+    }
+    out
+}
+
+#[test]
+fn example_tasks_in_the_docs_pass_validate() {
+    let examples = example_tasks();
+    assert!(
+        examples.len() >= 4,
+        "too few marked examples: {}",
+        examples.len()
+    );
+    let p = TestProject::new();
+    // What the examples read besides the TPC-H files: a landing zone of two days.
+    for n in 0..2 {
+        crate::landing::write_file(&p.path().join("events"), crate::landing::day(n), 0);
+    }
+    for (file, name, toml) in &examples {
+        p.task(name, toml);
+        let out = p.run(&["validate", name]);
+        assert_eq!(
+            code(&out),
+            0,
+            "{}: example task `{name}` does not validate:\n{}",
+            file.display(),
+            text(&out)
+        );
+    }
+}
