@@ -310,7 +310,8 @@ pub enum Command {
         /// Output directory, relative to the project
         #[arg(long, default_value = "data")]
         out: PathBuf,
-        /// Regenerate even if the files exist
+        /// Regenerate even if files of this scale exist (files of another scale are always
+        /// regenerated)
         #[arg(long)]
         force: bool,
     },

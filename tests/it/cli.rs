@@ -505,3 +505,50 @@ fn a_directory_without_tables_names_project_and_init() {
         );
     }
 }
+
+/// Rows of a Parquet file, from its footer.
+fn parquet_rows(path: &std::path::Path) -> i64 {
+    use parquet::file::reader::FileReader;
+    let f = std::fs::File::open(path).unwrap();
+    parquet::file::reader::SerializedFileReader::new(f)
+        .unwrap()
+        .metadata()
+        .file_metadata()
+        .num_rows()
+}
+
+/// Issue 38 (the gen-tpch defect): `gen-tpch --scale 0.002` into a directory holding SF 0.001
+/// kept the old files and said SF 0.002 was ready. Files of another scale are regenerated;
+/// files of the same scale are kept.
+#[test]
+fn gen_tpch_at_another_scale_regenerates_instead_of_keeping_the_old_files() {
+    let p = TestProject::new();
+    let out = p.path().join("tpch");
+    let out = out.to_str().unwrap();
+    let gen_at = |scale: &str| {
+        let o = p.run(&["gen-tpch", "--scale", scale, "--out", out]);
+        assert_eq!(code(&o), 0, "{}", text(&o));
+    };
+    let lineitem = p.path().join("tpch/lineitem.parquet");
+    let orders = p.path().join("tpch/orders.parquet");
+    gen_at("0.001");
+    let (l1, o1) = (parquet_rows(&lineitem), parquet_rows(&orders));
+    gen_at("0.002");
+    let (l2, o2) = (parquet_rows(&lineitem), parquet_rows(&orders));
+    assert!(
+        l2 > l1 * 3 / 2,
+        "lineitem rows {l1} at SF 0.001, {l2} at SF 0.002"
+    );
+    assert!(
+        o2 > o1 * 3 / 2,
+        "orders rows {o1} at SF 0.001, {o2} at SF 0.002"
+    );
+    // The same scale again keeps the files as they are.
+    let modified = std::fs::metadata(&lineitem).unwrap().modified().unwrap();
+    gen_at("0.002");
+    assert_eq!(
+        std::fs::metadata(&lineitem).unwrap().modified().unwrap(),
+        modified
+    );
+    assert_eq!(parquet_rows(&lineitem), l2);
+}
