@@ -318,6 +318,24 @@ fn example_tasks_in_the_docs_pass_validate() {
     for n in 0..2 {
         crate::landing::write_file(&p.path().join("events"), crate::landing::day(n), 0);
     }
+    // Tasks other examples read (`task = "…"`) publish a window once validated: a downstream
+    // task's validation reads its upstream table.
+    let upstream: BTreeSet<String> = examples
+        .iter()
+        .flat_map(|(_, _, toml)| toml.lines())
+        .filter_map(|l| l.trim().strip_prefix("task = \""))
+        .filter_map(|l| l.split('"').next())
+        .map(str::to_string)
+        .collect();
+    let publish = |name: &str| {
+        let out = p.run(&["run", name, "--window", "1995-06-02"]);
+        assert_eq!(code(&out), 0, "run {name}: {}", text(&out));
+    };
+    for name in &upstream {
+        if !examples.iter().any(|(_, n, _)| n == name) {
+            publish(name);
+        }
+    }
     for (file, name, toml) in &examples {
         p.task(name, toml);
         let out = p.run(&["validate", name]);
@@ -328,5 +346,94 @@ fn example_tasks_in_the_docs_pass_validate() {
             file.display(),
             text(&out)
         );
+        if upstream.contains(name) {
+            publish(name);
+        }
     }
+}
+
+/// The `idemlake …` command lines in the docs (code blocks and inline code): the command and
+/// its flags, up to the end of the command.
+fn documented_commands() -> Vec<(PathBuf, Vec<String>)> {
+    let mut out = Vec::new();
+    for file in markdown_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for line in text.lines() {
+            let mut rest = line;
+            while let Some(at) = rest.find("idemlake ") {
+                let before = rest[..at].chars().last();
+                rest = &rest[at + "idemlake ".len()..];
+                // A word ending in `idemlake` (a path, `$BIN`) is not the command.
+                if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '-') {
+                    continue;
+                }
+                let words: Vec<String> = rest
+                    .split('`')
+                    .next()
+                    .unwrap_or_default()
+                    .split_whitespace()
+                    .take_while(|w| !["#", "|", "&&", ";", ">", "\\", "||"].contains(w))
+                    .take_while(|w| !w.starts_with('('))
+                    .map(str::to_string)
+                    .collect();
+                out.push((file.clone(), words));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn flags_in_documented_commands_exist() {
+    use clap::CommandFactory;
+    let mut root = idemlake::cli::Cli::command();
+    root.build();
+    // The argument `--flag` of `cmd`, if it has one (`--help` and `--version` always exist).
+    let arg = |cmd: &clap::Command, flag: &str| {
+        cmd.get_arguments()
+            .find(|a| a.get_long() == Some(flag))
+            .map(|a| a.get_action().takes_values())
+    };
+    let mut checked = 0;
+    let mut problems = Vec::new();
+    for (file, words) in documented_commands() {
+        let mut cmd = &root;
+        let mut words = words.iter();
+        while let Some(w) = words.next() {
+            if let Some(flag) = w.strip_prefix("--") {
+                let (flag, inline_value) = match flag.split_once('=') {
+                    Some((f, _)) => (f, true),
+                    None => (flag, false),
+                };
+                if flag.is_empty() || !flag.chars().all(|c| c.is_ascii_lowercase() || c == '-') {
+                    break;
+                }
+                checked += 1;
+                match arg(cmd, flag) {
+                    Some(true) if !inline_value => {
+                        words.next(); // its value
+                    }
+                    Some(_) => {}
+                    None if flag == "help" || flag == "version" => {}
+                    None => problems.push(format!(
+                        "{}: `--{flag}` for `{}`",
+                        file.display(),
+                        cmd.get_name()
+                    )),
+                }
+            } else if w.starts_with('-') {
+                continue; // -v, -vv
+            } else if let Some(sub) = cmd.find_subcommand(w) {
+                cmd = sub;
+            } else if std::ptr::eq(cmd, &root) {
+                break; // prose ("idemlake runs it"), not a command line
+            }
+        }
+    }
+    assert!(checked > 50, "too few flags found in the docs: {checked}");
+    assert!(
+        problems.is_empty(),
+        "flags the commands do not have:\n{}",
+        problems.join("\n")
+    );
 }
