@@ -437,3 +437,14 @@ fn flags_in_documented_commands_exist() {
         problems.join("\n")
     );
 }
+
+/// Issue 38: the README is a short introduction; everything else lives in the guide.
+#[test]
+fn the_readme_stays_under_10000_characters() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let n = readme.chars().count();
+    assert!(
+        n <= 10_000,
+        "README.md has {n} characters: move detail into docs/src"
+    );
+}
