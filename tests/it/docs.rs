@@ -448,3 +448,78 @@ fn the_readme_stays_under_10000_characters() {
         "README.md has {n} characters: move detail into docs/src"
     );
 }
+
+/// The report fields documented in docs/src/reference/reports.md ("The report of a window").
+fn documented_report_fields() -> BTreeSet<String> {
+    let text = std::fs::read_to_string(docs_src().join("reference").join("reports.md")).unwrap();
+    let at = text
+        .find("## The report of a window")
+        .expect("reports.md has the section");
+    text[at..]
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn report_fields_are_documented() {
+    let p = TestProject::new();
+    let documented = documented_report_fields();
+    // An ok window, a failed one with data checks (exit 6), and a command failing as a whole.
+    let toml = std::fs::read_to_string(p.path().join("tables/daily_revenue.toml")).unwrap();
+    p.task(
+        "with_checks",
+        &format!("{toml}\n[checks]\nrow_count = {{ max = 0 }}\n").replace(
+            "description",
+            "# daily_revenue with a failing check\ndescription",
+        ),
+    );
+    std::fs::copy(
+        p.path().join("tables/daily_revenue.sql"),
+        p.path().join("tables/with_checks.sql"),
+    )
+    .unwrap();
+    let runs: [&[&str]; 3] = [
+        &[
+            "--output",
+            "json",
+            "run",
+            "daily_revenue",
+            "--window",
+            "1995-06-02",
+        ],
+        &[
+            "--output",
+            "json",
+            "run",
+            "with_checks",
+            "--window",
+            "1995-06-02",
+        ],
+        &[
+            "--output",
+            "json",
+            "run",
+            "no_such_task",
+            "--window",
+            "1995-06-02",
+        ],
+    ];
+    let mut seen = BTreeSet::new();
+    for args in runs {
+        let out = p.run(args);
+        for report in json_lines(&out) {
+            for key in report.as_object().unwrap().keys() {
+                seen.insert(key.clone());
+            }
+        }
+    }
+    assert!(seen.contains("data_checks"), "{seen:?}");
+    let missing: Vec<&String> = seen.difference(&documented).collect();
+    assert!(
+        missing.is_empty(),
+        "report fields missing from docs/src/reference/reports.md: {missing:?}"
+    );
+}
