@@ -523,3 +523,57 @@ fn report_fields_are_documented() {
         "report fields missing from docs/src/reference/reports.md: {missing:?}"
     );
 }
+
+/// `IDEMLAKE_*` names in `text`: each run of `IDEMLAKE_` followed by capitals, digits and `_`.
+fn idemlake_variables(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("IDEMLAKE_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
+            .unwrap_or(tail.len());
+        out.insert(tail[..end].trim_end_matches('_').to_string());
+        rest = &tail[end..];
+    }
+    out
+}
+
+#[test]
+fn every_environment_variable_is_documented() {
+    fn walk(dir: &Path, out: &mut String) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                // String literals only: `"IDEMLAKE_…"` as the code reads them.
+                for piece in std::fs::read_to_string(&p)
+                    .unwrap()
+                    .split('"')
+                    .skip(1)
+                    .step_by(2)
+                {
+                    out.push_str(piece);
+                    out.push('\n');
+                }
+            }
+        }
+    }
+    let mut literals = String::new();
+    walk(&repo().join("src"), &mut literals);
+    let read: BTreeSet<String> = idemlake_variables(&literals)
+        .into_iter()
+        .filter(|v| literals.lines().any(|l| l == v))
+        .collect();
+    let page =
+        std::fs::read_to_string(docs_src().join("reference").join("environment.md")).unwrap();
+    let documented = idemlake_variables(&page);
+    assert!(read.len() >= 10, "{read:?}");
+    let undocumented: Vec<&String> = read.difference(&documented).collect();
+    let unknown: Vec<&String> = documented.difference(&read).collect();
+    assert!(
+        undocumented.is_empty() && unknown.is_empty(),
+        "docs/src/reference/environment.md: undocumented {undocumented:?}, not read by src/ {unknown:?}"
+    );
+}
