@@ -193,7 +193,7 @@ impl Window {
             })
         };
         // `DATE/DATE` (day, week and month grains): midnights in the task's time zone, the
-        // end exclusive — Airflow's `{{ ds }}/{{ next_ds }}` as it is.
+        // end exclusive: two dates as a cron script or Dagster's date partition keys give them.
         // Only a bare `YYYY-MM-DD` is a date here (jiff also reads the date of a timestamp).
         let date = |s: &str| {
             let s = s.trim();

@@ -265,7 +265,7 @@ mod properties {
     }
 }
 
-/// Issue 16 §6: `{{ ds }}/{{ next_ds }}` and Dagster's date keys pass unchanged.
+/// Issue 16 §6: `DATE/DATE` intervals (a cron script's dates, Dagster's date keys) pass unchanged.
 #[test]
 fn date_intervals_name_day_week_and_month_windows() {
     let berlin = time_zone("Europe/Berlin").unwrap();
