@@ -10,11 +10,7 @@ BIN         := $(TARGET_DIR)/$(PROFILE)/idemlake
 SCALE       ?= 0.01
 DEMO_DAYS   := 1995-06-01 1995-06-02 1995-06-03 1995-06-04 1995-06-05 1995-06-06 1995-06-07
 
-MDBOOK_VERSION := 0.4.52
-TOOLS_DIR   ?= $(or $(CARGO_TARGET_DIR),$(HOME)/.cache/idemlake)/tools
-MDBOOK      := $(TOOLS_DIR)/bin/mdbook
-
-.PHONY: build demo demo-s3 docs test test-ballista test-orchestrators torture lint fmt py-env s3-start s3-stop clean-demo bench bench-scale bench-ballista
+.PHONY: build demo test test-ballista test-orchestrators torture lint fmt py-env s3-start s3-stop clean-demo bench bench-scale bench-ballista
 
 build:
 	$(CARGO) build $(CARGO_FLAGS) --bin idemlake
@@ -53,6 +49,11 @@ demo-s3: build s3-start
 	echo "--- re-running 1995-06-03: same rows, one more commit, no duplicates"; \
 	$(BIN) --lake s3://idemlake/demo run lineitem_by_ship_day --window 1995-06-03 && \
 	$(BIN) --lake s3://idemlake/demo status lineitem_by_ship_day --from 1995-06-01 --to 1995-06-07
+
+MDBOOK_VERSION := 0.4.52
+TOOLS_DIR   ?= $(or $(CARGO_TARGET_DIR),$(HOME)/.cache/idemlake)/tools
+MDBOOK      := $(TOOLS_DIR)/bin/mdbook
+.PHONY: demo-s3 docs
 
 ## docs: the user guide (docs/, mdBook) into docs/book/. Installs mdbook $(MDBOOK_VERSION) into
 ## $(TOOLS_DIR) the first time (cargo install, a few minutes), outside the clone.
