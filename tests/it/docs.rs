@@ -577,3 +577,81 @@ fn every_environment_variable_is_documented() {
         "docs/src/reference/environment.md: undocumented {undocumented:?}, not read by src/ {unknown:?}"
     );
 }
+
+/// Issue 38: the examples named tasks that do not exist. Every task an example runs (a command
+/// line with `run`/`backfill`, a `TASK = "…"`, a Dagster asset, a Kubernetes argument list) is
+/// one of tables/.
+#[test]
+fn examples_name_tasks_that_exist() {
+    let tasks: BTreeSet<String> = std::fs::read_dir(repo().join("tables"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let p = e.path();
+            (p.extension()? == "toml").then(|| p.file_stem().unwrap().to_string_lossy().into())
+        })
+        .collect();
+    let quoted_after = |line: &str, prefix: &str| {
+        line.find(prefix)
+            .and_then(|at| line[at + prefix.len()..].split('"').next())
+            .map(str::to_string)
+    };
+    let mut named = Vec::new();
+    for dir in ["airflow", "dagster", "cron", "kubernetes"] {
+        for e in std::fs::read_dir(repo().join("examples").join(dir)).unwrap() {
+            let path = e.unwrap().path();
+            if !["py", "yaml", ""].contains(&path.extension().map_or("", |x| x.to_str().unwrap())) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let lines: Vec<&str> = text.lines().collect();
+            for (i, line) in lines.iter().enumerate() {
+                let mut found = Vec::new();
+                found.extend(quoted_after(line, "TASK = \""));
+                found.extend(quoted_after(line, "idemlake_asset(\""));
+                // An idemlake command line: `… run X …` / `… backfill X …`.
+                if line.to_lowercase().contains("idemlake") && line.contains(" --") {
+                    let words: Vec<&str> = line.split_whitespace().collect();
+                    // The command word comes after the program (`idemlake`, `$IDEMLAKE`,
+                    // `"$bin"`) and its global flags, never in prose ("idemlake: backfill a …").
+                    let program = words.iter().position(|w| {
+                        let w = w.trim_matches(|c| c == '"' || c == '$' || c == '\'');
+                        w.eq_ignore_ascii_case("idemlake") || w.ends_with("/idemlake") || w == "bin"
+                    });
+                    for (j, w) in words.windows(2).enumerate() {
+                        let after_program = program.is_some_and(|p| j > p);
+                        if after_program
+                            && (w[0] == "run" || w[0] == "backfill")
+                            && !w[1].starts_with('%')
+                        {
+                            found.push(w[1].to_string());
+                        }
+                    }
+                }
+                // A YAML argument list: `- backfill` then `- TASK`.
+                if line.trim() == "- backfill" || line.trim() == "- run" {
+                    found.extend(
+                        lines
+                            .get(i + 1)
+                            .map(|l| l.trim().trim_start_matches("- ").to_string()),
+                    );
+                }
+                for name in found {
+                    named.push((path.display().to_string(), name));
+                }
+            }
+        }
+    }
+    assert!(
+        named.len() >= 6,
+        "too few task names found in examples/: {named:?}"
+    );
+    let unknown: Vec<&(String, String)> = named
+        .iter()
+        .filter(|(_, n)| n != "TASK" && !tasks.contains(n))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "examples name tasks that are not in tables/: {unknown:?}"
+    );
+}
