@@ -39,7 +39,7 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
             grain,
             source,
             column,
-        } => super::maintenance::new_task(&project, task, grain, source, column.as_deref()),
+        } => super::maintenance::new_task(cli, &project, task, grain, source, column.as_deref()),
         Command::Run { task, window } => run(cli, &project, task, window).await,
         Command::Backfill {
             task,

@@ -199,6 +199,11 @@ pub(super) fn init(cli: &Cli, dir: Option<&std::path::Path>) -> Result<u8> {
         .or(cli.project.as_deref())
         .unwrap_or(std::path::Path::new("."));
     let written = crate::commands::scaffold::init(dir)?;
+    if cli.output == OutputFormat::Json {
+        let files: Vec<String> = written.iter().map(|f| f.display().to_string()).collect();
+        println!("{}", serde_json::json!({"status": "ok", "created": files}));
+        return Ok(0);
+    }
     for f in &written {
         println!("created {}", f.display());
     }
@@ -215,6 +220,7 @@ pub(super) fn init(cli: &Cli, dir: Option<&std::path::Path>) -> Result<u8> {
 
 /// `new TASK`: `tables/<TASK>.toml` from the template.
 pub(super) fn new_task(
+    cli: &Cli,
     project: &Project,
     task: &str,
     grain: &str,
@@ -229,6 +235,14 @@ pub(super) fn new_task(
         column,
     };
     let file = crate::commands::scaffold::new_task(&project.dir, &spec)?;
+    if cli.output == OutputFormat::Json {
+        let created = [file.display().to_string()];
+        println!(
+            "{}",
+            serde_json::json!({"status": "ok", "created": created})
+        );
+        return Ok(0);
+    }
     println!("created {}", file.display());
     println!("next: edit its SQL, then `idemlake validate {task}`");
     Ok(0)

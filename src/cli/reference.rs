@@ -35,11 +35,6 @@ fn section(out: &mut String, cmd: &clap::Command, path: &str, depth: usize) {
         if sub.get_name() == "help" || sub.is_hide_set() {
             continue;
         }
-        section(
-            out,
-            sub,
-            &format!("{path} {}", sub.get_name()),
-            if depth == 2 { 3 } else { depth + 1 },
-        );
+        section(out, sub, &format!("{path} {}", sub.get_name()), depth + 1);
     }
 }

@@ -442,8 +442,13 @@ fn init_then_new_then_validate_work_in_an_empty_directory() {
     }
     let ignore = std::fs::read_to_string(dir.path().join(".gitignore")).unwrap();
     assert!(ignore.lines().any(|l| l == "lake/"), "{ignore}");
-    let out = idemlake(&["new", "my_task"]);
+    let out = idemlake(&["--output", "json", "new", "my_task"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
+    let created = &json_lines(&out)[0]["created"][0];
+    assert!(
+        created.as_str().unwrap().ends_with("tables/my_task.toml"),
+        "{created}"
+    );
     let out = idemlake(&["validate"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     assert!(text(&out).contains("my_task") && text(&out).contains("example"));
