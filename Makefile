@@ -36,6 +36,32 @@ demo: build
 	$(BIN) status daily_revenue --from 1995-06-01 --to 1995-06-07
 	$(BIN) status orders_by_day --from 1995-06-01 --to 1995-06-07
 
+## demo-s3: the same week against the local S3 server (scripts/s3-server, started if it is not
+## running; `make s3-stop` stops it), lake s3://idemlake/demo.
+demo-s3: build s3-start
+	$(BIN) gen-tpch --scale $(SCALE) --out data
+	@eval "$$(scripts/s3-server env)"; \
+	for day in $(DEMO_DAYS); do \
+	  for task in lineitem_by_ship_day daily_revenue orders_by_day; do \
+	    $(BIN) --lake s3://idemlake/demo run $$task --window $$day || exit $$?; \
+	  done; \
+	done; \
+	echo "--- re-running 1995-06-03: same rows, one more commit, no duplicates"; \
+	$(BIN) --lake s3://idemlake/demo run lineitem_by_ship_day --window 1995-06-03 && \
+	$(BIN) --lake s3://idemlake/demo status lineitem_by_ship_day --from 1995-06-01 --to 1995-06-07
+
+MDBOOK_VERSION := 0.4.52
+TOOLS_DIR   ?= $(or $(CARGO_TARGET_DIR),$(HOME)/.cache/idemlake)/tools
+MDBOOK      := $(TOOLS_DIR)/bin/mdbook
+.PHONY: demo-s3 docs
+
+## docs: the user guide (docs/, mdBook) into docs/book/. Installs mdbook $(MDBOOK_VERSION) into
+## $(TOOLS_DIR) the first time (cargo install, a few minutes), outside the clone.
+docs:
+	@test -x $(MDBOOK) || $(CARGO) install mdbook --locked --version $(MDBOOK_VERSION) \
+	  --no-default-features --features search --root $(TOOLS_DIR)
+	$(MDBOOK) build docs
+
 ## test: unit + integration tests. Installs the Python Delta readers and starts the local
 ## S3 server (SeaweedFS, loopback only) that the S3 tests run against; `make s3-stop` stops it.
 test: py-env s3-start

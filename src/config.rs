@@ -42,7 +42,7 @@ pub struct Config {
     /// overwrite publishes the Delta log records whole (by default they get none; see
     /// `report::runlog`).
     pub run_log_all: bool,
-    /// The fault or mutation to inject (`IDEMLAKE_TEST_FAULT`; a testing aid, see README).
+    /// The fault or mutation to inject (`IDEMLAKE_TEST_FAULT`; a testing aid, see CONTRIBUTING.md).
     pub test_fault: Option<String>,
     /// Colours off (`NO_COLOR` set and not empty, or `TERM=dumb`).
     pub no_color: bool,

@@ -1,4 +1,4 @@
-//! Fault injection for tests (`IDEMLAKE_TEST_FAULT`), documented in the README as a testing aid.
+//! Fault injection for tests (`IDEMLAKE_TEST_FAULT`), documented in CONTRIBUTING.md as a testing aid.
 //!
 //! - `batch:N` fails after N streamed batches;
 //! - `before-commit` fails after every file is written, just before the commit;

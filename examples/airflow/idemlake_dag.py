@@ -17,7 +17,7 @@ Airflow 2 locations.
 Configuration, resolved when the task runs (first match wins):
 
     binary   Airflow Variable ``idemlake_bin``      env IDEMLAKE_BIN      default ``idemlake`` on PATH
-    project  Airflow Variable ``idemlake_project``  env IDEMLAKE_PROJECT  default /opt/idemlake
+    project  Airflow Variable ``idemlake_project``  env IDEMLAKE_PROJECT  default /srv/pipelines
     lake     Airflow Variable ``idemlake_lake``     env IDEMLAKE_LAKE     default <project>/lake
 
 The binary on a containerised Airflow: copy it from the image the repository's Dockerfile builds
@@ -65,16 +65,23 @@ each other). ``--missing`` makes a retried shard, or a re-triggered run, do only
     airflow dags trigger idemlake_lineitem_by_ship_day_backfill_shards \
         --conf '{"from": "1992-01-01", "to": "1998-12-31", "shards": 8, "parallel": 2}'
 
-Retries. Exit code 1 (storage, execution, commit conflict after retries) is worth retrying. Exit
-2 (invalid input: task file, SQL, lint, window) and 3 (reconciliation mismatch: the source and
-the output disagree) will fail the same way on every try, so ``IdemlakeBashOperator`` turns them
-into AirflowFailException, which fails the task at once without using up the retries. Exit code
-99 is not treated as "skip" (BashOperator's default) since idemlake never means that.
+Retries: one rule, driven by idemlake's report. Every JSON report carries ``retryable``: true
+for a runtime failure (exit 1: storage, execution, a source changed during the run, a commit
+conflict) and for a window published whose check after the commit failed (exit 5); false for
+invalid input (2), a reconciliation mismatch (3), damage found by audit (4) and a failed data
+check (6), which fail the same way on every try. ``IdemlakeBashOperator`` has the command tee
+idemlake's stdout into a file, reads the reports back when the command fails, and raises
+AirflowFailException (fails the task at once, retries left unused) unless one of them says
+``retryable: true``. Without a report (the process was killed) exit codes 2, 3, 4 and 6 are
+final and the others retried. Exit code 99 is not treated as "skip" (BashOperator's default)
+since idemlake never means that.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 from datetime import datetime, timedelta, timezone
 
 try:  # Airflow 3
@@ -91,19 +98,45 @@ except ImportError:  # Airflow 2.x
 
 TASK = "lineitem_by_ship_day"
 
-# idemlake's exit codes that no retry can fix.
-NO_RETRY_EXIT_CODES = {
+# idemlake's exit codes that no retry can fix, for when there is no report to read.
+FINAL_EXIT_CODES = {
     2: "invalid input (task file, SQL, lint, window or schema change)",
     3: "reconciliation mismatch between source and output",
-    5: "the window was published but did not verify after its commit (see the report)",
+    4: "audit or verify found damaged or differing windows",
+    6: "a data check ([checks]) failed",
 }
 
 
-class IdemlakeBashOperator(BashOperator):
-    """A BashOperator that fails without retrying on idemlake's exit codes 2 and 3.
+def read_reports(path: str) -> list[dict]:
+    """The JSON lines idemlake printed on stdout (its reports), oldest first."""
+    reports = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    try:
+                        reports.append(json.loads(line))
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
+    return reports
 
-    BashOperator itself only knows ``skip_on_exit_code``; every other non-zero exit code raises
-    a plain AirflowException, which Airflow retries. The exit code is read back from the
+
+def is_retryable(code: int | None, reports: list[dict]) -> bool:
+    """Retry when a report says so; without one, unless the exit code is final."""
+    if reports:
+        return any(r.get("retryable") is True for r in reports)
+    return code not in FINAL_EXIT_CODES
+
+
+class IdemlakeBashOperator(BashOperator):
+    """A BashOperator that retries only what idemlake's report calls ``retryable``.
+
+    The command tees idemlake's stdout into the file named by ``IDEMLAKE_REPORT_FILE`` (set
+    here, one per try); when the command fails, the reports in it decide: not retryable raises
+    AirflowFailException, which fails the task at once. The exit code is read back from the
     subprocess hook (its ``sub_process`` attribute), since the exception does not carry it.
     """
 
@@ -112,21 +145,29 @@ class IdemlakeBashOperator(BashOperator):
         super().__init__(**kwargs)
 
     def execute(self, context):
+        fd, report_file = tempfile.mkstemp(prefix="idemlake-report-", suffix=".jsonl")
+        os.close(fd)
+        self.env = {**(self.env or {}), "IDEMLAKE_REPORT_FILE": report_file}
         try:
             return super().execute(context)
         except Exception as err:
             proc = getattr(self.subprocess_hook, "sub_process", None)
             code = getattr(proc, "returncode", None)
-            if code in NO_RETRY_EXIT_CODES:
+            reports = read_reports(report_file)
+            if not is_retryable(code, reports):
+                why = FINAL_EXIT_CODES.get(code, "the report says retryable: false")
+                errors = "; ".join(str(r["error"]) for r in reports if r.get("error"))[:2000]
                 raise AirflowFailException(
-                    f"idemlake exited {code}: {NO_RETRY_EXIT_CODES[code]}; not retrying "
-                    "(fix the cause, then clear the task)"
+                    f"idemlake exited {code}: {why}; not retrying "
+                    f"(fix the cause, then clear the task){': ' + errors if errors else ''}"
                 ) from err
             raise
+        finally:
+            os.unlink(report_file)
 
 
 def retry_args(timeout: timedelta) -> dict:
-    """3 retries with exponential backoff (exit 2/3/5 are not retried, see above)."""
+    """3 retries with exponential backoff (only what the report calls retryable, see above)."""
     return {
         "retries": 3,
         "retry_delay": timedelta(seconds=int(os.environ.get("IDEMLAKE_DAG_RETRY_DELAY_SECONDS", "120"))),
@@ -148,11 +189,11 @@ def _env_flag(name: str, default: bool) -> bool:
 IDEMLAKE_COMMAND = """
 set -euo pipefail
 bin="${IDEMLAKE_VAR_BIN:-${IDEMLAKE_BIN:-idemlake}}"
-project="${IDEMLAKE_VAR_PROJECT:-${IDEMLAKE_PROJECT:-/opt/idemlake}}"
+project="${IDEMLAKE_VAR_PROJECT:-${IDEMLAKE_PROJECT:-/srv/pipelines}}"
 lake="${IDEMLAKE_VAR_LAKE:-${IDEMLAKE_LAKE:-$project/lake}}"
 window="{{ data_interval_start }}/{{ data_interval_end }}"
 echo "idemlake: $bin --project $project --lake $lake run %(task)s --window '$window'" >&2
-exec "$bin" --project "$project" --lake "$lake" --output json run %(task)s --window "$window"
+"$bin" --project "$project" --lake "$lake" --output json run %(task)s --window "$window" | tee "$IDEMLAKE_REPORT_FILE"
 """ % {"task": TASK}
 
 with DAG(
@@ -186,11 +227,11 @@ with DAG(
 SHARD_COMMAND = """
 set -euo pipefail
 bin="{{ var.value.get('idemlake_bin', '') }}"; bin="${bin:-${IDEMLAKE_BIN:-idemlake}}"
-project="{{ var.value.get('idemlake_project', '') }}"; project="${project:-${IDEMLAKE_PROJECT:-/opt/idemlake}}"
+project="{{ var.value.get('idemlake_project', '') }}"; project="${project:-${IDEMLAKE_PROJECT:-/srv/pipelines}}"
 lake="{{ var.value.get('idemlake_lake', '') }}"; lake="${lake:-${IDEMLAKE_LAKE:-$project/lake}}"
 echo "idemlake: $bin --project $project --lake $lake backfill %(task)s --from $SHARD_FROM --to $SHARD_TO --shard $SHARD --missing" >&2
-exec "$bin" --project "$project" --lake "$lake" --output json backfill %(task)s \
-    --from "$SHARD_FROM" --to "$SHARD_TO" --parallel "$SHARD_PARALLEL" --missing --shard "$SHARD"
+"$bin" --project "$project" --lake "$lake" --output json backfill %(task)s \
+    --from "$SHARD_FROM" --to "$SHARD_TO" --parallel "$SHARD_PARALLEL" --missing --shard "$SHARD" | tee "$IDEMLAKE_REPORT_FILE"
 """ % {"task": TASK}
 
 with DAG(

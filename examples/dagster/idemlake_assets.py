@@ -10,17 +10,20 @@ window in the Delta table with one atomic commit, so re-materialising a partitio
 backfill over partitions already done republishes the same rows and never duplicates any.
 
 Configuration (the ``idemlake`` resource; defaults read from the environment when the code
-location loads): IDEMLAKE_BIN (default ``idemlake`` on PATH), IDEMLAKE_PROJECT (default the
-current directory), IDEMLAKE_LAKE (default <project>/lake), IDEMLAKE_PARTITION_START (first
+location loads): IDEMLAKE_BIN (default ``idemlake`` on PATH), IDEMLAKE_PROJECT (default
+/srv/pipelines, the container image's project), IDEMLAKE_LAKE (default <project>/lake), IDEMLAKE_PARTITION_START (first
 partition, default 1992-01-01), IDEMLAKE_RETRY_DELAY_SECONDS (first retry delay, default 30).
 
 The partitions are UTC days, like the sample tasks' ``[window] timezone = "UTC"``; a task in
 another zone needs ``DailyPartitionsDefinition(timezone=...)`` with the same zone, otherwise the
 interval is not one day of the task's grain and idemlake refuses it (exit 2).
 
-Retries: exit code 1 (storage, execution, commit conflict) is retried by the asset's
-RetryPolicy; exit codes 2 (invalid input) and 3 (reconciliation mismatch) raise
-``dagster.Failure(allow_retries=False)``, which fails the step at once.
+Retries: one rule, driven by idemlake's report. Every JSON report carries ``retryable``: true
+for a runtime failure (exit 1) and for a window published whose check after the commit failed
+(exit 5), false for invalid input (2), a reconciliation mismatch (3), damage (4) and a failed
+data check (6). A retryable failure raises a plain exception, which the asset's RetryPolicy
+retries; any other raises ``dagster.Failure(allow_retries=False)``, which fails the step at
+once. Without a report (the process was killed) exit codes 2, 3, 4 and 6 are final.
 
 Backfills: select a partition range in the UI (``dagster dev``) and launch a backfill; each
 partition is one run of one window, safe to repeat. Or let idemlake do a range in one process,
@@ -34,11 +37,20 @@ import subprocess
 
 import dagster as dg
 
-NO_RETRY_EXIT_CODES = {
+# idemlake's exit codes that no retry can fix, for when there is no report to read.
+FINAL_EXIT_CODES = {
     2: "invalid input (task file, SQL, lint, window or schema change)",
     3: "reconciliation mismatch between source and output",
-    5: "the window was published but did not verify after its commit (see the report)",
+    4: "audit or verify found damaged or differing windows",
+    6: "a data check ([checks]) failed",
 }
+
+
+def is_retryable(code: int, reports: list[dict]) -> bool:
+    """Retry when a report says so; without one, unless the exit code is final."""
+    if reports:
+        return any(r.get("retryable") is True for r in reports)
+    return code not in FINAL_EXIT_CODES
 
 daily_partitions = dg.DailyPartitionsDefinition(
     start_date=os.environ.get("IDEMLAKE_PARTITION_START", "1992-01-01"),
@@ -50,11 +62,11 @@ class IdemlakeResource(dg.ConfigurableResource):
     """Where the idemlake binary, the project (holding tables/) and the lake are."""
 
     bin: str = os.environ.get("IDEMLAKE_BIN", "idemlake")
-    project: str = os.environ.get("IDEMLAKE_PROJECT", os.getcwd())
+    project: str = os.environ.get("IDEMLAKE_PROJECT", "/srv/pipelines")
     lake: str = os.environ.get("IDEMLAKE_LAKE", "")
 
     def run_window(self, task: str, window: str, log) -> dict:
-        """Run one window; return idemlake's JSON report, or raise (Failure for 2 and 3)."""
+        """Run one window; return idemlake's JSON report, or raise (Failure unless retryable)."""
         cmd = [self.bin, "--project", self.project]
         if self.lake:
             cmd += ["--lake", self.lake]
@@ -65,23 +77,21 @@ class IdemlakeResource(dg.ConfigurableResource):
             log.info("idemlake: %s", line)
         reports = [json.loads(l) for l in proc.stdout.splitlines() if l.strip().startswith("{")]
         report = reports[-1] if reports else {}
-        if proc.returncode in NO_RETRY_EXIT_CODES:
+        if proc.returncode != 0 and not is_retryable(proc.returncode, reports):
+            why = FINAL_EXIT_CODES.get(proc.returncode, "the report says retryable: false")
             raise dg.Failure(
-                description=(
-                    f"idemlake exited {proc.returncode}: {NO_RETRY_EXIT_CODES[proc.returncode]}; "
-                    "not retrying"
-                ),
+                description=f"idemlake exited {proc.returncode}: {why}; not retrying",
                 metadata={"window": window, "error": str(report.get("error") or proc.stderr[-2000:])},
                 allow_retries=False,
             )
         if proc.returncode != 0:
-            # Retryable (exit 1: storage, execution, conflict): a plain exception lets the
+            # Retryable (the report says so: exit 1, or 5): a plain exception lets the
             # RetryPolicy try again.
             raise RuntimeError(
                 f"idemlake exited {proc.returncode} for {task} {window}: "
                 f"{report.get('error') or proc.stderr[-2000:]}"
             )
-        if report.get("status") not in ("ok", "skipped", "mismatch"):
+        if report.get("status") not in ("ok", "skipped", "mismatch", "warned"):
             raise RuntimeError(f"idemlake exited 0 without a report: {proc.stdout[-2000:]}")
         return report
 

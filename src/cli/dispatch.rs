@@ -29,8 +29,17 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
         })
         .await;
     }
+    if let Command::Init { dir } = &cli.command {
+        return super::maintenance::init(cli, dir.as_deref());
+    }
     let project = Project::resolve(cli.project.as_deref(), cli.lake.as_deref())?;
     match &cli.command {
+        Command::New {
+            task,
+            grain,
+            source,
+            column,
+        } => super::maintenance::new_task(cli, &project, task, grain, source, column.as_deref()),
         Command::Run { task, window } => run(cli, &project, task, window).await,
         Command::Backfill {
             task,
@@ -130,7 +139,7 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
             force,
         } => vacuum(cli, &project, task, retain_hours, (dry_run, full, force)).await,
         Command::GenTpch { scale, out, force } => gen_tpch(cli, &project, scale, out, force).await,
-        Command::Completions { .. } | Command::Cluster(_) => {
+        Command::Completions { .. } | Command::Cluster(_) | Command::Init { .. } => {
             unreachable!("handled before the project is resolved")
         }
     }

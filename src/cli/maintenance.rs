@@ -1,5 +1,5 @@
-//! Maintenance commands: `restore`, `optimize` and `vacuum` on a task's table, `validate` and
-//! `gen-tpch` on the project; their results printed.
+//! Maintenance commands: `restore`, `optimize` and `vacuum` on a task's table, `validate`,
+//! `init`, `new` and `gen-tpch` on the project; their results printed.
 
 use crate::cli::Cli;
 use crate::error::{Error, Result};
@@ -191,4 +191,59 @@ pub(super) async fn validate(cli: &Cli, project: &Project, tasks: &[String]) -> 
         }
     }
     Ok(worst)
+}
+
+/// `init [DIR]`: the project skeleton in DIR (else `--project`, else the current directory).
+pub(super) fn init(cli: &Cli, dir: Option<&std::path::Path>) -> Result<u8> {
+    let dir = dir
+        .or(cli.project.as_deref())
+        .unwrap_or(std::path::Path::new("."));
+    let written = crate::commands::scaffold::init(dir)?;
+    if cli.output == OutputFormat::Json {
+        let files: Vec<String> = written.iter().map(|f| f.display().to_string()).collect();
+        println!("{}", serde_json::json!({"status": "ok", "created": files}));
+        return Ok(0);
+    }
+    for f in &written {
+        println!("created {}", f.display());
+    }
+    let cd = if dir == std::path::Path::new(".") {
+        String::new()
+    } else {
+        format!("cd {} && ", dir.display())
+    };
+    println!(
+        "next: {cd}idemlake validate && idemlake run example --window 2026-01-01 && idemlake status example"
+    );
+    Ok(0)
+}
+
+/// `new TASK`: `tables/<TASK>.toml` from the template.
+pub(super) fn new_task(
+    cli: &Cli,
+    project: &Project,
+    task: &str,
+    grain: &str,
+    source: &str,
+    column: Option<&str>,
+) -> Result<u8> {
+    let column = column.unwrap_or(if grain == "hour" { "ts" } else { "day" });
+    let spec = crate::commands::scaffold::NewTask {
+        name: task,
+        grain,
+        source,
+        column,
+    };
+    let file = crate::commands::scaffold::new_task(&project.dir, &spec)?;
+    if cli.output == OutputFormat::Json {
+        let created = [file.display().to_string()];
+        println!(
+            "{}",
+            serde_json::json!({"status": "ok", "created": created})
+        );
+        return Ok(0);
+    }
+    println!("created {}", file.display());
+    println!("next: edit its SQL, then `idemlake validate {task}`");
+    Ok(0)
 }

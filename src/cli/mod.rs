@@ -1,7 +1,9 @@
 //! Command line: raw flag values first (clap), then resolution and dispatch.
 //!
 //! Each command returns a process exit code following SPEC: 0 ok, 1 runtime failure, 2 invalid
-//! input, 3 reconciliation mismatch, 4 divergence. Reports go to stdout (text, or one JSON
+//! input, 3 reconciliation mismatch, 4 divergence (verify) or damage (audit, repair), 5 published
+//! but a check after the commit failed, 6 a data check failed (see `EXAMPLES` below, the
+//! `--help` text). Reports go to stdout (text, or one JSON
 //! object per window with `--output json`); diagnostics go to stderr. Every printed string
 //! passes through `report::render::redact`, so credentials from the environment never reach the terminal.
 //!
@@ -21,9 +23,12 @@ mod alerts;
 mod backfill;
 mod dispatch;
 mod maintenance;
+pub mod reference;
 
 const EXAMPLES: &str = "\
 Examples:
+  idemlake init my-pipelines                          # a project: tables/, an example task, .gitignore
+  idemlake new orders_daily --grain day --source data/orders.parquet
   idemlake validate                                   # lint and plan every task in tables/
   idemlake run daily_revenue --window 1995-06-01      # run one day and publish it atomically
   idemlake run daily_revenue --window 1995-06-01T00:00:00Z/1995-06-02T00:00:00Z
@@ -90,7 +95,7 @@ pub struct Parallel {
 pub enum Command {
     /// Run one window and publish it atomically (one Delta commit)
     #[command(
-        after_help = "Example:\n  idemlake run lineitem_by_ship_day --window 1995-06-01\n  idemlake run hourly_events --window 2026-11-28T05\n  idemlake run weekly_kpis --window 2026-W48"
+        after_help = "Example:\n  idemlake run lineitem_by_ship_day --window 1995-06-01\n  idemlake run daily_revenue --window 1995-06-01T00:00:00Z/1995-06-02T00:00:00Z   # an orchestrator's data interval\n\nWindow formats, at the task's grain: 2026-11-28T05 (hour), 2026-11-28 (day), 2026-W48 (week), 2026-11 (month)"
     )]
     Run {
         /// Task (table) name: tables/<TASK>.toml
@@ -229,7 +234,7 @@ pub enum Command {
     },
     /// Compact each window's files (one commit per window, rows unchanged, proven by a read-back)
     #[command(
-        after_help = "Examples:\n  idemlake optimize merged_orders                          # every window with 2 or more files in one partition\n  idemlake optimize merged_orders --from 1995-06-01 --to 1995-06-30 --min-files 8"
+        after_help = "Examples:\n  idemlake optimize orders_by_day                          # every window with 2 or more files in one partition\n  idemlake optimize orders_by_day --from 1995-06-01 --to 1995-06-30 --min-files 8"
     )]
     Optimize {
         task: String,
@@ -262,6 +267,32 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Create a project: tables/ with a commented example task, sample data, .gitignore, an S3 settings template
+    #[command(
+        after_help = "Examples:\n  idemlake init my-pipelines && cd my-pipelines && idemlake validate\n  idemlake init          # the current directory (or --project)"
+    )]
+    Init {
+        /// The project directory (created if missing) [default: --project, or the current directory]
+        dir: Option<PathBuf>,
+    },
+    /// Write tables/<TASK>.toml from a template
+    #[command(
+        after_help = "Examples:\n  idemlake new orders_daily --source data/orders.parquet --column order_date\n  idemlake new clicks_hourly --grain hour --source 's3://raw/clicks/*/part-*.parquet' --column ts"
+    )]
+    New {
+        /// Task (table) name: a plain identifier
+        task: String,
+        /// Window size
+        #[arg(long, default_value = "day", value_parser = ["hour", "day", "week", "month"])]
+        grain: String,
+        /// What the task reads: a file, directory or glob (relative to the project), an s3:// URI
+        #[arg(long, default_value = "data/example.csv")]
+        source: String,
+        /// The source column holding each row's time: a DATE (day, week, month), a TIMESTAMP
+        /// (hour) [default: day, or ts with --grain hour]
+        #[arg(long)]
+        column: Option<String>,
+    },
     /// Print a shell completion script
     #[command(
         after_help = "Examples:\n  idemlake completions bash > ~/.local/share/bash-completion/completions/idemlake\n  idemlake completions zsh > \"${fpath[1]}/_idemlake\"\n  idemlake completions fish > ~/.config/fish/completions/idemlake.fish"
@@ -279,7 +310,8 @@ pub enum Command {
         /// Output directory, relative to the project
         #[arg(long, default_value = "data")]
         out: PathBuf,
-        /// Regenerate even if the files exist
+        /// Regenerate even if files of this scale exist (files of another scale are always
+        /// regenerated)
         #[arg(long)]
         force: bool,
     },

@@ -1,5 +1,5 @@
 //! The commands, each a composition of the layers below: backfill, verify, audit and
-//! repair, status, explain and validate, gen-tpch (`run` is [`crate::pipeline::runner::run_window`]).
+//! repair, status, explain and validate, init and new (scaffold), gen-tpch (`run` is [`crate::pipeline::runner::run_window`]).
 
 pub mod audit;
 pub mod backfill;
@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod explain;
 pub mod optimize;
 pub mod restore;
+pub mod scaffold;
 pub mod status;
 pub mod tpch;
 pub mod vacuum;

@@ -86,11 +86,24 @@ impl Project {
         self.dir.join("tables")
     }
 
+    /// What to do when the project directory holds no `tables/`.
+    fn not_a_project_hint(&self) -> String {
+        format!(
+            "{} is not an idemlake project (it has no tables/): pass --project DIR (or set IDEMLAKE_PROJECT) naming the directory that holds tables/, or create a project here with `idemlake init`",
+            self.dir.display()
+        )
+    }
+
     /// All task names (table names) in `tables/`, sorted.
     pub fn task_names(&self) -> Result<Vec<String>> {
         let dir = self.tables_dir();
-        let entries = std::fs::read_dir(&dir)
-            .map_err(|e| Error::input(format!("cannot list {}: {e}", dir.display())))?;
+        let entries = std::fs::read_dir(&dir).map_err(|e| {
+            Error::input(format!(
+                "cannot list {}: {e}. {}",
+                dir.display(),
+                self.not_a_project_hint()
+            ))
+        })?;
         let mut names: Vec<String> = entries
             .filter_map(|e| e.ok())
             .map(|e| e.path())
@@ -156,6 +169,13 @@ impl Project {
         } else {
             self.tables_dir().join(format!("{name}.toml"))
         };
+        if !file.is_file() && !self.tables_dir().is_dir() {
+            return Err(Error::input(format!(
+                "no task `{name}`: {} does not exist. {}",
+                file.display(),
+                self.not_a_project_hint()
+            )));
+        }
         if !file.is_file() {
             let known = self.task_names().unwrap_or_default();
             return Err(Error::input(format!(

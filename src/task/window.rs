@@ -193,7 +193,7 @@ impl Window {
             })
         };
         // `DATE/DATE` (day, week and month grains): midnights in the task's time zone, the
-        // end exclusive — Airflow's `{{ ds }}/{{ next_ds }}` as it is.
+        // end exclusive: two dates as a cron script or Dagster's date partition keys give them.
         // Only a bare `YYYY-MM-DD` is a date here (jiff also reads the date of a timestamp).
         let date = |s: &str| {
             let s = s.trim();
@@ -222,7 +222,7 @@ impl Window {
         };
         if start == end {
             return Err(Error::input(format!(
-                "window interval `{text}` is empty: START equals END. Schedulers whose interval for a run is a single instant (Airflow's CronTriggerTimetable) pass the window itself instead, e.g. `{{{{ ds }}}}`, or `{{{{ ds }}}}/{{{{ next_ds }}}}` with a timetable that has intervals"
+                "window interval `{text}` is empty: START equals END. Airflow 3's CronTriggerTimetable (its `@daily`) gives runs an empty data interval: use a CronDataIntervalTimetable and pass `{{{{ data_interval_start }}}}/{{{{ data_interval_end }}}}`, or name the window itself (the day before the trigger: `{{{{ macros.ds_add(ds, -1) }}}}`)"
             )));
         }
         if start > end {

@@ -243,8 +243,9 @@ fn a_malformed_setting_exits_2_before_anything_runs() {
     }
 }
 
-/// Issue 16 §6: Airflow's `{{ ds }}/{{ next_ds }}` names the day window as it is; an empty
-/// interval (CronTriggerTimetable) is refused with the way out, exit 2, nothing written.
+/// Issue 16 §6: a `DATE/DATE` interval names the day window as it is; an empty interval (Airflow
+/// 3's CronTriggerTimetable) is refused with the way out (issue 38: the data interval of a
+/// CronDataIntervalTimetable), exit 2, nothing written.
 #[test]
 fn scheduler_date_intervals_run_the_day_and_empty_ones_say_why() {
     let p = TestProject::new();
@@ -269,6 +270,12 @@ fn scheduler_date_intervals_run_the_day_and_empty_ones_say_why() {
     ]);
     assert_eq!(code(&out), 2, "{}", text(&out));
     assert!(text(&out).contains("START equals END"), "{}", text(&out));
+    assert!(
+        text(&out).contains("{{ data_interval_start }}/{{ data_interval_end }}")
+            && !text(&out).contains("next_ds"),
+        "{}",
+        text(&out)
+    );
     assert_eq!(log_version(&p.table_dir("lineitem_by_ship_day")), v);
 }
 
@@ -411,4 +418,142 @@ fn the_ballista_engine_is_refused_clearly_where_it_is_not_built() {
     for t in ["on_cluster", "lineitem_by_ship_day"] {
         assert!(log_version(&p.table_dir(t)).is_none(), "{t} was written");
     }
+}
+
+/// Issue 38: `init`, then `new`, then `validate` and a run work in an empty directory, and
+/// neither command writes over an existing file.
+#[test]
+fn init_then_new_then_validate_work_in_an_empty_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let idemlake = |args: &[&str]| {
+        assert_cmd::Command::cargo_bin("idemlake")
+            .unwrap()
+            .current_dir(dir.path())
+            .env_remove("IDEMLAKE_PROJECT")
+            .env_remove("IDEMLAKE_LAKE")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = idemlake(&["init"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    for f in ["tables/example.toml", "data/example.csv", "s3.env.example"] {
+        assert!(dir.path().join(f).is_file(), "init wrote no {f}");
+    }
+    let ignore = std::fs::read_to_string(dir.path().join(".gitignore")).unwrap();
+    assert!(ignore.lines().any(|l| l == "lake/"), "{ignore}");
+    let out = idemlake(&["--output", "json", "new", "my_task"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let created = &json_lines(&out)[0]["created"][0];
+    assert!(
+        created.as_str().unwrap().ends_with("tables/my_task.toml"),
+        "{created}"
+    );
+    let out = idemlake(&["validate"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(text(&out).contains("my_task") && text(&out).contains("example"));
+    let out = idemlake(&["run", "my_task", "--window", "2026-01-02"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    // An hour task from the template validates over a timestamped source.
+    std::fs::write(
+        dir.path().join("data/clicks.csv"),
+        "ts,page\n2026-01-01T05:10:00Z,a\n2026-01-01T06:20:00Z,b\n",
+    )
+    .unwrap();
+    let out = idemlake(&[
+        "new",
+        "clicks_hourly",
+        "--grain",
+        "hour",
+        "--source",
+        "data/clicks.csv",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let out = idemlake(&["validate", "clicks_hourly"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    // Nothing is overwritten; bad names are input errors.
+    let before = std::fs::read_to_string(dir.path().join("tables/my_task.toml")).unwrap();
+    for args in [
+        &["init"][..],
+        &["new", "my_task"][..],
+        &["new", "my-task"][..],
+        &["new", "x", "--grain", "year"][..],
+    ] {
+        let out = idemlake(args);
+        assert_eq!(code(&out), 2, "{args:?}: {}", text(&out));
+    }
+    let after = std::fs::read_to_string(dir.path().join("tables/my_task.toml")).unwrap();
+    assert_eq!(before, after);
+}
+
+/// Issue 38: a directory without tables/ says what to do: `--project` or `init`.
+#[test]
+fn a_directory_without_tables_names_project_and_init() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        &["validate"][..],
+        &["run", "x", "--window", "2026-01-01"][..],
+    ] {
+        let out = assert_cmd::Command::cargo_bin("idemlake")
+            .unwrap()
+            .current_dir(dir.path())
+            .env_remove("IDEMLAKE_PROJECT")
+            .env_remove("IDEMLAKE_LAKE")
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 2, "{args:?}: {}", text(&out));
+        let t = text(&out);
+        assert!(
+            t.contains("--project") && t.contains("idemlake init"),
+            "{args:?}: {t}"
+        );
+    }
+}
+
+/// Rows of a Parquet file, from its footer.
+fn parquet_rows(path: &std::path::Path) -> i64 {
+    use parquet::file::reader::FileReader;
+    let f = std::fs::File::open(path).unwrap();
+    parquet::file::reader::SerializedFileReader::new(f)
+        .unwrap()
+        .metadata()
+        .file_metadata()
+        .num_rows()
+}
+
+/// Issue 38 (the gen-tpch defect): `gen-tpch --scale 0.002` into a directory holding SF 0.001
+/// kept the old files and said SF 0.002 was ready. Files of another scale are regenerated;
+/// files of the same scale are kept.
+#[test]
+fn gen_tpch_at_another_scale_regenerates_instead_of_keeping_the_old_files() {
+    let p = TestProject::new();
+    let out = p.path().join("tpch");
+    let out = out.to_str().unwrap();
+    let gen_at = |scale: &str| {
+        let o = p.run(&["gen-tpch", "--scale", scale, "--out", out]);
+        assert_eq!(code(&o), 0, "{}", text(&o));
+    };
+    let lineitem = p.path().join("tpch/lineitem.parquet");
+    let orders = p.path().join("tpch/orders.parquet");
+    gen_at("0.001");
+    let (l1, o1) = (parquet_rows(&lineitem), parquet_rows(&orders));
+    gen_at("0.002");
+    let (l2, o2) = (parquet_rows(&lineitem), parquet_rows(&orders));
+    assert!(
+        l2 > l1 * 3 / 2,
+        "lineitem rows {l1} at SF 0.001, {l2} at SF 0.002"
+    );
+    assert!(
+        o2 > o1 * 3 / 2,
+        "orders rows {o1} at SF 0.001, {o2} at SF 0.002"
+    );
+    // The same scale again keeps the files as they are.
+    let modified = std::fs::metadata(&lineitem).unwrap().modified().unwrap();
+    gen_at("0.002");
+    assert_eq!(
+        std::fs::metadata(&lineitem).unwrap().modified().unwrap(),
+        modified
+    );
+    assert_eq!(parquet_rows(&lineitem), l2);
 }

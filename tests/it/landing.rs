@@ -36,7 +36,7 @@ format = "parquet"
 mode = "overwrite"
 "#;
 
-fn day(n: i64) -> jiff::civil::Date {
+pub(crate) fn day(n: i64) -> jiff::civil::Date {
     jiff::civil::date(2026, 11, 1)
         .checked_add(jiff::Span::new().days(n))
         .unwrap()
@@ -44,7 +44,7 @@ fn day(n: i64) -> jiff::civil::Date {
 
 /// Write file `n` of day `d` (10 rows inside the day), atomically (a hidden temporary file
 /// renamed into place, as landing-zone writers do).
-fn write_file(root: &Path, d: jiff::civil::Date, n: usize) -> PathBuf {
+pub(crate) fn write_file(root: &Path, d: jiff::civil::Date, n: usize) -> PathBuf {
     let dir = root.join(format!("dt={d}"));
     std::fs::create_dir_all(&dir).unwrap();
     let start = d

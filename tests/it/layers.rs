@@ -1,4 +1,4 @@
-//! The source tree's layers (README "Architecture"): every `crate::` path in `src/` is read,
+//! The source tree's layers (docs/src/internals/architecture.md): every `crate::` path in `src/` is read,
 //! and each import must point to a layer the importing layer may use, and no files may
 //! import each other in a circle. Comments and unit tests are skipped; `super::` paths stay
 //! inside one folder (one layer) and are not followed.
@@ -180,7 +180,7 @@ fn every_import_points_to_a_layer_below() {
         let Some(may) = allowed.get(a.as_str()) else {
             assert!(
                 matches!(a.as_str(), "lib" | "main"),
-                "{} is in no layer: add it to LAYERS and to the README",
+                "{} is in no layer: add it to LAYERS and to docs/src/internals/architecture.md",
                 from.display()
             );
             continue;
@@ -276,7 +276,7 @@ fn the_reader_sees_imports_and_skips_comments() {
     assert!(!paths.iter().any(|p| p[0] == "cli"));
 }
 
-/// How long a file or a function may be (README "Architecture"); a longer function says why
+/// How long a file or a function may be (docs/src/internals/architecture.md); a longer function says why
 /// in a `// Long:` comment just above it.
 const MAX_FILE_LINES: usize = 500;
 const MAX_FN_LINES: usize = 80;

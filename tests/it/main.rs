@@ -8,6 +8,7 @@ mod checks;
 mod cli;
 mod data_checks;
 mod dependencies;
+mod docs;
 mod dst;
 mod findings;
 mod incident;

@@ -265,7 +265,7 @@ mod properties {
     }
 }
 
-/// Issue 16 §6: `{{ ds }}/{{ next_ds }}` and Dagster's date keys pass unchanged.
+/// Issue 16 §6: `DATE/DATE` intervals (a cron script's dates, Dagster's date keys) pass unchanged.
 #[test]
 fn date_intervals_name_day_week_and_month_windows() {
     let berlin = time_zone("Europe/Berlin").unwrap();
@@ -302,7 +302,12 @@ fn date_intervals_name_day_week_and_month_windows() {
         &utc(),
     )
     .unwrap_err();
-    assert!(e.message().contains("{{ ds }}"), "{}", e.message());
+    assert!(
+        e.message()
+            .contains("{{ data_interval_start }}/{{ data_interval_end }}"),
+        "{}",
+        e.message()
+    );
 }
 
 /// Issue 16 §1: a window's lookback windows are the ones right before it, across DST and

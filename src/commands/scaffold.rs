@@ -1,0 +1,258 @@
+//! `idemlake init [DIR]` and `idemlake new TASK`: a project skeleton and task files from a
+//! template. Nothing is ever overwritten: an existing file is an input error (exit 2).
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::task::names::is_identifier;
+
+/// The sample rows `init` writes, so the example task validates and runs at once.
+const SAMPLE_CSV: &str = "\
+day,customer,amount
+2026-01-01,alice,12.50
+2026-01-01,bob,3.25
+2026-01-02,alice,7.00
+2026-01-02,carol,20.00
+";
+
+/// The commented example task `init` writes (table `example`).
+const EXAMPLE_TASK: &str = r#"# An idemlake task: one file per target table; this one publishes table `example`.
+# Every key, its type and default: docs/src/reference/task-file.md in the idemlake repository.
+# Try it:  idemlake validate && idemlake run example --window 2026-01-01 && idemlake status example
+description = "amount per customer and day"
+
+# One query. $window_start / $window_end are the window's bounds, bound as typed parameters
+# (DATE for day/week/month windows): the query must keep to [start, end).
+sql = """
+SELECT day, customer, sum(amount) AS amount
+FROM sales
+WHERE day >= $window_start AND day < $window_end
+GROUP BY day, customer
+"""
+
+[target]
+partition_by = "day"            # the window column of the output (DATE; TIMESTAMP for hours)
+# uri = "s3://bucket/tables/example"   # default: <lake>/example
+
+[window]
+grain = "day"                   # hour | day | week | month
+# timezone = "UTC"              # IANA name the window bounds are computed in
+# lookback = 0                  # also re-publish the N windows before (late data)
+
+[sources.sales]                 # the SQL reads it as `sales`
+uri = "data/example.csv"        # a file, a directory, a glob, s3://..., or task = "other_task"
+# format = "csv"                # parquet | csv | json | delta (inferred from the extension)
+
+# [write]
+# mode = "overwrite"            # overwrite: replace the window | merge: upsert on key
+# key = ["day", "customer"]
+
+# Checked before the commit: the source's total for the window must equal the output's.
+[reconcile]
+source = "SELECT sum(amount) AS amount FROM sales WHERE day >= $window_start AND day < $window_end"
+output = "SELECT sum(amount) AS amount FROM output"
+tolerance = { amount = 1e-9 }
+"#;
+
+/// The S3 settings template `init` writes.
+const S3_ENV: &str = "\
+# S3 settings for idemlake: copy to s3.env, fill in, then `set -a; . ./s3.env; set +a`.
+# Keep s3.env out of version control (.gitignore lists it). On AWS, prefer short-lived
+# credentials to keys in a file: an instance or pod role and web identity
+# (AWS_WEB_IDENTITY_TOKEN_FILE + AWS_ROLE_ARN) need no setting here; for a profile or SSO,
+# `eval \"$(aws configure export-credentials --profile NAME --format env)\"` before running.
+IDEMLAKE_LAKE=s3://my-bucket/lake
+AWS_REGION=us-east-1
+# AWS_ACCESS_KEY_ID=
+# AWS_SECRET_ACCESS_KEY=
+# A local or other S3-compatible server (MinIO, SeaweedFS, R2):
+# AWS_ENDPOINT_URL=http://127.0.0.1:9000
+# AWS_ALLOW_HTTP=true
+";
+
+const GITIGNORE: &str = "\
+# idemlake: the local lake and local S3 settings
+lake/
+s3.env
+";
+
+/// Create a project skeleton in `dir`; returns the files written.
+pub fn init(dir: &Path) -> Result<Vec<PathBuf>> {
+    let tables = dir.join("tables");
+    if has_tasks(&tables) {
+        return Err(Error::input(format!(
+            "{} already holds task files: this is a project already (add a task with `idemlake new TASK`)",
+            tables.display()
+        )));
+    }
+    let files = [
+        (tables.join("example.toml"), EXAMPLE_TASK),
+        (dir.join("data").join("example.csv"), SAMPLE_CSV),
+        (dir.join("s3.env.example"), S3_ENV),
+    ];
+    if let Some((path, _)) = files.iter().find(|(p, _)| p.exists()) {
+        return Err(Error::input(format!(
+            "{} exists already; init writes nothing over an existing file",
+            path.display()
+        )));
+    }
+    let mut written = Vec::new();
+    for (path, text) in files {
+        write_new(&path, text)?;
+        written.push(path);
+    }
+    let gitignore = dir.join(".gitignore");
+    let old = std::fs::read_to_string(&gitignore).unwrap_or_default();
+    if !old.lines().any(|l| l.trim() == "lake/") {
+        let sep = if old.is_empty() || old.ends_with('\n') {
+            ""
+        } else {
+            "\n"
+        };
+        std::fs::write(&gitignore, format!("{old}{sep}{GITIGNORE}"))?;
+        written.push(gitignore);
+    }
+    Ok(written)
+}
+
+/// Whether `tables` holds a task file.
+fn has_tasks(tables: &Path) -> bool {
+    std::fs::read_dir(tables).is_ok_and(|entries| {
+        entries
+            .filter_map(|e| e.ok())
+            .any(|e| e.path().extension().is_some_and(|x| x == "toml"))
+    })
+}
+
+fn write_new(path: &Path, text: &str) -> Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(path, text)?;
+    Ok(())
+}
+
+/// What `idemlake new` writes.
+#[derive(Debug, Clone)]
+pub struct NewTask<'a> {
+    pub name: &'a str,
+    /// hour | day | week | month.
+    pub grain: &'a str,
+    /// The source location, relative to the project or a URI.
+    pub source: &'a str,
+    /// The source column holding the window's time (DATE, or TIMESTAMP for hours).
+    pub column: &'a str,
+}
+
+/// Write `tables/<name>.toml` from the template; returns its path.
+pub fn new_task(project_dir: &Path, t: &NewTask<'_>) -> Result<PathBuf> {
+    if !is_identifier(t.name) {
+        return Err(Error::input(format!(
+            "task name `{}` must be a plain identifier (letters, digits, _), it names the table",
+            t.name
+        )));
+    }
+    if !is_identifier(t.column) {
+        return Err(Error::input(format!(
+            "--column `{}` must be a plain identifier",
+            t.column
+        )));
+    }
+    let tables = project_dir.join("tables");
+    if !tables.is_dir() {
+        return Err(Error::input(format!(
+            "{} does not exist: create a project with `idemlake init {}`, or pass --project DIR naming the one that holds tables/",
+            tables.display(),
+            project_dir.display()
+        )));
+    }
+    let file = tables.join(format!("{}.toml", t.name));
+    if file.exists() {
+        return Err(Error::input(format!(
+            "{} exists already; new writes nothing over an existing file",
+            file.display()
+        )));
+    }
+    write_new(&file, &template(t))?;
+    Ok(file)
+}
+
+/// The task file text for `t`.
+fn template(t: &NewTask<'_>) -> String {
+    let alias = source_alias(t.source);
+    let (select, partition_by, kind) = if t.grain == "hour" {
+        (
+            format!("date_trunc('hour', {}) AS window_hour, *", t.column),
+            "window_hour".to_string(),
+            "TIMESTAMP",
+        )
+    } else {
+        ("*".to_string(), t.column.to_string(), "DATE")
+    };
+    format!(
+        r#"# Task `{name}`: publishes table `{name}`, one {grain} window per commit.
+# Every key, its type and default: docs/src/reference/task-file.md in the idemlake repository.
+sql = """
+SELECT {select}
+FROM {alias}
+WHERE {column} >= $window_start AND {column} < $window_end
+"""
+
+[target]
+partition_by = "{partition_by}"   # the window column of the output ({kind})
+
+[window]
+grain = "{grain}"
+# timezone = "UTC"
+# lookback = 0
+
+[sources.{alias}]
+uri = "{source}"
+
+# [write]
+# mode = "overwrite"        # or "merge" with key = [...]
+"#,
+        name = t.name,
+        grain = t.grain,
+        column = t.column,
+        source = t.source.replace('\\', "\\\\").replace('"', "\\\""),
+    )
+}
+
+/// A SQL alias for a source location: its file stem as an identifier, else `src`.
+fn source_alias(source: &str) -> String {
+    let last = source
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or_default();
+    let stem = last.split('.').next().unwrap_or_default();
+    let alias: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if is_identifier(&alias) {
+        alias
+    } else {
+        "src".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aliases_come_from_the_file_stem() {
+        assert_eq!(source_alias("data/example.csv"), "example");
+        assert_eq!(source_alias("s3://raw/Events-2026/"), "events_2026");
+        assert_eq!(source_alias("data/*/part-*.parquet"), "part__");
+        assert_eq!(source_alias("data/1.csv"), "src");
+    }
+}
