@@ -43,9 +43,9 @@ from deltalake import write_deltalake
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("BENCH_BIN", os.path.join(REPO, "target/release/idemlake"))
-S3 = os.environ.get("LANDING_S3", "0") == "1"
+ON_S3 = os.environ.get("LANDING_S3", "0") == "1"
 LATENCY_MS = int(os.environ.get("LANDING_S3_LATENCY_MS", "0"))
-DAYS = int(os.environ.get("LANDING_DAYS", "90" if S3 else "730"))
+DAYS = int(os.environ.get("LANDING_DAYS", "90" if ON_S3 else "730"))
 FILES = int(os.environ.get("LANDING_FILES", "24"))
 ROWS = int(os.environ.get("LANDING_ROWS", "100"))
 REPS = int(os.environ.get("LANDING_REPS", "5"))
@@ -274,6 +274,7 @@ def scenario(store, name, reps, cmd_of, warm=False):
     for _ in range(reps + (1 if warm else 0)):
         for t in store.tools:
             times[t].append(timed(cmd_of(t), env=store.env))
+            print(f"{name}: {t} {times[t][-1]:.2f} s", file=sys.stderr, flush=True)
     if warm:
         times = {t: v[1:] for t, v in times.items()}  # the first round warms caches
     return (name, times)
@@ -282,11 +283,11 @@ def scenario(store, name, reps, cmd_of, warm=False):
 def main() -> int:
     os.makedirs(WORK, exist_ok=True)
     local_src = generate()
-    store = S3(local_src) if S3 else Local(local_src)
+    store = S3(local_src) if ON_S3 else Local(local_src)
     try:
         return run(store)
     finally:
-        if S3:
+        if ON_S3:
             store.close()
 
 
@@ -319,8 +320,9 @@ def run(store) -> int:
             else peer(store, t, mid, mid, "day")), warm=True))
         for t in tools:
             check(store, t, mid, mid)
-        extra.append(f"Requests of one idemlake day window ({FILES} source files in the window): "
-                     f"{requests_of_day(store, project, mid)}")
+        if ON_S3:
+            extra.append(f"Requests of one idemlake day window ({FILES} source files in the window): "
+                         f"{requests_of_day(store, project, mid)}")
     if "range" in SCENARIOS:
         lo, hi = day(DAYS // 3), day(DAYS // 3 + RANGE - 1)
         results.append(scenario(store, f"{RANGE}-day backfill", max(1, REPS // 2), lambda t: (
@@ -337,7 +339,7 @@ def report(results, extra):
     rev = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip()
     where = "local disk"
-    if S3:
+    if ON_S3:
         where = "the local S3 server" + (f", +{LATENCY_MS} ms a request" if LATENCY_MS else "")
     peers = [t for t in ("polars", "duckdb") if t in results[0][1]] if results else []
     names = {"polars": "polars", "duckdb": "DuckDB"}

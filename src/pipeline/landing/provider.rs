@@ -24,10 +24,25 @@ pub struct ZoneTable {
     schema: SchemaRef,
 }
 
+/// At most this many of a remote zone's files are read at once by one scan.
+const REMOTE_READS: usize = 16;
+
 impl ZoneTable {
     pub fn new(zone: Arc<LandingZone>) -> ZoneTable {
         let schema = zone.table_schema();
         ZoneTable { zone, schema }
+    }
+
+    /// How many groups (partitions, read concurrently) a scan of `files` files has: one per
+    /// core on local disk; on an object store, where a small file costs a round trip or two
+    /// and little CPU, up to [`REMOTE_READS`] so the round trips overlap.
+    fn read_groups(&self, state: &dyn Session, files: usize) -> usize {
+        let cores = state.config().target_partitions().max(1);
+        if self.zone.url.scheme() == "file" {
+            cores
+        } else {
+            cores.max(files.min(REMOTE_READS))
+        }
     }
 }
 
@@ -81,8 +96,8 @@ impl TableProvider for ZoneTable {
             let schema = project_schema(&self.schema, projection)?;
             return Ok(Arc::new(EmptyExec::new(schema)));
         }
-        let partitions = state.config().target_partitions().max(1);
-        let groups = FileGroup::new(files).split_files(partitions);
+        let groups = self.read_groups(state, files.len());
+        let groups = FileGroup::new(files).split_files(groups);
         let table_schema = TableSchemaBuilder::from(&self.zone.file_schema)
             .with_table_partition_cols(self.zone.partition_fields())
             .build();
