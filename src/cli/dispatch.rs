@@ -58,7 +58,12 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
             from,
             to,
             against_table,
+            twice,
         } => {
+            let options = crate::commands::verify::Options {
+                against_table: *against_table,
+                twice: *twice,
+            };
             verify(
                 cli,
                 &project,
@@ -66,7 +71,7 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
                 window.as_deref(),
                 from.as_deref(),
                 to.as_deref(),
-                against_table,
+                options,
             )
             .await
         }
@@ -164,7 +169,7 @@ async fn run(cli: &Cli, project: &Project, task: &str, window: &str) -> Result<u
     Ok(code)
 }
 
-/// `verify`: one window, or a range, run twice and diffed.
+/// `verify`: one window, or a range, run by the published path and its plain twin, diffed.
 async fn verify(
     cli: &Cli,
     project: &Project,
@@ -172,7 +177,7 @@ async fn verify(
     window: Option<&str>,
     from: Option<&str>,
     to: Option<&str>,
-    against_table: &bool,
+    options: crate::commands::verify::Options,
 ) -> Result<u8> {
     let task = project.task(task)?;
     let print = |v: &crate::commands::verify::Verification| match cli.output {
@@ -186,7 +191,7 @@ async fn verify(
         (Some(w), _, _) => {
             let window = Window::parse(w, task.grain, &task.timezone)?;
             let v =
-                crate::commands::verify::verify(project, &task, &window, *against_table).await?;
+                crate::commands::verify::verify(project, &task, &window, options).await?;
             print(&v);
             vec![v]
         }
@@ -198,7 +203,7 @@ async fn verify(
                 &task,
                 &a,
                 &b,
-                *against_table,
+                options,
                 print,
             )
             .await?;

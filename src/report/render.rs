@@ -146,6 +146,9 @@ pub fn print_report(format: OutputFormat, r: &Report) {
                 let names: Vec<&str> = good.iter().map(|c| c.check.as_str()).collect();
                 println!("         checks ok: {}", names.join(", "));
             }
+            if let Some(reason) = &r.unchecked {
+                println!("         not checked independently: {}", redact(reason));
+            }
             for c in bad {
                 println!(
                     "         check {} DIFFERS: source={} output={}",

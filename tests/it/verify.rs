@@ -71,7 +71,7 @@ fn verify_fails_on_a_task_using_random_through_the_escape_hatch() {
     let out = p.run(&["verify", "noisy", "--window", "1995-06-01"]);
     assert_eq!(code(&out), 4, "{}", text(&out));
     let s = String::from_utf8_lossy(&out.stdout);
-    assert!(s.contains("differs") && s.contains("only in run_a:"), "{s}");
+    assert!(s.contains("differs") && s.contains("only in published_path:"), "{s}");
     // Over a range, every window is verified and the command exits 4.
     let out = p.run(&[
         "--output",

@@ -64,15 +64,20 @@ impl<E: std::fmt::Display> From<E> for NotGroupable {
 pub enum Measure {
     /// The check query's own one-row result (`[reconcile].source`).
     Query,
-    /// The number of rows the query gives (a row-preserving task's own query).
+    /// The number of rows the query gives (the task's own query).
     Rows,
+    /// The content fingerprint of the rows the query gives (see `content`).
+    Content,
 }
 
 /// One per-window result of a grouped query.
 #[derive(Debug, Clone)]
 pub enum PerWindow {
     Query(RecordBatch),
+    /// A query's whole result (a window checked by itself).
+    Batches(Vec<RecordBatch>),
     Rows(u64),
+    Content(super::Fingerprint),
 }
 
 /// One bounded expression of the window filter: `X >= lower AND X < upper` with `lower`,
@@ -303,14 +308,14 @@ impl Grouped {
     ) -> std::result::Result<Vec<PerWindow>, NotGroupable> {
         let key = self.window_key(grain, windows)?;
         let mut aggregated = false;
-        let mut grouped = carry(&self.plan, &key, &mut aggregated)?;
+        let mut grouped = carry(&self.plan, &key, self.measure, &mut aggregated)?;
         match (self.measure, aggregated) {
             (Measure::Rows, false) => {
                 grouped = LogicalPlanBuilder::from(grouped)
                     .aggregate(vec![col(WINDOW_COL)], vec![count(lit(1)).alias("rows")])?
                     .build()?;
             }
-            (Measure::Query, true) => {}
+            (Measure::Query, true) | (Measure::Content, false) => {}
             _ => {
                 return Err(NotGroupable(
                     "the query is not one aggregate over the window filter".into(),
@@ -332,7 +337,11 @@ impl Grouped {
             }
         }
         let bound = grouped.with_param_values(values)?;
-        let batches = DataFrame::new(self.state.clone(), bound).collect().await?;
+        let df = DataFrame::new(self.state.clone(), bound);
+        if self.measure == Measure::Content {
+            return fingerprints(df, windows.len()).await;
+        }
+        let batches = df.collect().await?;
         let mut out: Vec<Option<PerWindow>> = vec![None; windows.len()];
         for b in &batches {
             let w = b.schema().index_of(WINDOW_COL)?;
@@ -350,7 +359,7 @@ impl Grouped {
                 let i = idx.value(r) as usize;
                 out[i] = Some(match self.measure {
                     Measure::Query => PerWindow::Query(values.slice(r, 1)),
-                    Measure::Rows => PerWindow::Rows(rows_at(&values, r)?),
+                    _ => PerWindow::Rows(rows_at(&values, r)?),
                 });
             }
         }
@@ -430,14 +439,48 @@ fn rows_at(values: &RecordBatch, r: usize) -> std::result::Result<u64, NotGroupa
     }
 }
 
+/// Each window's content fingerprint from the rows of `df` (the carried plan, each row with
+/// its window's index).
+async fn fingerprints(
+    df: DataFrame,
+    windows: usize,
+) -> std::result::Result<Vec<PerWindow>, NotGroupable> {
+    use futures::StreamExt;
+    let mut out = vec![super::Fingerprint::default(); windows];
+    let mut stream = df.execute_stream().await?;
+    while let Some(b) = stream.next().await {
+        let b = b?;
+        let w = b.schema().index_of(WINDOW_COL)?;
+        let idx = b
+            .column(w)
+            .as_any()
+            .downcast_ref::<UInt32Array>()
+            .ok_or_else(|| NotGroupable("the window column is not UInt32".into()))?;
+        let hashes = super::content::row_hashes(&b, Some(WINDOW_COL))?;
+        for (r, h) in hashes.into_iter().enumerate() {
+            if !idx.is_null(r) {
+                out[idx.value(r) as usize].add(h);
+            }
+        }
+    }
+    Ok(out.into_iter().map(PerWindow::Content).collect())
+}
+
 /// `plan` with the window index carried from the window filter up to the result: a
 /// projection of `key` above the filter, passed through every projection, alias and
-/// parameter-free filter above it, and grouped by at the (single, ungrouped) aggregate.
+/// parameter-free filter above it, through sorts without a limit (dropped: order does not
+/// change a count or a fingerprint), `DISTINCT` and grouped aggregates (the index joins
+/// their keys, so each window keeps its own groups), window functions when only rows are
+/// counted (they do not change how many rows there are), and grouped by at the (single,
+/// ungrouped) aggregate of a `[reconcile].source` query.
+// Long: one arm per plan node, each a few lines.
 fn carry(
     plan: &LogicalPlan,
     key: &Expr,
+    measure: Measure,
     aggregated: &mut bool,
 ) -> std::result::Result<LogicalPlan, NotGroupable> {
+    let carry = |p: &LogicalPlan, aggregated: &mut bool| carry(p, key, measure, aggregated);
     let built = match plan {
         LogicalPlan::Filter(f) if has_placeholder(&f.predicate) => {
             let mut exprs: Vec<Expr> = f
@@ -451,20 +494,36 @@ fn carry(
             LogicalPlanBuilder::from(plan.clone()).project(exprs)?
         }
         LogicalPlan::Filter(f) if !*aggregated => {
-            LogicalPlanBuilder::from(carry(&f.input, key, aggregated)?)
-                .filter(f.predicate.clone())?
+            LogicalPlanBuilder::from(carry(&f.input, aggregated)?).filter(f.predicate.clone())?
+        }
+        LogicalPlan::Sort(s) if s.fetch.is_none() && measure != Measure::Query => {
+            return carry(&s.input, aggregated);
+        }
+        LogicalPlan::Distinct(datafusion::logical_expr::Distinct::All(input))
+            if measure != Measure::Query =>
+        {
+            LogicalPlanBuilder::from(carry(input, aggregated)?).distinct()?
+        }
+        LogicalPlan::Aggregate(a) if !a.group_expr.is_empty() && measure != Measure::Query => {
+            let input = carry(&a.input, aggregated)?;
+            let mut group = a.group_expr.clone();
+            group.push(col(WINDOW_COL));
+            LogicalPlanBuilder::from(input).aggregate(group, a.aggr_expr.clone())?
+        }
+        LogicalPlan::Window(w) if measure == Measure::Rows => {
+            LogicalPlanBuilder::from(carry(&w.input, aggregated)?).window(w.window_expr.clone())?
         }
         LogicalPlan::Projection(p) => {
-            let input = carry(&p.input, key, aggregated)?;
+            let input = carry(&p.input, aggregated)?;
             let mut exprs = p.expr.clone();
             exprs.push(col(WINDOW_COL));
             LogicalPlanBuilder::from(input).project(exprs)?
         }
         LogicalPlan::SubqueryAlias(s) => {
-            LogicalPlanBuilder::from(carry(&s.input, key, aggregated)?).alias(s.alias.clone())?
+            LogicalPlanBuilder::from(carry(&s.input, aggregated)?).alias(s.alias.clone())?
         }
         LogicalPlan::Aggregate(a) if a.group_expr.is_empty() && !*aggregated => {
-            let input = carry(&a.input, key, aggregated)?;
+            let input = carry(&a.input, aggregated)?;
             *aggregated = true;
             LogicalPlanBuilder::from(input).aggregate(vec![col(WINDOW_COL)], a.aggr_expr.clone())?
         }
