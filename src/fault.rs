@@ -20,6 +20,12 @@
 //!   literals (after the first derived plan was checked);
 //! - `skip-remove`: the file map forgets one file of each window it replaces.
 //!
+//! Mutations of a window's staged output, whatever the task's shape (the default
+//! independent check must catch them):
+//! - `output-drop-row`: the first batch a window stages loses its last row;
+//! - `output-repeat-row`: the first batch a window stages has its last row replaced by a
+//!   copy of its first (as many rows, other content).
+//!
 //! Without the variable every hook is a no-op.
 
 use std::fmt;
@@ -77,6 +83,26 @@ pub async fn pause(point: &str) {
 /// Is the mutation `name` configured?
 pub fn mutation(name: &str) -> bool {
     spec().as_deref() == Some(name)
+}
+
+/// `batch`, the first (`first`) a window stages, as an `output-*` mutation corrupts it.
+pub fn corrupt_output(
+    batch: arrow::array::RecordBatch,
+    first: bool,
+) -> Result<arrow::array::RecordBatch> {
+    let n = batch.num_rows();
+    if !first || n < 2 {
+        return Ok(batch);
+    }
+    if mutation("output-drop-row") {
+        return Ok(batch.slice(0, n - 1));
+    }
+    if mutation("output-repeat-row") {
+        let idx: Vec<u32> = (0..n as u32 - 1).chain([0]).collect();
+        let idx = arrow::array::UInt32Array::from(idx);
+        return Ok(arrow::compute::take_record_batch(&batch, &idx)?);
+    }
+    Ok(batch)
 }
 
 /// Wrap `store` when a fault asks for it.

@@ -190,23 +190,15 @@ async fn verify(
     let results = match (window, from, to) {
         (Some(w), _, _) => {
             let window = Window::parse(w, task.grain, &task.timezone)?;
-            let v =
-                crate::commands::verify::verify(project, &task, &window, options).await?;
+            let v = crate::commands::verify::verify(project, &task, &window, options).await?;
             print(&v);
             vec![v]
         }
         (None, Some(a), Some(b)) => {
             let (a, b) = crate::commands::backfill::range(&task, a, b)?;
             let started = std::time::Instant::now();
-            let all = crate::commands::verify::verify_range(
-                project,
-                &task,
-                &a,
-                &b,
-                options,
-                print,
-            )
-            .await?;
+            let all = crate::commands::verify::verify_range(project, &task, &a, &b, options, print)
+                .await?;
             let differ = all.iter().filter(|v| v.status != "identical").count();
             diag(
                 "INFO",

@@ -92,7 +92,9 @@ fn describe_checks(s: &mut String, task: &Task, planned: &Planned) {
             named.push(format!("source_rows ({shape})"));
         }
         Some(crate::task::DefaultCheck::Content) => {
-            named.push(format!("source_rows and source_content ({shape}, every row fingerprinted)"));
+            named.push(format!(
+                "source_rows and source_content ({shape}, every row fingerprinted)"
+            ));
         }
         None => {}
     }

@@ -21,6 +21,7 @@ mod rejections;
 mod rerun;
 mod s3;
 mod schema;
+mod shapes;
 mod shared_scan;
 mod status;
 mod torture;
