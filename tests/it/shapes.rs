@@ -35,11 +35,10 @@ fn shapes() -> Vec<(&'static str, String, bool, bool)> {
         ),
         (
             "joined",
-            format!(
-                "SELECT l.l_orderkey, l.l_linenumber, o.o_orderpriority, l.l_shipdate AS ship_date \
-                 FROM lineitem l JOIN orders o ON l.l_orderkey = o.o_orderkey \
-                 WHERE l.l_shipdate >= $window_start AND l.l_shipdate < $window_end"
-            ),
+            "SELECT l.l_orderkey, l.l_linenumber, o.o_orderpriority, l.l_shipdate AS ship_date \
+             FROM lineitem l JOIN orders o ON l.l_orderkey = o.o_orderkey \
+             WHERE l.l_shipdate >= $window_start AND l.l_shipdate < $window_end"
+                .to_string(),
             true,
             true,
         ),
@@ -146,6 +145,9 @@ fn every_task_shape_publishes_after_a_named_independent_check() {
     }
 }
 
+/// A window's label and the (check, source side) of its default checks.
+type WindowChecks = (String, Vec<(String, String)>);
+
 /// `backfill` with `--output json`: per window (label, source side of each default check),
 /// and whether the checks came from grouped queries.
 fn backfill(
@@ -153,7 +155,7 @@ fn backfill(
     task: &str,
     lake: &str,
     batch: Option<&str>,
-) -> (Vec<(String, Vec<(String, String)>)>, bool) {
+) -> (Vec<WindowChecks>, bool) {
     let mut c = p.cmd();
     c.args(["--lake", &p.path().join(lake).to_string_lossy()])
         .args([

@@ -43,7 +43,9 @@ use datafusion::prelude::DataFrame;
 use crate::task::plan::window_params;
 use crate::task::window::{Grain, Window};
 
+mod carry;
 mod window_of;
+use carry::{carry, without_projected_parameters};
 use window_of::WindowOf;
 
 /// The column the grouped query carries each row's window index in.
@@ -405,33 +407,6 @@ impl Grouped {
     }
 }
 
-/// `plan` with every window parameter a projection computes replaced by a NULL of its type:
-/// projections do not change how many rows there are, so counting them needs only the filters'
-/// parameters.
-fn without_projected_parameters(
-    plan: LogicalPlan,
-) -> std::result::Result<LogicalPlan, NotGroupable> {
-    let plan = plan.transform_up(|p| {
-        if !matches!(p, LogicalPlan::Projection(_)) || !node_has_placeholder(&p) {
-            return Ok(Transformed::no(p));
-        }
-        p.map_expressions(|e| {
-            e.transform_up(|e| match e {
-                Expr::Placeholder(ph) => {
-                    let ty = ph
-                        .field
-                        .as_ref()
-                        .map(|f| f.data_type().clone())
-                        .unwrap_or(DataType::Null);
-                    Ok(Transformed::yes(lit(ScalarValue::try_from(&ty)?)))
-                }
-                other => Ok(Transformed::no(other)),
-            })
-        })
-    })?;
-    Ok(plan.data)
-}
-
 fn rows_at(values: &RecordBatch, r: usize) -> std::result::Result<u64, NotGroupable> {
     match ScalarValue::try_from_array(values.column(0), r)? {
         ScalarValue::Int64(Some(n)) => Ok(n as u64),
@@ -464,77 +439,6 @@ async fn fingerprints(
         }
     }
     Ok(out.into_iter().map(PerWindow::Content).collect())
-}
-
-/// `plan` with the window index carried from the window filter up to the result: a
-/// projection of `key` above the filter, passed through every projection, alias and
-/// parameter-free filter above it, through sorts without a limit (dropped: order does not
-/// change a count or a fingerprint), `DISTINCT` and grouped aggregates (the index joins
-/// their keys, so each window keeps its own groups), window functions when only rows are
-/// counted (they do not change how many rows there are), and grouped by at the (single,
-/// ungrouped) aggregate of a `[reconcile].source` query.
-// Long: one arm per plan node, each a few lines.
-fn carry(
-    plan: &LogicalPlan,
-    key: &Expr,
-    measure: Measure,
-    aggregated: &mut bool,
-) -> std::result::Result<LogicalPlan, NotGroupable> {
-    let carry = |p: &LogicalPlan, aggregated: &mut bool| carry(p, key, measure, aggregated);
-    let built = match plan {
-        LogicalPlan::Filter(f) if has_placeholder(&f.predicate) => {
-            let mut exprs: Vec<Expr> = f
-                .input
-                .schema()
-                .columns()
-                .into_iter()
-                .map(Expr::Column)
-                .collect();
-            exprs.push(key.clone().alias(WINDOW_COL));
-            LogicalPlanBuilder::from(plan.clone()).project(exprs)?
-        }
-        LogicalPlan::Filter(f) if !*aggregated => {
-            LogicalPlanBuilder::from(carry(&f.input, aggregated)?).filter(f.predicate.clone())?
-        }
-        LogicalPlan::Sort(s) if s.fetch.is_none() && measure != Measure::Query => {
-            return carry(&s.input, aggregated);
-        }
-        LogicalPlan::Distinct(datafusion::logical_expr::Distinct::All(input))
-            if measure != Measure::Query =>
-        {
-            LogicalPlanBuilder::from(carry(input, aggregated)?).distinct()?
-        }
-        LogicalPlan::Aggregate(a) if !a.group_expr.is_empty() && measure != Measure::Query => {
-            let input = carry(&a.input, aggregated)?;
-            let mut group = a.group_expr.clone();
-            group.push(col(WINDOW_COL));
-            LogicalPlanBuilder::from(input).aggregate(group, a.aggr_expr.clone())?
-        }
-        LogicalPlan::Window(w) if measure == Measure::Rows => {
-            LogicalPlanBuilder::from(carry(&w.input, aggregated)?).window(w.window_expr.clone())?
-        }
-        LogicalPlan::Projection(p) => {
-            let input = carry(&p.input, aggregated)?;
-            let mut exprs = p.expr.clone();
-            exprs.push(col(WINDOW_COL));
-            LogicalPlanBuilder::from(input).project(exprs)?
-        }
-        LogicalPlan::SubqueryAlias(s) => {
-            LogicalPlanBuilder::from(carry(&s.input, aggregated)?).alias(s.alias.clone())?
-        }
-        LogicalPlan::Aggregate(a) if a.group_expr.is_empty() && !*aggregated => {
-            let input = carry(&a.input, aggregated)?;
-            *aggregated = true;
-            LogicalPlanBuilder::from(input).aggregate(vec![col(WINDOW_COL)], a.aggr_expr.clone())?
-        }
-        other => {
-            return Err(NotGroupable(format!(
-                "a {} between the window filter and the result",
-                other.display()
-            )));
-        }
-    };
-    Ok(built.build()?)
 }
 
 #[cfg(test)]
