@@ -40,6 +40,16 @@ impl Runner {
                     (!pinned.is_empty())
                         .then(|| serde_json::to_string(&pinned).expect("serialisable"))
                 },
+                checks: Some(
+                    ready
+                        .reconciled
+                        .checks
+                        .iter()
+                        .filter(|c| c.ok)
+                        .map(|c| c.check.as_str())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                ),
             },
             record: serde_json::to_value(&ready.record).expect("serialisable"),
             metadata: ready.plan.columns.metadata.clone(),

@@ -76,12 +76,25 @@ pub fn print_status(
         return;
     }
     println!(
-        "  {:<14} {:<10} {:>8} {:>5} {:>7}  {:<8}  {:<20}  {:<24} failed_since",
-        "window", "state", "rows", "files", "version", "run", "published_at", "sql_hash"
+        "  {:<14} {:<10} {:>8} {:>5} {:>7}  {:<8}  {:<20}  {:<24} {:<12} checks",
+        "window",
+        "state",
+        "rows",
+        "files",
+        "version",
+        "run",
+        "published_at",
+        "sql_hash",
+        "failed_since"
     );
     for w in windows {
+        let checks = if w.checks.is_empty() {
+            "-".to_string()
+        } else {
+            w.checks.join(",")
+        };
         println!(
-            "  {:<14} {:<10} {:>8} {:>5} {:>7}  {:<8}  {:<20}  {:<24} {}",
+            "  {:<14} {:<10} {:>8} {:>5} {:>7}  {:<8}  {:<20}  {:<24} {:<12} {checks}",
             w.window.label,
             w.state,
             w.rows,

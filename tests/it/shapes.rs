@@ -330,3 +330,37 @@ fn opting_out_of_the_independent_check_needs_a_reason_recorded_in_every_commit()
         text(&out)
     );
 }
+
+/// `status` names the checks each published window passed before its commit (from the
+/// files' tags), in JSON and in its table.
+#[test]
+fn status_names_the_checks_each_window_passed() {
+    let p = TestProject::new();
+    let sql = &shapes()[2].1;
+    p.task(
+        "agg",
+        &shape_task(sql, "[reconcile]\ndefault = \"content\"\n"),
+    );
+    p.run_ok("agg", "1995-06-03");
+    let range = ["--from", "1995-06-02", "--to", "1995-06-03"];
+    let out = p.run(&[&["--output", "json", "status", "agg"], &range[..]].concat());
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let rows = json_lines(&out);
+    assert_eq!(
+        rows[1]["checks"],
+        serde_json::json!(["rows_staged", "source_rows", "source_content"]),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        rows[0].get("checks").is_none(),
+        "a missing window: {}",
+        rows[0]
+    );
+    let out = p.run(&[&["status", "agg"], &range[..]].concat());
+    assert!(
+        text(&out).contains("rows_staged,source_rows,source_content"),
+        "{}",
+        text(&out)
+    );
+}
