@@ -25,6 +25,9 @@
 //! - `output-drop-row`: the first batch a window stages loses its last row;
 //! - `output-repeat-row`: the first batch a window stages has its last row replaced by a
 //!   copy of its first (as many rows, other content).
+//! - `staged-file-shrunk`: right before the commit, after every check, the window's first
+//!   staged file is rewritten holding only its first row (same path, same statistics in its
+//!   add): only a read-back that reads the committed files catches it.
 //!
 //! Without the variable every hook is a no-op.
 
@@ -103,6 +106,38 @@ pub fn corrupt_output(
         return Ok(arrow::compute::take_record_batch(&batch, &idx)?);
     }
     Ok(batch)
+}
+
+/// The `staged-file-shrunk` mutation of the staged files at `paths` (in `store`).
+pub async fn shrink_staged(store: &Arc<dyn ObjectStore>, paths: &[String]) -> Result<()> {
+    use object_store::ObjectStoreExt;
+    if !mutation("staged-file-shrunk") {
+        return Ok(());
+    }
+    let Some(p) = paths.first() else {
+        return Ok(());
+    };
+    let bad = |e: &dyn fmt::Display| Error::runtime(format!("staged-file-shrunk: {e}"));
+    let location = Path::parse(p).map_err(|e| bad(&e))?;
+    let got = store.get(&location).await.map_err(|e| bad(&e))?;
+    let bytes = got.bytes().await.map_err(|e| bad(&e))?;
+    let mut reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .and_then(|b| b.build())
+        .map_err(|e| bad(&e))?;
+    let Some(batch) = reader.next() else {
+        return Ok(());
+    };
+    let batch = batch.map_err(|e| bad(&e))?.slice(0, 1);
+    let mut buf = Vec::new();
+    let mut w = parquet::arrow::ArrowWriter::try_new(&mut buf, batch.schema(), None)
+        .map_err(|e| bad(&e))?;
+    w.write(&batch).map_err(|e| bad(&e))?;
+    w.close().map_err(|e| bad(&e))?;
+    store
+        .put(&location, buf.into())
+        .await
+        .map_err(|e| bad(&e))?;
+    Ok(())
 }
 
 /// Wrap `store` when a fault asks for it.

@@ -58,7 +58,7 @@ impl Runner {
 
     /// Stage 4, overwrite, once the group commit is done: the commit landed (or not), and
     /// what reading the committed snapshot back found.
-    pub(super) fn overwrite_landed(
+    pub(super) async fn overwrite_landed(
         &self,
         published: Result<Published>,
         ready: &Ready,
@@ -71,9 +71,14 @@ impl Runner {
             })
         };
         crate::fault::hit("after-commit", None).map_err(|e| (e, landed()))?;
-        let committed_rows = published
+        let files = published
             .readback
             .map_err(|e| (Error::unverified(e), landed()))?;
+        // The rows committed, from the committed files' own footers.
+        let store = self.target.view().log_store().object_store(None);
+        let committed_rows = readback::footer_rows(&store, &files)
+            .await
+            .map_err(|e| (Error::unverified(e.message().to_string()), landed()))?;
         Ok(Committed {
             version: published.version,
             checks: Vec::new(),

@@ -62,7 +62,7 @@ impl Runner {
                     .target
                     .publish(&ready.plan.planned.schema, commit, &|| self.executing())
                     .await;
-                self.overwrite_landed(published, &ready)
+                self.overwrite_landed(published, &ready).await
             }
             Mode::Merge => self.commit_merge(&ready, window).await,
         };
@@ -105,6 +105,9 @@ impl Runner {
         let data_checks = self.data_checks(&plan, &reconciled, window, report).await?;
         self.check_inputs(&reconciled.window, &pins).await?;
         crate::fault::hit("before-commit", None)?;
+        let staged = &reconciled.window;
+        let paths: Vec<String> = staged.staged.adds.iter().map(|a| a.path.clone()).collect();
+        crate::fault::shrink_staged(&staged.store, &paths).await?;
         let mut record = RunRecord::new(self.task(), window, run_id, &plan.planned.sql_hash);
         record.sources = self.window_sources(&pins);
         record.rows_written = reconciled.window.staged.rows;
