@@ -226,7 +226,7 @@ pub async fn verify_range(
     let runner = verify_runner(project, task, options.against_table).await?;
     let windows = Window::range(from, to)?;
     // The published path reads shared sources a chunk of windows at a time, as a backfill.
-    runner.share_scans(&windows);
+    runner.share_scans_only(&windows);
     let mut out = Vec::new();
     for w in windows {
         let v = verify_with(&runner, &w, options).await?;

@@ -152,9 +152,15 @@ impl Runner {
     /// Announce the windows a backfill is about to run (in order), so sources are read once
     /// per chunk of them, and the checks' sources once per batch of them.
     pub fn share_scans(&self, windows: &[Window]) {
+        self.share_scans_only(windows);
+        Checker::announce(&self.checker, &self.task, windows);
+    }
+
+    /// [`Runner::share_scans`] without starting the windows' checks (`verify`, which stages
+    /// windows without checking them).
+    pub fn share_scans_only(&self, windows: &[Window]) {
         self.announced.store(windows.len(), Ordering::SeqCst);
         self.planner.announce(windows);
-        Checker::announce(&self.checker, &self.task, windows);
     }
 
     /// Partitions of a window session over in-memory slices: the session's share of the
