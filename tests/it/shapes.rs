@@ -67,7 +67,7 @@ fn shapes() -> Vec<(&'static str, String, bool, bool)> {
                  FROM lineitem WHERE {BOUNDS}"
             ),
             true,
-            false,
+            true,
         ),
     ]
 }
