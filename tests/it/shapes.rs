@@ -48,8 +48,8 @@ fn shapes() -> Vec<(&'static str, String, bool, bool)> {
                 "SELECT l_orderkey AS k, l_shipdate AS ship_date FROM lineitem WHERE {BOUNDS} \
                  UNION ALL SELECT l_partkey AS k, l_shipdate AS ship_date FROM lineitem WHERE {BOUNDS}"
             ),
-            false,
-            false,
+            true,
+            true,
         ),
         (
             "distinct",

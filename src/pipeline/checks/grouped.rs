@@ -4,12 +4,15 @@
 //! query has the everyday shape — one aggregate (or, for a row-preserving task, the rows) over
 //! one filter holding the window bounds as `X >= $window_start AND X < $window_end` (either
 //! bound parameter, `_ts` or not, either side of the comparison; several such pairs on
-//! different expressions, as a landing zone's task bounds `dt` and `ts`) — the same numbers
-//! come from one query per batch of windows: the bounds are bound to the batch's first start
-//! and last end, and the aggregate is grouped by the window each row's `X` falls in (with
-//! several pairs, the window every one of them falls in, or none). Anything else
-//! (bounds in another form, `HAVING`, joins or sorts above the filter, parameters elsewhere)
-//! is [`NotGroupable`] and is checked window by window.
+//! different expressions, as a landing zone's task bounds `dt` and `ts`; under a `UNION`, one
+//! such filter per branch) — the same numbers come from one query per batch of windows: the
+//! bounds are bound to the batch's first start and last end, and the aggregate is grouped by
+//! the window each row's `X` falls in (with several pairs, the window every one of them falls
+//! in, or none). The default check's query (the task's own) may also have, above its window
+//! filters, sorts, `DISTINCT`, grouped aggregates, window functions and `UNION`s, each made
+//! to keep the windows apart (see `carry`). Anything else (bounds in another form, joins or
+//! limits above the filter, parameters elsewhere, a `[reconcile].source` with more than its
+//! one aggregate) is [`NotGroupable`] and is checked window by window.
 //!
 //! This is the checker's own acceleration, with its own plain twin (`IDEMLAKE_CHECK_BATCH=1`,
 //! or `IDEMLAKE_ACCELERATE=0`): it is written against DataFusion's logical plan of the check
@@ -101,9 +104,10 @@ pub struct Grouped {
     /// The analysed, unbound plan.
     plan: LogicalPlan,
     measure: Measure,
-    /// Every bounded expression (a landing zone's task bounds its partition column and its
-    /// timestamp): a row is in window `i` when each lies in window `i`'s bounds.
-    pairs: Vec<Pair>,
+    /// Each window filter's predicate and its bounded expressions (a landing zone's task
+    /// bounds its partition column and its timestamp): a row passing the filter is in window
+    /// `i` when each lies in window `i`'s bounds.
+    filters: Vec<(Expr, Vec<Pair>)>,
 }
 
 fn has_placeholder(e: &Expr) -> bool {
@@ -161,6 +165,58 @@ fn bound(e: &Expr) -> Option<(bool, Expr, String, DataType)> {
     (ok && !has_placeholder(x)).then(|| (lower, x.as_ref().clone(), name, ty))
 }
 
+/// The bounded expressions of a window filter: each bounded from both sides, by the window
+/// parameters, in one type.
+fn pairs_of(f: &Filter) -> std::result::Result<Vec<Pair>, NotGroupable> {
+    let (mut lowers, mut uppers): (Vec<(Expr, String, DataType)>, Vec<_>) = (vec![], vec![]);
+    for c in split_conjunction(&f.predicate) {
+        if !has_placeholder(c) {
+            continue;
+        }
+        let Some((is_lower, x, p, ty)) = bound(c) else {
+            return Err(NotGroupable(format!(
+                "the window filter has a condition other than X >= start AND X < end: {c}"
+            )));
+        };
+        let side = if is_lower { &mut lowers } else { &mut uppers };
+        if side.iter().any(|(y, _, _)| *y == x) {
+            return Err(NotGroupable(format!(
+                "the window filter bounds {x} twice from one side"
+            )));
+        }
+        side.push((x, p, ty));
+    }
+    if lowers.is_empty() || lowers.len() != uppers.len() {
+        return Err(NotGroupable(
+            "the window filter does not bound each expression from both sides".into(),
+        ));
+    }
+    let mut pairs = Vec::with_capacity(lowers.len());
+    for (x, lp, lty) in lowers {
+        let Some((_, up, uty)) = uppers.iter().find(|(y, _, _)| *y == x).cloned() else {
+            return Err(NotGroupable(format!(
+                "the window filter bounds {x} from below only"
+            )));
+        };
+        let xty = x.get_type(f.input.schema())?;
+        if lty != uty || xty != lty {
+            return Err(NotGroupable(format!(
+                "the window bounds compare different types ({x}: {xty}, {lty}, {uty})"
+            )));
+        }
+        if !RowConverter::supports_fields(&[SortField::new(lty.clone())]) {
+            return Err(NotGroupable(format!("{lty} cannot be ordered")));
+        }
+        pairs.push(Pair {
+            x,
+            lower: lp,
+            upper: up,
+            ty: lty,
+        });
+    }
+    Ok(pairs)
+}
+
 impl Grouped {
     /// Analyse `df` (the check query planned with its parameters unbound).
     pub fn new(df: DataFrame, measure: Measure) -> std::result::Result<Grouped, NotGroupable> {
@@ -179,62 +235,27 @@ impl Grouped {
             }
             Ok(TreeNodeRecursion::Continue)
         })?;
-        let [LogicalPlan::Filter(f)] = holders.as_slice() else {
-            return Err(NotGroupable(
-                "the window parameters are not all in one filter".into(),
-            ));
-        };
-        let (mut lowers, mut uppers): (Vec<(Expr, String, DataType)>, Vec<_>) = (vec![], vec![]);
-        for c in split_conjunction(&f.predicate) {
-            if !has_placeholder(c) {
-                continue;
-            }
-            let Some((is_lower, x, p, ty)) = bound(c) else {
-                return Err(NotGroupable(format!(
-                    "the window filter has a condition other than X >= start AND X < end: {c}"
-                )));
+        // Every node holding a window parameter is a window filter (a `UNION` has one per
+        // branch; equal filters bound the same way).
+        let mut filters: Vec<(Expr, Vec<Pair>)> = Vec::new();
+        for h in &holders {
+            let LogicalPlan::Filter(f) = h else {
+                return Err(NotGroupable(
+                    "the window parameters are not all in window filters".into(),
+                ));
             };
-            let side = if is_lower { &mut lowers } else { &mut uppers };
-            if side.iter().any(|(y, _, _)| *y == x) {
-                return Err(NotGroupable(format!(
-                    "the window filter bounds {x} twice from one side"
-                )));
+            if !filters.iter().any(|(p, _)| *p == f.predicate) {
+                filters.push((f.predicate.clone(), pairs_of(f)?));
             }
-            side.push((x, p, ty));
         }
-        if lowers.is_empty() || lowers.len() != uppers.len() {
-            return Err(NotGroupable(
-                "the window filter does not bound each expression from both sides".into(),
-            ));
-        }
-        let mut pairs = Vec::with_capacity(lowers.len());
-        for (x, lp, lty) in lowers {
-            let Some((_, up, uty)) = uppers.iter().find(|(y, _, _)| *y == x).cloned() else {
-                return Err(NotGroupable(format!(
-                    "the window filter bounds {x} from below only"
-                )));
-            };
-            let xty = x.get_type(f.input.schema())?;
-            if lty != uty || xty != lty {
-                return Err(NotGroupable(format!(
-                    "the window bounds compare different types ({x}: {xty}, {lty}, {uty})"
-                )));
-            }
-            if !RowConverter::supports_fields(&[SortField::new(lty.clone())]) {
-                return Err(NotGroupable(format!("{lty} cannot be ordered")));
-            }
-            pairs.push(Pair {
-                x,
-                lower: lp,
-                upper: up,
-                ty: lty,
-            });
+        if filters.is_empty() {
+            return Err(NotGroupable("the query has no window filter".into()));
         }
         Ok(Grouped {
             state,
             plan,
             measure,
-            pairs,
+            filters,
         })
     }
 
@@ -274,15 +295,29 @@ impl Grouped {
         Ok((lo, hi))
     }
 
-    /// The index of the window a row falls in (NULL for none): each bounded expression's
-    /// window, when all of them agree.
-    fn window_key(
+    /// Each window filter's predicate, and the index of the window a row passing it falls in.
+    fn window_keys(
         &self,
         grain: Grain,
         windows: &[Window],
+    ) -> std::result::Result<Vec<(Expr, Expr)>, NotGroupable> {
+        self.filters
+            .iter()
+            .map(|(predicate, pairs)| {
+                Ok((predicate.clone(), Self::window_key(pairs, grain, windows)?))
+            })
+            .collect()
+    }
+
+    /// The index of the window a row falls in (NULL for none): each bounded expression's
+    /// window, when all of them agree.
+    fn window_key(
+        pairs: &[Pair],
+        grain: Grain,
+        windows: &[Window],
     ) -> std::result::Result<Expr, NotGroupable> {
-        let mut keys = Vec::with_capacity(self.pairs.len());
-        for pair in &self.pairs {
+        let mut keys = Vec::with_capacity(pairs.len());
+        for pair in pairs {
             let (lo, hi) = Self::bounds(pair, grain, windows)?;
             let window_of = ScalarUDF::new_from_impl(WindowOf::new(pair.ty.clone(), &lo, &hi)?);
             keys.push(window_of.call(vec![pair.x.clone()]));
@@ -308,9 +343,9 @@ impl Grouped {
         grain: Grain,
         windows: &[Window],
     ) -> std::result::Result<Vec<PerWindow>, NotGroupable> {
-        let key = self.window_key(grain, windows)?;
+        let keys = self.window_keys(grain, windows)?;
         let mut aggregated = false;
-        let mut grouped = carry(&self.plan, &key, self.measure, &mut aggregated)?;
+        let mut grouped = carry(&self.plan, &keys, self.measure, &mut aggregated)?;
         match (self.measure, aggregated) {
             (Measure::Rows, false) => {
                 grouped = LogicalPlanBuilder::from(grouped)

@@ -57,19 +57,26 @@ fn partitioned_by_window(e: &Expr) -> std::result::Result<Expr, NotGroupable> {
 /// projection of `key` above the filter, passed through every projection, alias and
 /// parameter-free filter above it, through sorts without a limit (dropped: order does not
 /// change a count or a fingerprint), `DISTINCT` and grouped aggregates (the index joins
-/// their keys, so each window keeps its own groups), window functions
+/// their keys, so each window keeps its own groups), `UNION` (each branch carries its own
+/// window filter's index), window functions
 /// computed within each window (see [`partitioned_by_window`]), and grouped by at the (single,
 /// ungrouped) aggregate of a `[reconcile].source` query.
 // Long: one arm per plan node, each a few lines.
 pub(super) fn carry(
     plan: &LogicalPlan,
-    key: &Expr,
+    keys: &[(Expr, Expr)],
     measure: Measure,
     aggregated: &mut bool,
 ) -> std::result::Result<LogicalPlan, NotGroupable> {
-    let carry = |p: &LogicalPlan, aggregated: &mut bool| carry(p, key, measure, aggregated);
+    let carry = |p: &LogicalPlan, aggregated: &mut bool| carry(p, keys, measure, aggregated);
     let built = match plan {
         LogicalPlan::Filter(f) if has_placeholder(&f.predicate) => {
+            let Some((_, key)) = keys.iter().find(|(p, _)| *p == f.predicate) else {
+                return Err(NotGroupable(format!(
+                    "no window key for the filter {}",
+                    f.predicate
+                )));
+            };
             let mut exprs: Vec<Expr> = f
                 .input
                 .schema()
@@ -96,6 +103,17 @@ pub(super) fn carry(
             let mut group = a.group_expr.clone();
             group.push(col(WINDOW_COL));
             LogicalPlanBuilder::from(input).aggregate(group, a.aggr_expr.clone())?
+        }
+        LogicalPlan::Union(u) if measure != Measure::Query => {
+            let mut inputs = u.inputs.iter();
+            let first = inputs
+                .next()
+                .ok_or_else(|| NotGroupable("an empty UNION".into()))?;
+            let mut built = LogicalPlanBuilder::from(carry(first, aggregated)?);
+            for input in inputs {
+                built = built.union(carry(input, aggregated)?)?;
+            }
+            built
         }
         LogicalPlan::Window(w) if measure != Measure::Query => {
             let exprs = w
