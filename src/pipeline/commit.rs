@@ -152,7 +152,7 @@ impl Runner {
                 landed(vec![upserted]),
             ));
         }
-        // Read the window back from the log on storage (statistics only).
+        // Read the window back: the log on storage, the files' footers.
         let committed_rows = read_window(&mut before, v, &task.partition_by, range)
             .await
             .map_err(|e| (e, landed(vec![upserted.clone()])))?;
@@ -213,8 +213,8 @@ impl Runner {
     }
 }
 
-/// Rows the log says the window holds at `version` (statistics only), `table` brought there
-/// by replaying the log from storage.
+/// Rows the window holds at `version`: its live files as the log replayed from storage
+/// says (`table` brought there), each counted by its own Parquet footer.
 async fn read_window(
     table: &mut DeltaTable,
     version: i64,
@@ -224,5 +224,6 @@ async fn read_window(
     if table.version().is_none_or(|b| (b as i64) < version) {
         table.update_incremental(Some(version as u64)).await?;
     }
-    partition::window_rows(&partition::window_files(table, partition_by, range)?)
+    let files = partition::window_files(table, partition_by, range)?;
+    readback::footer_rows(&table.log_store().object_store(None), &files).await
 }
