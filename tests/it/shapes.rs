@@ -364,3 +364,45 @@ fn status_names_the_checks_each_window_passed() {
         text(&out)
     );
 }
+
+/// A task's own `[reconcile]` queries replace the default check, unless `default` asks for it
+/// too: then both run (grouped over a backfill), and both catch a wrong value.
+#[test]
+fn reconcile_queries_and_the_default_check_run_together_when_asked() {
+    let p = TestProject::new();
+    let sql = &shapes()[0].1;
+    let own = "[reconcile]\nsource = \"SELECT count(*) AS rows FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end\"\noutput = \"SELECT count(*) AS rows FROM output\"\n";
+    p.task("own", &shape_task(sql, own));
+    let out = p.run(&["--output", "json", "run", "own", "--window", "1995-06-03"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(
+        names(&json_lines(&out)[0]),
+        ["rows_staged", "rows", "rows_committed"]
+    );
+    p.task(
+        "both",
+        &shape_task(sql, &format!("{own}default = \"content\"\n")),
+    );
+    let (windows, grouped) = backfill(&p, "both", "lake-both", None);
+    assert!(grouped);
+    assert!(
+        windows.iter().all(|(_, c)| c
+            .iter()
+            .map(|c| c.0.as_str())
+            .eq(["source_rows", "source_content"])),
+        "{windows:?}"
+    );
+    let out = p
+        .cmd()
+        .env("IDEMLAKE_TEST_FAULT", "output-repeat-row")
+        .args(["--output", "json", "run", "both", "--window", "1995-06-06"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 3, "{}", text(&out));
+    let failed: Vec<_> = checks_of(&json_lines(&out)[0])
+        .into_iter()
+        .filter(|c| !c.3)
+        .map(|c| c.0)
+        .collect();
+    assert_eq!(failed, ["source_content"], "{}", text(&out));
+}
