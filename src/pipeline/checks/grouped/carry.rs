@@ -98,7 +98,12 @@ pub(super) fn carry(
         {
             LogicalPlanBuilder::from(carry(input, aggregated)?).distinct()?
         }
-        LogicalPlan::Aggregate(a) if !a.group_expr.is_empty() && measure != Measure::Query => {
+        LogicalPlan::Aggregate(a)
+            if !a.group_expr.is_empty()
+                && measure != Measure::Query
+                // Grouping sets (ROLLUP, CUBE) have groups over all the keys, windows too.
+                && !a.group_expr.iter().any(|e| matches!(e, Expr::GroupingSet(_))) =>
+        {
             let input = carry(&a.input, aggregated)?;
             let mut group = a.group_expr.clone();
             group.push(col(WINDOW_COL));
