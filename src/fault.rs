@@ -20,6 +20,15 @@
 //!   literals (after the first derived plan was checked);
 //! - `skip-remove`: the file map forgets one file of each window it replaces.
 //!
+//! Mutations of a window's staged output, whatever the task's shape (the default
+//! independent check must catch them):
+//! - `output-drop-row`: the first batch a window stages loses its last row;
+//! - `output-repeat-row`: the first batch a window stages has its last row replaced by a
+//!   copy of its first (as many rows, other content).
+//! - `staged-file-shrunk`: right before the commit, after every check, the window's first
+//!   staged file is rewritten holding only its first row (same path, same statistics in its
+//!   add): only a read-back that reads the committed files catches it.
+//!
 //! Without the variable every hook is a no-op.
 
 use std::fmt;
@@ -77,6 +86,58 @@ pub async fn pause(point: &str) {
 /// Is the mutation `name` configured?
 pub fn mutation(name: &str) -> bool {
     spec().as_deref() == Some(name)
+}
+
+/// `batch`, the first (`first`) a window stages, as an `output-*` mutation corrupts it.
+pub fn corrupt_output(
+    batch: arrow::array::RecordBatch,
+    first: bool,
+) -> Result<arrow::array::RecordBatch> {
+    let n = batch.num_rows();
+    if !first || n < 2 {
+        return Ok(batch);
+    }
+    if mutation("output-drop-row") {
+        return Ok(batch.slice(0, n - 1));
+    }
+    if mutation("output-repeat-row") {
+        let idx: Vec<u32> = (0..n as u32 - 1).chain([0]).collect();
+        let idx = arrow::array::UInt32Array::from(idx);
+        return Ok(arrow::compute::take_record_batch(&batch, &idx)?);
+    }
+    Ok(batch)
+}
+
+/// The `staged-file-shrunk` mutation of the staged files at `paths` (in `store`).
+pub async fn shrink_staged(store: &Arc<dyn ObjectStore>, paths: &[String]) -> Result<()> {
+    use object_store::ObjectStoreExt;
+    if !mutation("staged-file-shrunk") {
+        return Ok(());
+    }
+    let Some(p) = paths.first() else {
+        return Ok(());
+    };
+    let bad = |e: &dyn fmt::Display| Error::runtime(format!("staged-file-shrunk: {e}"));
+    let location = Path::parse(p).map_err(|e| bad(&e))?;
+    let got = store.get(&location).await.map_err(|e| bad(&e))?;
+    let bytes = got.bytes().await.map_err(|e| bad(&e))?;
+    let mut reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .and_then(|b| b.build())
+        .map_err(|e| bad(&e))?;
+    let Some(batch) = reader.next() else {
+        return Ok(());
+    };
+    let batch = batch.map_err(|e| bad(&e))?.slice(0, 1);
+    let mut buf = Vec::new();
+    let mut w = parquet::arrow::ArrowWriter::try_new(&mut buf, batch.schema(), None)
+        .map_err(|e| bad(&e))?;
+    w.write(&batch).map_err(|e| bad(&e))?;
+    w.close().map_err(|e| bad(&e))?;
+    store
+        .put(&location, buf.into())
+        .await
+        .map_err(|e| bad(&e))?;
+    Ok(())
 }
 
 /// Wrap `store` when a fault asks for it.

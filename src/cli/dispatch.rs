@@ -67,7 +67,12 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
             from,
             to,
             against_table,
+            twice,
         } => {
+            let options = crate::commands::verify::Options {
+                against_table: *against_table,
+                twice: *twice,
+            };
             verify(
                 cli,
                 &project,
@@ -75,7 +80,7 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
                 window.as_deref(),
                 from.as_deref(),
                 to.as_deref(),
-                against_table,
+                options,
             )
             .await
         }
@@ -173,7 +178,7 @@ async fn run(cli: &Cli, project: &Project, task: &str, window: &str) -> Result<u
     Ok(code)
 }
 
-/// `verify`: one window, or a range, run twice and diffed.
+/// `verify`: one window, or a range, run by the published path and its plain twin, diffed.
 async fn verify(
     cli: &Cli,
     project: &Project,
@@ -181,7 +186,7 @@ async fn verify(
     window: Option<&str>,
     from: Option<&str>,
     to: Option<&str>,
-    against_table: &bool,
+    options: crate::commands::verify::Options,
 ) -> Result<u8> {
     let task = project.task(task)?;
     let print = |v: &crate::commands::verify::Verification| match cli.output {
@@ -194,23 +199,15 @@ async fn verify(
     let results = match (window, from, to) {
         (Some(w), _, _) => {
             let window = Window::parse(w, task.grain, &task.timezone)?;
-            let v =
-                crate::commands::verify::verify(project, &task, &window, *against_table).await?;
+            let v = crate::commands::verify::verify(project, &task, &window, options).await?;
             print(&v);
             vec![v]
         }
         (None, Some(a), Some(b)) => {
             let (a, b) = crate::commands::backfill::range(&task, a, b)?;
             let started = std::time::Instant::now();
-            let all = crate::commands::verify::verify_range(
-                project,
-                &task,
-                &a,
-                &b,
-                *against_table,
-                print,
-            )
-            .await?;
+            let all = crate::commands::verify::verify_range(project, &task, &a, &b, options, print)
+                .await?;
             let differ = all.iter().filter(|v| v.status != "identical").count();
             diag(
                 "INFO",

@@ -131,9 +131,9 @@ pub enum Command {
         #[arg(long, value_name = "I/N", conflicts_with = "downstream")]
         shard: Option<crate::commands::backfill::Shard>,
     },
-    /// Run a window twice on the same inputs without publishing and diff the outputs (exit 4 if they differ)
+    /// Run a window by the published path and by its plain twin without publishing, and diff the outputs (exit 4 if they differ)
     #[command(
-        after_help = "Examples:\n  idemlake verify daily_revenue --window 1995-06-01\n  idemlake verify daily_revenue --window 1995-06-01 --against-table\n  idemlake verify daily_revenue --from 1995-06-01 --to 1995-06-30   # every window of a range"
+        after_help = "Examples:\n  idemlake verify daily_revenue --window 1995-06-01\n  idemlake verify daily_revenue --window 1995-06-01 --twice\n  idemlake verify daily_revenue --window 1995-06-01 --against-table\n  idemlake verify daily_revenue --from 1995-06-01 --to 1995-06-30   # every window of a range"
     )]
     Verify {
         task: String,
@@ -149,6 +149,9 @@ pub enum Command {
         /// Also compare with the window as currently published in the table
         #[arg(long)]
         against_table: bool,
+        /// Also run the published path a second time and compare it with the first
+        #[arg(long)]
+        twice: bool,
     },
     /// Per window: duplicate keys and row count vs the source; exit 4 if any window is damaged
     #[command(

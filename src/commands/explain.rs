@@ -18,6 +18,7 @@ pub async fn validate(project: &Project, task: &Task) -> Result<()> {
     let ctx = new_session()?;
     sources::register(&ctx, &task.sources, &crate::engine::Engine::Local).await?;
     let planned = plan::plan(&ctx, task, None).await?;
+    crate::pipeline::independent::validate(task, &planned.schema)?;
     let refs = crate::pipeline::checks::data::References::default();
     crate::pipeline::checks::data::validate(&ctx, task, &planned.schema, &refs).await?;
     let table = crate::delta::table::open(&project.table_url(task)?).await?;
@@ -77,14 +78,34 @@ fn describe_window(
 
 /// Which checks the window gets, which accelerations run, and the resolved configuration.
 fn describe_checks(s: &mut String, task: &Task, planned: &Planned) {
-    let check = if task.reconcile.is_some() {
-        "[reconcile].source on the independent path (its own session: no shared scans, prepared or derived plans, memory maps)".to_string()
-    } else if crate::pipeline::checks::row_preserving(planned.df.logical_plan()) {
-        "source_rows: the task's rows counted on the independent path (a row-preserving task)"
-            .to_string()
+    let shape = if crate::pipeline::checks::row_preserving(planned.df.logical_plan()) {
+        "a row-preserving task"
     } else {
-        "only rows_staged and the read-back: not row-preserving and no [reconcile] section (add one)"
-            .to_string()
+        "the task's query computed in full"
+    };
+    let mut named = Vec::new();
+    if task.reconcile.is_some() {
+        named.push("[reconcile].source".to_string());
+    }
+    match task.checking.default {
+        Some(crate::task::DefaultCheck::Rows) => {
+            named.push(format!("source_rows ({shape})"));
+        }
+        Some(crate::task::DefaultCheck::Content) => {
+            named.push(format!(
+                "source_rows and source_content ({shape}, every row fingerprinted)"
+            ));
+        }
+        None => {}
+    }
+    let check = match &task.checking.unchecked {
+        Some(reason) => format!(
+            "none independent ([reconcile] independent = false: {reason}); only rows_staged and the read-back"
+        ),
+        None => format!(
+            "{} on the independent path (its own session: no shared scans, prepared or derived plans, memory maps)",
+            named.join(", ")
+        ),
     };
     let _ = writeln!(s, "checks:        {check}");
     let _ = writeln!(

@@ -14,7 +14,8 @@ pub use upstream::{blocked, missing_inputs};
 use upstream::{recorded_inputs, stale_inputs, upstream_publishes};
 
 use crate::delta::overwrite::{
-    TAG_INPUTS, TAG_PUBLISHED_AT, TAG_RESTORED_FROM, TAG_RUN_ID, TAG_SQL_HASH, TAG_VERSION,
+    TAG_CHECKS, TAG_INPUTS, TAG_PUBLISHED_AT, TAG_RESTORED_FROM, TAG_RUN_ID, TAG_SQL_HASH,
+    TAG_VERSION,
 };
 use crate::delta::partition::file_window;
 use crate::delta::table;
@@ -40,6 +41,9 @@ struct Acc {
     /// The Delta source versions the newest publishing run read (`TAG_INPUTS`), and its
     /// version.
     inputs: Option<(i64, String)>,
+    /// The checks the newest publishing run passed before its commit (`TAG_CHECKS`), and
+    /// its version.
+    checks: Option<(i64, String)>,
 }
 
 /// The published windows of a task (all of them, or `range`).
@@ -132,6 +136,11 @@ fn published_files(table: &DeltaTable, task: &Task) -> Result<BTreeMap<String, A
                 {
                     acc.inputs = Some((v, i));
                 }
+                if let Some(c) = tag(TAG_CHECKS)
+                    && acc.checks.as_ref().is_none_or(|(at, _)| *at < v)
+                {
+                    acc.checks = Some((v, c));
+                }
                 acc.runs.insert(
                     v,
                     (
@@ -192,6 +201,7 @@ async fn window_status(
         None => None,
     };
     let restored_from = acc.restored_from;
+    let checks = acc.checks.clone();
     let mut st = WindowStatus {
         rows: acc.rows,
         files: acc.files,
@@ -214,6 +224,15 @@ async fn window_status(
             "empty"
         };
         from_run_log(&mut st, state, &log[i], store).await;
+    }
+    if let Some((v, c)) = checks
+        && st.table_version == Some(v)
+    {
+        st.checks = c
+            .split(',')
+            .filter(|c| !c.is_empty())
+            .map(String::from)
+            .collect();
     }
     if restored_from.is_some() && st.state.starts_with("published") {
         st.run_status = Some("restored".into());
@@ -270,6 +289,12 @@ async fn from_run_log(
             st.table_version = r.table_version;
             st.run_id = r.run_id;
             st.sql_hash = r.sql_hash;
+            st.checks = r
+                .reconciliation
+                .iter()
+                .filter(|c| c.ok)
+                .map(|c| c.check.clone())
+                .collect();
         }
         // An empty window is only known from its record.
         Err(_) if state != "published" => return,

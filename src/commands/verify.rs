@@ -1,6 +1,15 @@
-//! `verify`: prove a task is idempotent for a window by running it twice and diffing.
+//! `verify`: prove a task is idempotent for a window, and that the path which publishes it
+//! agrees with its plain twin, by running it both ways and diffing.
 //!
-//! Both runs use one runner, so Delta sources are pinned to one version; file sources are
+//! One run goes exactly the way `run` stages a window (`published_path`: the accelerations
+//! on — shared scans over a chunk of windows, or of this one window, prepared and derived
+//! plans, memory maps); one goes through the plain twin (`plain_twin`: the task's SQL planned
+//! for the window on its own in the independent checker's session, sources read directly);
+//! with `--twice` the published path runs again (`published_path_2`) and is compared with its
+//! first run. A difference means the accelerations changed the answer, or the task is not
+//! deterministic.
+//!
+//! Every run uses one runner, so Delta sources are pinned to one version; file sources are
 //! fingerprinted before and after, and a change fails the verification instead of being
 //! mistaken for non-determinism. Each run's output is staged to a private temporary directory
 //! (nothing is published), then compared as multisets with DataFusion: rows are grouped with
@@ -25,6 +34,12 @@ use crate::task::window::Window;
 const DIFF_MEMORY: usize = 512 * 1024 * 1024;
 /// Differing rows shown per side.
 const SAMPLE: usize = 5;
+/// The run staged exactly as `run` stages it.
+const PUBLISHED: &str = "published_path";
+/// The run through the plain twin.
+const PLAIN: &str = "plain_twin";
+/// The second run of the published path (`--twice`).
+const AGAIN: &str = "published_path_2";
 
 /// A multiset difference between two row sets.
 #[derive(Debug, Clone, Serialize)]
@@ -51,6 +66,8 @@ impl Diff {
 pub struct Verification {
     pub task: String,
     pub window: crate::report::record::WindowRecord,
+    /// How the published path ran: `accelerated`, or `plain` (`IDEMLAKE_ACCELERATE=0`).
+    pub route: &'static str,
     pub status: &'static str,
     pub diffs: Vec<Diff>,
     pub duration_ms: u64,
@@ -165,15 +182,25 @@ pub async fn diff(
     })
 }
 
-/// Run the window twice (and optionally against the table) and diff.
+/// What `verify` compares besides the published path with its plain twin.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// Also the published path's output with the window as the table holds it now.
+    pub against_table: bool,
+    /// Also a second run of the published path with the first.
+    pub twice: bool,
+}
+
+/// Run the window by the published path and by its plain twin (and optionally again, and
+/// against the table) and diff.
 pub async fn verify(
     project: &Project,
     task: &Task,
     window: &Window,
-    against_table: bool,
+    options: Options,
 ) -> Result<Verification> {
-    let runner = verify_runner(project, task, against_table).await?;
-    verify_with(&runner, window, against_table).await
+    let runner = verify_runner(project, task, options.against_table).await?;
+    verify_with(&runner, window, options).await
 }
 
 /// The runner of a verification: on the task's engine, or in this process when it also
@@ -193,13 +220,16 @@ pub async fn verify_range(
     task: &Task,
     from: &Window,
     to: &Window,
-    against_table: bool,
+    options: Options,
     mut each: impl FnMut(&Verification),
 ) -> Result<Vec<Verification>> {
-    let runner = verify_runner(project, task, against_table).await?;
+    let runner = verify_runner(project, task, options.against_table).await?;
+    let windows = Window::range(from, to)?;
+    // The published path reads shared sources a chunk of windows at a time, as a backfill.
+    runner.share_scans_only(&windows);
     let mut out = Vec::new();
-    for w in Window::range(from, to)? {
-        let v = verify_with(&runner, &w, against_table).await?;
+    for w in windows {
+        let v = verify_with(&runner, &w, options).await?;
         each(&v);
         out.push(v);
     }
@@ -210,12 +240,16 @@ pub async fn verify_range(
 pub async fn verify_with(
     runner: &Runner,
     window: &Window,
-    against_table: bool,
+    options: Options,
 ) -> Result<Verification> {
     let task = runner.task();
     let started = std::time::Instant::now();
-    let (dir_a, _, planned) = runner.stage_to_temp(window).await?;
-    let (dir_b, _, _) = runner.stage_to_temp(window).await?;
+    let (dir_a, _) = runner.stage_to_temp(window).await?;
+    let (dir_b, _, planned) = runner.stage_plain_to_temp(window).await?;
+    let dir_c = match options.twice {
+        true => Some(runner.stage_to_temp(window).await?.0),
+        false => None,
+    };
     let now = crate::pipeline::sources::current_versions(runner.session(), &task.sources).await?;
     let files_changed: Vec<&str> = runner
         .source_versions()
@@ -235,7 +269,9 @@ pub async fn verify_with(
 
     let ctx = diff_session()?;
     let schema = planned.schema.clone();
-    for (name, dir) in [("run_a", &dir_a), ("run_b", &dir_b)] {
+    let (a, b, c) = (PUBLISHED, PLAIN, AGAIN);
+    for (name, dir) in [(a, Some(&dir_a)), (b, Some(&dir_b)), (c, dir_c.as_ref())] {
+        let Some(dir) = dir else { continue };
         ctx.register_parquet(
             name,
             dir.path().to_string_lossy().as_ref(),
@@ -243,9 +279,12 @@ pub async fn verify_with(
         )
         .await?;
     }
-    let mut diffs = vec![diff(&ctx, &schema, "run_a", "run_b").await?];
+    let mut diffs = vec![diff(&ctx, &schema, a, b).await?];
+    if dir_c.is_some() {
+        diffs.push(diff(&ctx, &schema, a, c).await?);
+    }
 
-    if against_table {
+    if options.against_table {
         let table = runner.table().await?;
         if table.version().is_none() {
             return Err(Error::runtime(
@@ -264,12 +303,13 @@ pub async fn verify_with(
                     )),
                 )?;
         ctx.register_table("published", df.into_view())?;
-        diffs.push(diff(&ctx, &schema, "run_a", "published").await?);
+        diffs.push(diff(&ctx, &schema, a, "published").await?);
     }
     let identical = diffs.iter().all(Diff::identical);
     Ok(Verification {
         task: task.name.clone(),
         window: window.into(),
+        route: runner.route(),
         status: if identical { "identical" } else { "differs" },
         diffs,
         duration_ms: started.elapsed().as_millis() as u64,
@@ -279,11 +319,12 @@ pub async fn verify_with(
 /// Human-readable verification.
 pub fn describe(v: &Verification) -> String {
     let mut s = format!(
-        "{:<9} {} {}  {:.2}s",
+        "{:<9} {} {}  {:.2}s  (published path: {})",
         v.status,
         v.task,
         v.window.label,
-        v.duration_ms as f64 / 1000.0
+        v.duration_ms as f64 / 1000.0,
+        v.route
     );
     for d in &v.diffs {
         s.push_str(&format!(

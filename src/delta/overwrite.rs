@@ -44,6 +44,9 @@ pub struct RunTags {
     /// The Delta sources' pinned versions, as JSON `{alias: version}` (`None`: no Delta
     /// source): what `status` compares upstream tasks' publishes with.
     pub inputs: Option<String>,
+    /// The checks the window passed before its commit, comma-separated (`status` shows
+    /// them).
+    pub checks: Option<String>,
 }
 
 /// Tag keys on `add` actions.
@@ -54,6 +57,8 @@ pub const TAG_VERSION: &str = "idemlake.version";
 pub const TAG_PUBLISHED_AT: &str = "idemlake.published_at";
 /// The versions of the Delta sources the run read (`RunTags::inputs`).
 pub const TAG_INPUTS: &str = "idemlake.inputs";
+/// The checks the publishing run's window passed before its commit (`RunTags::checks`).
+pub const TAG_CHECKS: &str = "idemlake.checks";
 /// On files `restore` re-added: the table version they were restored from.
 pub const TAG_RESTORED_FROM: &str = "idemlake.restored_from";
 
@@ -387,6 +392,9 @@ fn actions(map: &FileMap, windows: &[WindowCommit], target: i64) -> (Vec<Action>
             ]);
             if let Some(inputs) = &w.tags.inputs {
                 tags.insert(TAG_INPUTS.to_string(), Some(inputs.clone()));
+            }
+            if let Some(checks) = &w.tags.checks {
+                tags.insert(TAG_CHECKS.to_string(), Some(checks.clone()));
             }
             a.tags = Some(tags);
             Action::Add(a)

@@ -40,6 +40,16 @@ impl Runner {
                     (!pinned.is_empty())
                         .then(|| serde_json::to_string(&pinned).expect("serialisable"))
                 },
+                checks: Some(
+                    ready
+                        .reconciled
+                        .checks
+                        .iter()
+                        .filter(|c| c.ok)
+                        .map(|c| c.check.as_str())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                ),
             },
             record: serde_json::to_value(&ready.record).expect("serialisable"),
             metadata: ready.plan.columns.metadata.clone(),
@@ -48,7 +58,7 @@ impl Runner {
 
     /// Stage 4, overwrite, once the group commit is done: the commit landed (or not), and
     /// what reading the committed snapshot back found.
-    pub(super) fn overwrite_landed(
+    pub(super) async fn overwrite_landed(
         &self,
         published: Result<Published>,
         ready: &Ready,
@@ -61,9 +71,14 @@ impl Runner {
             })
         };
         crate::fault::hit("after-commit", None).map_err(|e| (e, landed()))?;
-        let committed_rows = published
+        let files = published
             .readback
             .map_err(|e| (Error::unverified(e), landed()))?;
+        // The rows committed, from the committed files' own footers.
+        let store = self.target.view().log_store().object_store(None);
+        let committed_rows = readback::footer_rows(&store, &files)
+            .await
+            .map_err(|e| (Error::unverified(e.message().to_string()), landed()))?;
         Ok(Committed {
             version: published.version,
             checks: Vec::new(),
@@ -137,7 +152,7 @@ impl Runner {
                 landed(vec![upserted]),
             ));
         }
-        // Read the window back from the log on storage (statistics only).
+        // Read the window back: the log on storage, the files' footers.
         let committed_rows = read_window(&mut before, v, &task.partition_by, range)
             .await
             .map_err(|e| (e, landed(vec![upserted.clone()])))?;
@@ -198,8 +213,8 @@ impl Runner {
     }
 }
 
-/// Rows the log says the window holds at `version` (statistics only), `table` brought there
-/// by replaying the log from storage.
+/// Rows the window holds at `version`: its live files as the log replayed from storage
+/// says (`table` brought there), each counted by its own Parquet footer.
 async fn read_window(
     table: &mut DeltaTable,
     version: i64,
@@ -209,5 +224,6 @@ async fn read_window(
     if table.version().is_none_or(|b| (b as i64) < version) {
         table.update_incremental(Some(version as u64)).await?;
     }
-    partition::window_rows(&partition::window_files(table, partition_by, range)?)
+    let files = partition::window_files(table, partition_by, range)?;
+    readback::footer_rows(&table.log_store().object_store(None), &files).await
 }

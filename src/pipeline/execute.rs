@@ -175,6 +175,7 @@ pub async fn stage(
             }
             // The plan already casts to the table types; re-label with the all-nullable schema.
             let batch = RecordBatch::try_new(schema.clone(), batch.columns().to_vec())?;
+            let batch = crate::fault::corrupt_output(batch, batches == 0)?;
             check_bounds(&batch, bounds)?;
             if let Some(tx) = &tx {
                 // A closed channel means the reconcile query failed; its error is reported below.

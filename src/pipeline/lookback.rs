@@ -119,7 +119,7 @@ impl Runner {
         for (w, mut report, r) in ready {
             if let Some(r) = r {
                 let outcome = published.next().expect("one outcome per commit");
-                let committed = self.overwrite_landed(outcome, &r);
+                let committed = self.overwrite_landed(outcome, &r).await;
                 if let Err(e) = self.finish(w, r, committed, &mut report) {
                     report.fail(&e);
                 }

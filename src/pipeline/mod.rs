@@ -5,6 +5,7 @@
 pub mod checks;
 pub mod commit;
 pub mod execute;
+pub mod independent;
 pub mod landing;
 pub mod lookback;
 pub mod pins;

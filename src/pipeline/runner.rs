@@ -152,9 +152,15 @@ impl Runner {
     /// Announce the windows a backfill is about to run (in order), so sources are read once
     /// per chunk of them, and the checks' sources once per batch of them.
     pub fn share_scans(&self, windows: &[Window]) {
+        self.share_scans_only(windows);
+        Checker::announce(&self.checker, &self.task, windows);
+    }
+
+    /// [`Runner::share_scans`] without starting the windows' checks (`verify`, which stages
+    /// windows without checking them).
+    pub fn share_scans_only(&self, windows: &[Window]) {
         self.announced.store(windows.len(), Ordering::SeqCst);
         self.planner.announce(windows);
-        Checker::announce(&self.checker, &self.task, windows);
     }
 
     /// Partitions of a window session over in-memory slices: the session's share of the
@@ -200,17 +206,47 @@ impl Runner {
         plan::plan(&self.ctx, &self.task, Some(window)).await
     }
 
-    /// Execute the window into a private temporary directory without publishing anything
-    /// (same plan, window check and reconciliation tee as a run). For `verify`.
-    pub async fn stage_to_temp(
+    /// Execute the window into a private temporary directory without publishing anything,
+    /// by the route `run` publishes it by: the window's session from the planner (shared
+    /// sources as slices of a chunk scan — the chunk announced by [`Runner::share_scans`],
+    /// or a chunk of this one window), the prepared plans bound to it, memory maps; the same
+    /// window check and reconciliation tee as a run. For `verify`.
+    pub async fn stage_to_temp(&self, window: &Window) -> Result<(tempfile::TempDir, Staged)> {
+        let session = self.session_for(window).await?;
+        let planned = self
+            .planner
+            .plan(self.session(), &session, &self.task, window)
+            .await?;
+        let dir = temp_dir("idemlake-verify-")?;
+        let (store, config) = temp_sink(&dir, &planned.planned)?;
+        let staged = stage(
+            self.output_session(&planned.session),
+            &self.task,
+            window,
+            (&planned.planned, planned.plans.as_ref()),
+            Sink {
+                store,
+                config,
+                adapt: None,
+            },
+        )
+        .await?;
+        Ok((dir, staged))
+    }
+
+    /// [`Runner::stage_to_temp`] by the plain twin: the task's SQL planned for the window on
+    /// its own in the checker's session (sources read directly through object_store's plain
+    /// stores: no shared scans, prepared or derived plans, memory maps). For `verify`.
+    pub async fn stage_plain_to_temp(
         &self,
         window: &Window,
     ) -> Result<(tempfile::TempDir, Staged, Planned)> {
-        let planned = self.plan(window).await?;
+        let ctx = self.checker.session();
+        let planned = plan::plan(ctx, &self.task, Some(window)).await?;
         let dir = temp_dir("idemlake-verify-")?;
         let (store, config) = temp_sink(&dir, &planned)?;
         let staged = stage(
-            self.output_session(&self.ctx),
+            self.output_session(ctx),
             &self.task,
             window,
             (&planned, None),
@@ -222,6 +258,11 @@ impl Runner {
         )
         .await?;
         Ok((dir, staged, planned))
+    }
+
+    /// How this runner plans its windows: `"accelerated"` or `"plain"`.
+    pub fn route(&self) -> &'static str {
+        self.planner.kind()
     }
 
     /// Start the independent checks of `windows` now (see [`Checker::announce`]).

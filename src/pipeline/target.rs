@@ -93,10 +93,10 @@ impl Drop for Outcomes {
 }
 
 /// A window whose commit landed, and what reading the committed snapshot back found: the
-/// rows of every live file in the window, or why they could not be confirmed.
+/// window's live files (exactly the ones the run added), or why they could not be confirmed.
 pub struct Published {
     pub version: i64,
-    pub readback: std::result::Result<u64, String>,
+    pub readback: std::result::Result<Vec<crate::delta::partition::WindowFile>, String>,
 }
 
 /// How long a group commit waits for windows still executing (`Target::gather`).
@@ -408,7 +408,8 @@ impl Target {
         }
         // Read the committed version back from storage (the log as stored, replayed up to
         // this version; not the file map the commit was built from): every live file of each
-        // window must be one this run added, and their statistics give the rows committed.
+        // window must be one this run added (their footers give the rows committed, read by
+        // each window: `Runner::overwrite_landed`).
         let ranges: Vec<_> = windows.iter().map(|w| w.range).collect();
         let live = self.live_at(target, committed.version, &ranges).await;
         for ((w, tx), i) in windows.iter().zip(senders.take()).zip(0..) {

@@ -16,7 +16,6 @@ use deltalake::DeltaTable;
 
 use crate::delta::table;
 use crate::error::{Error, Result};
-use crate::pipeline::checks::SourceSide;
 use crate::pipeline::checks::{data, staged};
 use crate::pipeline::execute::{self, Sink};
 use crate::pipeline::reconcile::{self, Check};
@@ -63,7 +62,7 @@ impl Runner {
                     .target
                     .publish(&ready.plan.planned.schema, commit, &|| self.executing())
                     .await;
-                self.overwrite_landed(published, &ready)
+                self.overwrite_landed(published, &ready).await
             }
             Mode::Merge => self.commit_merge(&ready, window).await,
         };
@@ -96,13 +95,19 @@ impl Runner {
         let pins = self.pin_window(window).await?;
         let plan = self.plan_stage(window, report).await?;
         let staged = self.stage_window(&plan, window).await?;
-        let reconciled = self.reconcile_window(staged, window, report).await?;
+        let schema = plan.planned.schema.clone();
+        let reconciled = self
+            .reconcile_window(staged, (window, &schema), report)
+            .await?;
         if self.skip_empty(&reconciled, &plan.table, window, report)? {
             return Ok(None);
         }
         let data_checks = self.data_checks(&plan, &reconciled, window, report).await?;
         self.check_inputs(&reconciled.window, &pins).await?;
         crate::fault::hit("before-commit", None)?;
+        let staged = &reconciled.window;
+        let paths: Vec<String> = staged.staged.adds.iter().map(|a| a.path.clone()).collect();
+        crate::fault::shrink_staged(&staged.store, &paths).await?;
         let mut record = RunRecord::new(self.task(), window, run_id, &plan.planned.sql_hash);
         record.sources = self.window_sources(&pins);
         record.rows_written = reconciled.window.staged.rows;
@@ -160,13 +165,15 @@ impl Runner {
             .await?;
         report.sql_hash = Some(planned.planned.sql_hash.clone());
         self.checks_valid
-            .get_or_try_init(|| {
+            .get_or_try_init(|| async {
+                crate::pipeline::independent::validate(self.task(), &planned.planned.schema)?;
                 data::validate(
                     self.checker().session(),
                     self.task(),
                     &planned.planned.schema,
                     &self.references,
                 )
+                .await
             })
             .await?;
         self.target.loaded().await?;
@@ -260,7 +267,7 @@ impl Runner {
     async fn reconcile_window(
         &self,
         w: StagedWindow,
-        window: &Window,
+        (window, schema): (&Window, &arrow::datatypes::SchemaRef),
         report: &mut Report,
     ) -> Result<Reconciled> {
         let task = self.task();
@@ -270,21 +277,14 @@ impl Runner {
             staged.rows,
             execute::rows_in(&staged.adds)?,
         )];
-        let (rc, on_mismatch) = match (&task.reconcile, &w.source_side) {
-            (Some(r), SourceSide::Reconcile(source_rows)) => {
-                let out = staged.output_aggregates.as_deref().unwrap_or_default();
-                (
-                    reconcile::compare(source_rows, out, &r.tolerance)?,
-                    r.on_mismatch,
-                )
-            }
-            (_, SourceSide::Rows(n)) => (
-                vec![Check::counts("source_rows", *n, staged.rows)],
-                OnMismatch::Fail,
-            ),
-            (Some(_), _) => return Err(Error::runtime("[reconcile].source was not planned")),
-            (None, _) => (Vec::new(), OnMismatch::Fail),
-        };
+        let (rc, on_mismatch) =
+            match crate::pipeline::independent::compare(self.checker(), task, &w, schema).await {
+                Ok(r) => r,
+                Err(e) => {
+                    execute::discard(&w.store, &staged.adds).await;
+                    return Err(e);
+                }
+            };
         let failed = rc.iter().any(|c| !c.ok);
         if failed && on_mismatch == OnMismatch::Fail {
             execute::discard(&w.store, &staged.adds).await;

@@ -54,6 +54,10 @@ pub struct RunRecord {
     /// Functions the task's `[lint] allow` let through.
     #[serde(default)]
     pub lint_allow: Vec<String>,
+    /// `[reconcile] independent = false`: why the window was published without an
+    /// independent check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unchecked: Option<String>,
     pub idemlake_version: String,
 }
 
@@ -72,6 +76,7 @@ impl RunRecord {
             reconciliation: Vec::new(),
             data_checks: Vec::new(),
             lint_allow: task.lint_allow.clone(),
+            unchecked: task.checking.unchecked.clone(),
             idemlake_version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
@@ -117,6 +122,10 @@ pub struct Report {
     /// The `[checks]` results, when the task has checks and the run got as far.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub data_checks: Vec<DataCheckResult>,
+    /// `[reconcile] independent = false`: the reason the task gives for publishing without
+    /// an independent check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unchecked: Option<String>,
     pub duration_ms: u64,
     pub error: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -144,6 +153,7 @@ impl Report {
             table_version: None,
             reconciliation: Vec::new(),
             data_checks: Vec::new(),
+            unchecked: task.checking.unchecked.clone(),
             duration_ms: 0,
             error: None,
             run_id: Some(run_id.to_string()),

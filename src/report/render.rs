@@ -76,12 +76,25 @@ pub fn print_status(
         return;
     }
     println!(
-        "  {:<14} {:<10} {:>8} {:>5} {:>7}  {:<8}  {:<20}  {:<24} failed_since",
-        "window", "state", "rows", "files", "version", "run", "published_at", "sql_hash"
+        "  {:<14} {:<10} {:>8} {:>5} {:>7}  {:<8}  {:<20}  {:<24} {:<12} checks",
+        "window",
+        "state",
+        "rows",
+        "files",
+        "version",
+        "run",
+        "published_at",
+        "sql_hash",
+        "failed_since"
     );
     for w in windows {
+        let checks = if w.checks.is_empty() {
+            "-".to_string()
+        } else {
+            w.checks.join(",")
+        };
         println!(
-            "  {:<14} {:<10} {:>8} {:>5} {:>7}  {:<8}  {:<20}  {:<24} {}",
+            "  {:<14} {:<10} {:>8} {:>5} {:>7}  {:<8}  {:<20}  {:<24} {:<12} {checks}",
             w.window.label,
             w.state,
             w.rows,
@@ -145,6 +158,9 @@ pub fn print_report(format: OutputFormat, r: &Report) {
             if !good.is_empty() {
                 let names: Vec<&str> = good.iter().map(|c| c.check.as_str()).collect();
                 println!("         checks ok: {}", names.join(", "));
+            }
+            if let Some(reason) = &r.unchecked {
+                println!("         not checked independently: {}", redact(reason));
             }
             for c in bad {
                 println!(

@@ -31,6 +31,10 @@ pub struct WindowStatus {
     /// Upstream windows re-published after this window read them: `task:window@version`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stale_inputs: Vec<String>,
+    /// The checks the publishing run passed before its commit (`rows_staged`, `source_rows`,
+    /// …): every published window passed an independent one unless its task opted out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<String>,
     /// `restore` brought the window back to its state at this table version.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<i64>,
@@ -57,6 +61,7 @@ impl WindowStatus {
             run_status: None,
             stale: false,
             stale_inputs: Vec::new(),
+            checks: Vec::new(),
             restored_from: None,
             retryable: true,
         }

@@ -180,6 +180,40 @@ pub struct Reconcile {
     pub on_mismatch: OnMismatch,
 }
 
+/// The default independent check (`[reconcile] default`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DefaultCheck {
+    /// The rows the task's query gives for the window on the independent path
+    /// (`source_rows`) against the rows staged.
+    Rows,
+    /// Also an order-independent fingerprint of every row (`source_content`): the count and
+    /// the sum of a hash of each row, on both sides.
+    Content,
+}
+
+/// How a task's windows are checked independently of the path that produces them.
+#[derive(Debug, Clone)]
+pub struct Checking {
+    /// The default check that runs (`None`: the task's own `[reconcile]` queries replace it,
+    /// or the task opted out).
+    pub default: Option<DefaultCheck>,
+    /// `[reconcile] independent = false`: the reason given, recorded in every commit.
+    pub unchecked: Option<String>,
+    /// What a failed default check does (`[reconcile] on_mismatch`).
+    pub on_mismatch: OnMismatch,
+}
+
+impl Default for Checking {
+    fn default() -> Self {
+        Checking {
+            default: Some(DefaultCheck::Rows),
+            unchecked: None,
+            on_mismatch: OnMismatch::Fail,
+        }
+    }
+}
+
 /// A validated task.
 #[derive(Debug, Clone)]
 pub struct Task {
@@ -205,6 +239,8 @@ pub struct Task {
     pub key: Vec<String>,
     pub on_empty: OnEmpty,
     pub reconcile: Option<Reconcile>,
+    /// The independent check of every window (`[reconcile] default`, `independent`).
+    pub checking: Checking,
     /// The `[checks]` section: assertions on each window's rows before its commit.
     pub checks: Vec<crate::task::checks::DataCheck>,
     pub lint_allow: Vec<String>,
@@ -276,10 +312,7 @@ impl Task {
 
         let key = parse_key(&raw.write, &fail)?;
 
-        let reconcile = raw
-            .reconcile
-            .map(|r| parse_reconcile(r, &fail))
-            .transpose()?;
+        let (reconcile, checking) = parse_reconcile(raw.reconcile, &fail)?;
 
         let checks = match raw.checks {
             None => Vec::new(),
@@ -311,6 +344,7 @@ impl Task {
             key,
             on_empty: raw.write.on_empty,
             reconcile,
+            checking,
             checks,
             lint_allow: raw
                 .lint

@@ -22,6 +22,7 @@ mod rejections;
 mod rerun;
 mod s3;
 mod schema;
+mod shapes;
 mod shared_scan;
 mod status;
 mod torture;

@@ -220,3 +220,34 @@ async fn a_merge_error_after_its_commit_reports_the_window_published() {
             .is_empty()
     );
 }
+
+/// The read-back counts what the committed files' own Parquet footers hold, not the
+/// statistics this run's writer put in its adds: a staged file rewritten with one row after
+/// every check (its add unchanged) is caught after the commit — exit 5, the report saying the
+/// window was published and `rows_committed` differing. Counted from the adds, it passed.
+#[test]
+fn a_committed_file_holding_other_rows_than_its_add_says_is_caught_by_the_read_back() {
+    let p = TestProject::new();
+    let task = "lineitem_by_ship_day";
+    let out = with_fault(
+        &p,
+        "staged-file-shrunk",
+        &["--output", "json", "run", task, "--window", "1995-06-03"],
+    );
+    assert_eq!(code(&out), 5, "{}", text(&out));
+    let r = &json_lines(&out)[0];
+    assert_eq!(r["published"], true, "{r}");
+    assert_eq!(r["status"], "unverified", "{r}");
+    let readback = r["reconciliation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "rows_committed")
+        .unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(readback["ok"], false, "{r}");
+    assert_eq!(readback["source"], r["rows_written"].to_string(), "{r}");
+    assert_ne!(readback["output"], readback["source"], "{r}");
+    // Without the fault the same window publishes and reads back whole.
+    let out = p.run(&["run", task, "--window", "1995-06-03"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+}

@@ -71,7 +71,10 @@ fn verify_fails_on_a_task_using_random_through_the_escape_hatch() {
     let out = p.run(&["verify", "noisy", "--window", "1995-06-01"]);
     assert_eq!(code(&out), 4, "{}", text(&out));
     let s = String::from_utf8_lossy(&out.stdout);
-    assert!(s.contains("differs") && s.contains("only in run_a:"), "{s}");
+    assert!(
+        s.contains("differs") && s.contains("only in published_path:"),
+        "{s}"
+    );
     // Over a range, every window is verified and the command exits 4.
     let out = p.run(&[
         "--output",
@@ -147,5 +150,69 @@ async fn verify_against_table_finds_a_damaged_window() {
         String::from_utf8_lossy(&out.stdout).contains("only in published: 3"),
         "{}",
         text(&out)
+    );
+}
+
+/// `verify` runs the path `run` publishes by (accelerated) against the plain twin: a fault
+/// injected only into the accelerations (every shared-scan slice loses a row) makes it fail
+/// with exit 4, naming the published path as the side with fewer rows; with the accelerations
+/// off (`IDEMLAKE_ACCELERATE=0`) the same fault has nothing to corrupt, as plain-only
+/// verification never had. `--twice` adds the published path against itself.
+#[test]
+fn verify_catches_a_fault_only_in_the_accelerated_path() {
+    let p = TestProject::new();
+    let task = "lineitem_by_ship_day";
+    let verify = |extra: &[(&str, &str)], args: &[&str]| {
+        let mut c = p.cmd();
+        c.env("IDEMLAKE_TEST_FAULT", "slice-drop-row");
+        for (k, v) in extra {
+            c.env(k, v);
+        }
+        c.args(["--output", "json", "verify", task])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = verify(&[], &["--window", "1995-06-03"]);
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    let v = &json_lines(&out)[0];
+    assert_eq!(v["status"], "differs", "{v}");
+    assert_eq!(v["route"], "accelerated", "{v}");
+    let d = &v["diffs"][0];
+    assert_eq!(d["left"], "published_path", "{v}");
+    assert_eq!(d["right"], "plain_twin", "{v}");
+    assert_eq!(d["only_left"], 0, "{v}");
+    assert!(d["only_right"].as_u64().unwrap() >= 1, "{v}");
+    // A range (shared scans over a chunk of its windows): every window differs.
+    let out = verify(&[], &["--from", "1995-06-01", "--to", "1995-06-03"]);
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 3, "{}", text(&out));
+    assert!(
+        lines.iter().all(|v| v["status"] == "differs"),
+        "{}",
+        text(&out)
+    );
+    // The plain route alone would have passed.
+    let out = verify(&[("IDEMLAKE_ACCELERATE", "0")], &["--window", "1995-06-03"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(json_lines(&out)[0]["route"], "plain");
+    // Without the fault, the published path twice and the plain twin agree.
+    let out = p.run(&[
+        "--output",
+        "json",
+        "verify",
+        task,
+        "--window",
+        "1995-06-03",
+        "--twice",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let v = &json_lines(&out)[0];
+    assert_eq!(v["diffs"].as_array().unwrap().len(), 2, "{v}");
+    assert_eq!(v["diffs"][1]["right"], "published_path_2", "{v}");
+    assert!(
+        log_version(&p.table_dir(task)).is_none(),
+        "verify must not write"
     );
 }

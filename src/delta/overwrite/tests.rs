@@ -20,6 +20,7 @@ fn window(n: i32, path: &str, run: &str) -> WindowCommit {
             window: day,
             sql_hash: "h".into(),
             inputs: None,
+            checks: None,
         },
         record: serde_json::json!({"task": "t", "run_id": run}),
         metadata: None,

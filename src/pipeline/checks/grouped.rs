@@ -4,12 +4,15 @@
 //! query has the everyday shape — one aggregate (or, for a row-preserving task, the rows) over
 //! one filter holding the window bounds as `X >= $window_start AND X < $window_end` (either
 //! bound parameter, `_ts` or not, either side of the comparison; several such pairs on
-//! different expressions, as a landing zone's task bounds `dt` and `ts`) — the same numbers
-//! come from one query per batch of windows: the bounds are bound to the batch's first start
-//! and last end, and the aggregate is grouped by the window each row's `X` falls in (with
-//! several pairs, the window every one of them falls in, or none). Anything else
-//! (bounds in another form, `HAVING`, joins or sorts above the filter, parameters elsewhere)
-//! is [`NotGroupable`] and is checked window by window.
+//! different expressions, as a landing zone's task bounds `dt` and `ts`; under a `UNION`, one
+//! such filter per branch) — the same numbers come from one query per batch of windows: the
+//! bounds are bound to the batch's first start and last end, and the aggregate is grouped by
+//! the window each row's `X` falls in (with several pairs, the window every one of them falls
+//! in, or none). The default check's query (the task's own) may also have, above its window
+//! filters, sorts, `DISTINCT`, grouped aggregates, window functions and `UNION`s, each made
+//! to keep the windows apart (see `carry`). Anything else (bounds in another form, joins or
+//! limits above the filter, parameters elsewhere, a `[reconcile].source` with more than its
+//! one aggregate) is [`NotGroupable`] and is checked window by window.
 //!
 //! This is the checker's own acceleration, with its own plain twin (`IDEMLAKE_CHECK_BATCH=1`,
 //! or `IDEMLAKE_ACCELERATE=0`): it is written against DataFusion's logical plan of the check
@@ -43,7 +46,9 @@ use datafusion::prelude::DataFrame;
 use crate::task::plan::window_params;
 use crate::task::window::{Grain, Window};
 
+mod carry;
 mod window_of;
+use carry::{carry, without_projected_parameters};
 use window_of::WindowOf;
 
 /// The column the grouped query carries each row's window index in.
@@ -64,15 +69,20 @@ impl<E: std::fmt::Display> From<E> for NotGroupable {
 pub enum Measure {
     /// The check query's own one-row result (`[reconcile].source`).
     Query,
-    /// The number of rows the query gives (a row-preserving task's own query).
+    /// The number of rows the query gives (the task's own query).
     Rows,
+    /// The content fingerprint of the rows the query gives (see `content`).
+    Content,
 }
 
 /// One per-window result of a grouped query.
 #[derive(Debug, Clone)]
 pub enum PerWindow {
     Query(RecordBatch),
+    /// A query's whole result (a window checked by itself).
+    Batches(Vec<RecordBatch>),
     Rows(u64),
+    Content(super::Fingerprint),
 }
 
 /// One bounded expression of the window filter: `X >= lower AND X < upper` with `lower`,
@@ -94,9 +104,10 @@ pub struct Grouped {
     /// The analysed, unbound plan.
     plan: LogicalPlan,
     measure: Measure,
-    /// Every bounded expression (a landing zone's task bounds its partition column and its
-    /// timestamp): a row is in window `i` when each lies in window `i`'s bounds.
-    pairs: Vec<Pair>,
+    /// Each window filter's predicate and its bounded expressions (a landing zone's task
+    /// bounds its partition column and its timestamp): a row passing the filter is in window
+    /// `i` when each lies in window `i`'s bounds.
+    filters: Vec<(Expr, Vec<Pair>)>,
 }
 
 fn has_placeholder(e: &Expr) -> bool {
@@ -154,6 +165,58 @@ fn bound(e: &Expr) -> Option<(bool, Expr, String, DataType)> {
     (ok && !has_placeholder(x)).then(|| (lower, x.as_ref().clone(), name, ty))
 }
 
+/// The bounded expressions of a window filter: each bounded from both sides, by the window
+/// parameters, in one type.
+fn pairs_of(f: &Filter) -> std::result::Result<Vec<Pair>, NotGroupable> {
+    let (mut lowers, mut uppers): (Vec<(Expr, String, DataType)>, Vec<_>) = (vec![], vec![]);
+    for c in split_conjunction(&f.predicate) {
+        if !has_placeholder(c) {
+            continue;
+        }
+        let Some((is_lower, x, p, ty)) = bound(c) else {
+            return Err(NotGroupable(format!(
+                "the window filter has a condition other than X >= start AND X < end: {c}"
+            )));
+        };
+        let side = if is_lower { &mut lowers } else { &mut uppers };
+        if side.iter().any(|(y, _, _)| *y == x) {
+            return Err(NotGroupable(format!(
+                "the window filter bounds {x} twice from one side"
+            )));
+        }
+        side.push((x, p, ty));
+    }
+    if lowers.is_empty() || lowers.len() != uppers.len() {
+        return Err(NotGroupable(
+            "the window filter does not bound each expression from both sides".into(),
+        ));
+    }
+    let mut pairs = Vec::with_capacity(lowers.len());
+    for (x, lp, lty) in lowers {
+        let Some((_, up, uty)) = uppers.iter().find(|(y, _, _)| *y == x).cloned() else {
+            return Err(NotGroupable(format!(
+                "the window filter bounds {x} from below only"
+            )));
+        };
+        let xty = x.get_type(f.input.schema())?;
+        if lty != uty || xty != lty {
+            return Err(NotGroupable(format!(
+                "the window bounds compare different types ({x}: {xty}, {lty}, {uty})"
+            )));
+        }
+        if !RowConverter::supports_fields(&[SortField::new(lty.clone())]) {
+            return Err(NotGroupable(format!("{lty} cannot be ordered")));
+        }
+        pairs.push(Pair {
+            x,
+            lower: lp,
+            upper: up,
+            ty: lty,
+        });
+    }
+    Ok(pairs)
+}
+
 impl Grouped {
     /// Analyse `df` (the check query planned with its parameters unbound).
     pub fn new(df: DataFrame, measure: Measure) -> std::result::Result<Grouped, NotGroupable> {
@@ -172,62 +235,27 @@ impl Grouped {
             }
             Ok(TreeNodeRecursion::Continue)
         })?;
-        let [LogicalPlan::Filter(f)] = holders.as_slice() else {
-            return Err(NotGroupable(
-                "the window parameters are not all in one filter".into(),
-            ));
-        };
-        let (mut lowers, mut uppers): (Vec<(Expr, String, DataType)>, Vec<_>) = (vec![], vec![]);
-        for c in split_conjunction(&f.predicate) {
-            if !has_placeholder(c) {
-                continue;
-            }
-            let Some((is_lower, x, p, ty)) = bound(c) else {
-                return Err(NotGroupable(format!(
-                    "the window filter has a condition other than X >= start AND X < end: {c}"
-                )));
+        // Every node holding a window parameter is a window filter (a `UNION` has one per
+        // branch; equal filters bound the same way).
+        let mut filters: Vec<(Expr, Vec<Pair>)> = Vec::new();
+        for h in &holders {
+            let LogicalPlan::Filter(f) = h else {
+                return Err(NotGroupable(
+                    "the window parameters are not all in window filters".into(),
+                ));
             };
-            let side = if is_lower { &mut lowers } else { &mut uppers };
-            if side.iter().any(|(y, _, _)| *y == x) {
-                return Err(NotGroupable(format!(
-                    "the window filter bounds {x} twice from one side"
-                )));
+            if !filters.iter().any(|(p, _)| *p == f.predicate) {
+                filters.push((f.predicate.clone(), pairs_of(f)?));
             }
-            side.push((x, p, ty));
         }
-        if lowers.is_empty() || lowers.len() != uppers.len() {
-            return Err(NotGroupable(
-                "the window filter does not bound each expression from both sides".into(),
-            ));
-        }
-        let mut pairs = Vec::with_capacity(lowers.len());
-        for (x, lp, lty) in lowers {
-            let Some((_, up, uty)) = uppers.iter().find(|(y, _, _)| *y == x).cloned() else {
-                return Err(NotGroupable(format!(
-                    "the window filter bounds {x} from below only"
-                )));
-            };
-            let xty = x.get_type(f.input.schema())?;
-            if lty != uty || xty != lty {
-                return Err(NotGroupable(format!(
-                    "the window bounds compare different types ({x}: {xty}, {lty}, {uty})"
-                )));
-            }
-            if !RowConverter::supports_fields(&[SortField::new(lty.clone())]) {
-                return Err(NotGroupable(format!("{lty} cannot be ordered")));
-            }
-            pairs.push(Pair {
-                x,
-                lower: lp,
-                upper: up,
-                ty: lty,
-            });
+        if filters.is_empty() {
+            return Err(NotGroupable("the query has no window filter".into()));
         }
         Ok(Grouped {
             state,
             plan,
             measure,
-            pairs,
+            filters,
         })
     }
 
@@ -267,15 +295,29 @@ impl Grouped {
         Ok((lo, hi))
     }
 
-    /// The index of the window a row falls in (NULL for none): each bounded expression's
-    /// window, when all of them agree.
-    fn window_key(
+    /// Each window filter's predicate, and the index of the window a row passing it falls in.
+    fn window_keys(
         &self,
         grain: Grain,
         windows: &[Window],
+    ) -> std::result::Result<Vec<(Expr, Expr)>, NotGroupable> {
+        self.filters
+            .iter()
+            .map(|(predicate, pairs)| {
+                Ok((predicate.clone(), Self::window_key(pairs, grain, windows)?))
+            })
+            .collect()
+    }
+
+    /// The index of the window a row falls in (NULL for none): each bounded expression's
+    /// window, when all of them agree.
+    fn window_key(
+        pairs: &[Pair],
+        grain: Grain,
+        windows: &[Window],
     ) -> std::result::Result<Expr, NotGroupable> {
-        let mut keys = Vec::with_capacity(self.pairs.len());
-        for pair in &self.pairs {
+        let mut keys = Vec::with_capacity(pairs.len());
+        for pair in pairs {
             let (lo, hi) = Self::bounds(pair, grain, windows)?;
             let window_of = ScalarUDF::new_from_impl(WindowOf::new(pair.ty.clone(), &lo, &hi)?);
             keys.push(window_of.call(vec![pair.x.clone()]));
@@ -301,16 +343,16 @@ impl Grouped {
         grain: Grain,
         windows: &[Window],
     ) -> std::result::Result<Vec<PerWindow>, NotGroupable> {
-        let key = self.window_key(grain, windows)?;
+        let keys = self.window_keys(grain, windows)?;
         let mut aggregated = false;
-        let mut grouped = carry(&self.plan, &key, &mut aggregated)?;
+        let mut grouped = carry(&self.plan, &keys, self.measure, &mut aggregated)?;
         match (self.measure, aggregated) {
             (Measure::Rows, false) => {
                 grouped = LogicalPlanBuilder::from(grouped)
                     .aggregate(vec![col(WINDOW_COL)], vec![count(lit(1)).alias("rows")])?
                     .build()?;
             }
-            (Measure::Query, true) => {}
+            (Measure::Query, true) | (Measure::Content, false) => {}
             _ => {
                 return Err(NotGroupable(
                     "the query is not one aggregate over the window filter".into(),
@@ -332,7 +374,11 @@ impl Grouped {
             }
         }
         let bound = grouped.with_param_values(values)?;
-        let batches = DataFrame::new(self.state.clone(), bound).collect().await?;
+        let df = DataFrame::new(self.state.clone(), bound);
+        if self.measure == Measure::Content {
+            return fingerprints(df, windows.len()).await;
+        }
+        let batches = df.collect().await?;
         let mut out: Vec<Option<PerWindow>> = vec![None; windows.len()];
         for b in &batches {
             let w = b.schema().index_of(WINDOW_COL)?;
@@ -350,7 +396,7 @@ impl Grouped {
                 let i = idx.value(r) as usize;
                 out[i] = Some(match self.measure {
                     Measure::Query => PerWindow::Query(values.slice(r, 1)),
-                    Measure::Rows => PerWindow::Rows(rows_at(&values, r)?),
+                    _ => PerWindow::Rows(rows_at(&values, r)?),
                 });
             }
         }
@@ -396,33 +442,6 @@ impl Grouped {
     }
 }
 
-/// `plan` with every window parameter a projection computes replaced by a NULL of its type:
-/// projections do not change how many rows there are, so counting them needs only the filters'
-/// parameters.
-fn without_projected_parameters(
-    plan: LogicalPlan,
-) -> std::result::Result<LogicalPlan, NotGroupable> {
-    let plan = plan.transform_up(|p| {
-        if !matches!(p, LogicalPlan::Projection(_)) || !node_has_placeholder(&p) {
-            return Ok(Transformed::no(p));
-        }
-        p.map_expressions(|e| {
-            e.transform_up(|e| match e {
-                Expr::Placeholder(ph) => {
-                    let ty = ph
-                        .field
-                        .as_ref()
-                        .map(|f| f.data_type().clone())
-                        .unwrap_or(DataType::Null);
-                    Ok(Transformed::yes(lit(ScalarValue::try_from(&ty)?)))
-                }
-                other => Ok(Transformed::no(other)),
-            })
-        })
-    })?;
-    Ok(plan.data)
-}
-
 fn rows_at(values: &RecordBatch, r: usize) -> std::result::Result<u64, NotGroupable> {
     match ScalarValue::try_from_array(values.column(0), r)? {
         ScalarValue::Int64(Some(n)) => Ok(n as u64),
@@ -430,52 +449,31 @@ fn rows_at(values: &RecordBatch, r: usize) -> std::result::Result<u64, NotGroupa
     }
 }
 
-/// `plan` with the window index carried from the window filter up to the result: a
-/// projection of `key` above the filter, passed through every projection, alias and
-/// parameter-free filter above it, and grouped by at the (single, ungrouped) aggregate.
-fn carry(
-    plan: &LogicalPlan,
-    key: &Expr,
-    aggregated: &mut bool,
-) -> std::result::Result<LogicalPlan, NotGroupable> {
-    let built = match plan {
-        LogicalPlan::Filter(f) if has_placeholder(&f.predicate) => {
-            let mut exprs: Vec<Expr> = f
-                .input
-                .schema()
-                .columns()
-                .into_iter()
-                .map(Expr::Column)
-                .collect();
-            exprs.push(key.clone().alias(WINDOW_COL));
-            LogicalPlanBuilder::from(plan.clone()).project(exprs)?
+/// Each window's content fingerprint from the rows of `df` (the carried plan, each row with
+/// its window's index).
+async fn fingerprints(
+    df: DataFrame,
+    windows: usize,
+) -> std::result::Result<Vec<PerWindow>, NotGroupable> {
+    use futures::StreamExt;
+    let mut out = vec![super::Fingerprint::default(); windows];
+    let mut stream = df.execute_stream().await?;
+    while let Some(b) = stream.next().await {
+        let b = b?;
+        let w = b.schema().index_of(WINDOW_COL)?;
+        let idx = b
+            .column(w)
+            .as_any()
+            .downcast_ref::<UInt32Array>()
+            .ok_or_else(|| NotGroupable("the window column is not UInt32".into()))?;
+        let hashes = super::content::row_hashes(&b, Some(WINDOW_COL))?;
+        for (r, h) in hashes.into_iter().enumerate() {
+            if !idx.is_null(r) {
+                out[idx.value(r) as usize].add(h);
+            }
         }
-        LogicalPlan::Filter(f) if !*aggregated => {
-            LogicalPlanBuilder::from(carry(&f.input, key, aggregated)?)
-                .filter(f.predicate.clone())?
-        }
-        LogicalPlan::Projection(p) => {
-            let input = carry(&p.input, key, aggregated)?;
-            let mut exprs = p.expr.clone();
-            exprs.push(col(WINDOW_COL));
-            LogicalPlanBuilder::from(input).project(exprs)?
-        }
-        LogicalPlan::SubqueryAlias(s) => {
-            LogicalPlanBuilder::from(carry(&s.input, key, aggregated)?).alias(s.alias.clone())?
-        }
-        LogicalPlan::Aggregate(a) if a.group_expr.is_empty() && !*aggregated => {
-            let input = carry(&a.input, key, aggregated)?;
-            *aggregated = true;
-            LogicalPlanBuilder::from(input).aggregate(vec![col(WINDOW_COL)], a.aggr_expr.clone())?
-        }
-        other => {
-            return Err(NotGroupable(format!(
-                "a {} between the window filter and the result",
-                other.display()
-            )));
-        }
-    };
-    Ok(built.build()?)
+    }
+    Ok(out.into_iter().map(PerWindow::Content).collect())
 }
 
 #[cfg(test)]

@@ -12,13 +12,13 @@
 //! DataFusion's, not idemlake's.
 //!
 //! What is checked per window:
-//! - with `[reconcile]`: its `source` query, here, against its `output` query over the rows
-//!   written;
-//! - without `[reconcile]`, for a row-preserving task (projections and filters of one source,
-//!   see [`row_preserving`]): the number of rows the task's own query gives here (`source_rows`)
-//!   against the rows written;
-//! - other tasks without `[reconcile]` get only the checks every run makes (`rows_staged`, the
-//!   read-back).
+//! - with `[reconcile]` `source`/`output`: its `source` query, here, against its `output`
+//!   query over the rows written;
+//! - the default check, on every task whatever its shape (unless its `[reconcile]` queries
+//!   replace it, or it opts out with `independent = false`): the number of rows the task's own
+//!   query gives here (`source_rows`) against the rows staged, and with
+//!   `[reconcile] default = "content"` also an order-independent fingerprint of every row
+//!   (`source_content`, see `content`) against the staged files read back.
 //!
 //! A backfill announces its windows ([`Checker::announce`]); their checks are then computed a
 //! batch of windows at a time by one grouped query each (see `grouped`) where the check query
@@ -38,44 +38,61 @@ use tokio::sync::OnceCell;
 
 use crate::error::Result;
 use crate::pipeline::sources::{self, SourceVersion};
-use crate::task::Task;
 use crate::task::window::Window;
+use crate::task::{DefaultCheck, Task};
 
+pub mod content;
 pub mod data;
 pub mod grouped;
 pub mod staged;
 
+pub use content::Fingerprint;
 use grouped::{Grouped, Measure, PerWindow};
 
 /// What the source says a window's output must reconcile to.
-#[derive(Debug, Clone)]
-pub enum SourceSide {
-    /// The `[reconcile].source` query's rows.
-    Reconcile(Vec<RecordBatch>),
-    /// Rows the task's query gives for the window (row-preserving tasks without `[reconcile]`).
-    Rows(u64),
-    /// Nothing derivable: the task has no `[reconcile]` and is not row-preserving.
-    Unchecked,
+#[derive(Debug, Clone, Default)]
+pub struct SourceSide {
+    /// The `[reconcile].source` query's rows (with `[reconcile]` `source`/`output`).
+    pub reconcile: Option<Vec<RecordBatch>>,
+    /// The default check's measure of the task's query (unless the task has none).
+    pub default: Option<Measured>,
 }
 
-/// How the source side of a task's checks is computed for a batch of windows.
+/// The default check's measure of a window's rows.
+#[derive(Debug, Clone)]
+pub enum Measured {
+    Rows(u64),
+    Content(Fingerprint),
+}
+
+/// The two kinds of check computed on the independent path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    /// `[reconcile].source`.
+    Reconcile = 0,
+    /// The default check over the task's own query.
+    Default = 1,
+}
+
+/// How one lane of a task's checks is computed for a batch of windows.
 enum Template {
     /// One grouped query per batch (see `grouped`).
     Grouped(Box<Grouped>),
-    /// Nothing to compute: the task has no `[reconcile]` and is not row-preserving.
+    /// Nothing to compute: the task has no check of this lane.
     Unchecked,
     /// Window by window.
     PerWindow,
 }
 
 /// Source sides by window key, taken out as their windows ask for them.
-type Sides = Mutex<HashMap<(i64, i64), SourceSide>>;
+type Sides = Mutex<HashMap<(i64, i64), PerWindow>>;
 
-/// Windows announced together, whose source sides come from one grouped query.
+/// Windows announced together, whose source sides come from one grouped query per lane.
 struct Batch {
     windows: Vec<Window>,
-    /// `None` when the batch could not be grouped (its windows are then checked one by one).
-    sides: OnceCell<Option<Sides>>,
+    /// Per lane; `None` when the batch could not be grouped (its windows are then checked
+    /// one by one).
+    sides: [OnceCell<Option<Sides>>; 2],
 }
 
 /// The independent check path of one runner.
@@ -83,8 +100,19 @@ pub struct Checker {
     ctx: SessionContext,
     /// Windows per grouped query; 1: window by window (the plain twin).
     batch_size: usize,
-    template: OnceCell<Template>,
+    templates: [OnceCell<Template>; 2],
     batches: Mutex<HashMap<(i64, i64), Arc<Batch>>>,
+}
+
+fn lanes(task: &Task) -> Vec<Lane> {
+    let mut out = Vec::new();
+    if task.reconcile.is_some() {
+        out.push(Lane::Reconcile);
+    }
+    if task.checking.default.is_some() {
+        out.push(Lane::Default);
+    }
+    out
 }
 
 impl Checker {
@@ -126,7 +154,7 @@ impl Checker {
         Ok(Checker {
             ctx,
             batch_size,
-            template: OnceCell::new(),
+            templates: [OnceCell::new(), OnceCell::new()],
             batches: Mutex::new(HashMap::new()),
         })
     }
@@ -150,7 +178,7 @@ impl Checker {
             for chunk in windows.chunks(self.batch_size) {
                 let batch = Arc::new(Batch {
                     windows: chunk.to_vec(),
-                    sides: OnceCell::new(),
+                    sides: [OnceCell::new(), OnceCell::new()],
                 });
                 for w in chunk {
                     map.insert(w.key(), batch.clone());
@@ -159,18 +187,19 @@ impl Checker {
             }
         }
         if let Some(batch) = first {
-            let (checker, task) = (self.clone(), task.clone());
-            tokio::spawn(async move {
-                batch
-                    .sides
-                    .get_or_init(|| checker.grouped_sides(&task, &batch.windows))
-                    .await;
-            });
+            for lane in lanes(task) {
+                let (checker, task, batch) = (self.clone(), task.clone(), batch.clone());
+                tokio::spawn(async move {
+                    batch.sides[lane as usize]
+                        .get_or_init(|| checker.grouped_sides(&task, lane, &batch.windows))
+                        .await;
+                });
+            }
         }
     }
 
-    /// The source side of `window`'s reconciliation, planned from the task's SQL here: from
-    /// its batch's grouped query if it was announced in one, else by itself.
+    /// The source side of `window`'s checks, planned from the task's SQL here: from its
+    /// batch's grouped queries if it was announced in one, else by itself.
     pub async fn source_side(&self, task: &Task, window: &Window) -> Result<SourceSide> {
         let batch = self
             .batches
@@ -178,56 +207,93 @@ impl Checker {
             .expect("not poisoned")
             .get(&window.key())
             .cloned();
-        if let Some(batch) = batch {
-            let sides = batch
-                .sides
-                .get_or_init(|| self.grouped_sides(task, &batch.windows))
-                .await;
-            if let Some(sides) = sides {
-                let side = sides.lock().expect("not poisoned").remove(&window.key());
-                if let Some(side) = side {
-                    return Ok(side);
+        let mut side = SourceSide::default();
+        for lane in lanes(task) {
+            let mut part = None;
+            if let Some(batch) = &batch {
+                let sides = batch.sides[lane as usize]
+                    .get_or_init(|| self.grouped_sides(task, lane, &batch.windows))
+                    .await;
+                if let Some(sides) = sides {
+                    part = sides.lock().expect("not poisoned").remove(&window.key());
                 }
             }
+            let part = match part {
+                Some(p) => p,
+                None => self.window_part(task, lane, window).await?,
+            };
+            match part {
+                PerWindow::Query(b) => side.reconcile = Some(vec![b]),
+                PerWindow::Batches(b) => side.reconcile = Some(b),
+                PerWindow::Rows(n) => side.default = Some(Measured::Rows(n)),
+                PerWindow::Content(f) => side.default = Some(Measured::Content(f)),
+            }
         }
-        self.window_side(task, window).await
+        Ok(side)
     }
 
     /// The source side of one window by itself (the plain twin of `Checker::grouped_sides`).
     pub async fn window_side(&self, task: &Task, window: &Window) -> Result<SourceSide> {
-        if let Some(src) = crate::task::plan::plan_reconcile_source(&self.ctx, task, window).await?
-        {
-            return Ok(SourceSide::Reconcile(src.collect().await?));
+        let mut side = SourceSide::default();
+        for lane in lanes(task) {
+            match self.window_part(task, lane, window).await? {
+                PerWindow::Query(b) => side.reconcile = Some(vec![b]),
+                PerWindow::Batches(b) => side.reconcile = Some(b),
+                PerWindow::Rows(n) => side.default = Some(Measured::Rows(n)),
+                PerWindow::Content(f) => side.default = Some(Measured::Content(f)),
+            }
         }
-        let planned = crate::task::plan::plan_query_window(&self.ctx, task, window).await?;
-        if row_preserving(planned.df.logical_plan()) {
-            return Ok(SourceSide::Rows(planned.df.count().await? as u64));
-        }
-        Ok(SourceSide::Unchecked)
+        Ok(side)
     }
 
-    /// How the task's checks can be computed for many windows (decided once).
-    async fn template(&self, task: &Task) -> &Template {
-        self.template
+    /// One lane of one window's source side, by itself.
+    async fn window_part(&self, task: &Task, lane: Lane, window: &Window) -> Result<PerWindow> {
+        if lane == Lane::Reconcile {
+            let src = crate::task::plan::plan_reconcile_source(&self.ctx, task, window).await?;
+            let src = src.ok_or_else(|| {
+                crate::error::Error::runtime("[reconcile].source was not planned")
+            })?;
+            return Ok(PerWindow::Batches(src.collect().await?));
+        }
+        let planned = crate::task::plan::plan_query_window(&self.ctx, task, window).await?;
+        Ok(match task.checking.default {
+            Some(DefaultCheck::Content) => {
+                PerWindow::Content(content::of_dataframe(planned.df).await?)
+            }
+            _ => PerWindow::Rows(planned.df.count().await? as u64),
+        })
+    }
+
+    /// How one lane of the task's checks can be computed for many windows (decided once).
+    async fn template(&self, task: &Task, lane: Lane) -> &Template {
+        self.templates[lane as usize]
             .get_or_init(|| async {
-                let analysed =
-                    match crate::task::plan::plan_reconcile_source_unbound(&self.ctx, task).await {
-                        Ok(Some(df)) => Grouped::new(df, Measure::Query),
-                        Ok(None) => {
-                            match crate::task::plan::plan_query_unbound(&self.ctx, task).await {
-                                Ok(df) if row_preserving(df.logical_plan()) => {
-                                    Grouped::new(df, Measure::Rows)
-                                }
-                                Ok(_) => return Template::Unchecked,
-                                Err(e) => Err(grouped::NotGroupable(e.to_string())),
-                            }
+                let analysed = match lane {
+                    Lane::Reconcile => {
+                        match crate::task::plan::plan_reconcile_source_unbound(&self.ctx, task)
+                            .await
+                        {
+                            Ok(Some(df)) => Grouped::new(df, Measure::Query),
+                            Ok(None) => return Template::Unchecked,
+                            Err(e) => Err(grouped::NotGroupable(e.to_string())),
                         }
-                        Err(e) => Err(grouped::NotGroupable(e.to_string())),
-                    };
+                    }
+                    Lane::Default => {
+                        let measure = match task.checking.default {
+                            None => return Template::Unchecked,
+                            Some(DefaultCheck::Rows) => Measure::Rows,
+                            Some(DefaultCheck::Content) => Measure::Content,
+                        };
+                        match crate::task::plan::plan_query_unbound(&self.ctx, task).await {
+                            Ok(df) => Grouped::new(df, measure),
+                            Err(e) => Err(grouped::NotGroupable(e.to_string())),
+                        }
+                    }
+                };
                 match analysed {
                     Ok(g) => Template::Grouped(Box::new(g)),
                     Err(e) => {
-                        tracing::info!("the checks run window by window: {}", e.0);
+                        tracing::info!(?lane, "the checks run window by window: {}", e.0);
                         Template::PerWindow
                     }
                 }
@@ -235,20 +301,17 @@ impl Checker {
             .await
     }
 
-    /// The source sides of `windows` from one grouped query; `None` (with the reason logged)
-    /// when it cannot be grouped.
-    async fn grouped_sides(&self, task: &Task, windows: &[Window]) -> Option<Sides> {
-        let g = match self.template(task).await {
+    /// One lane of the source sides of `windows` from one grouped query; `None` (with the
+    /// reason logged) when it cannot be grouped.
+    async fn grouped_sides(&self, task: &Task, lane: Lane, windows: &[Window]) -> Option<Sides> {
+        let g = match self.template(task, lane).await {
             Template::Grouped(g) => g,
-            Template::Unchecked => {
-                let all = windows.iter().map(|w| (w.key(), SourceSide::Unchecked));
-                return Some(Mutex::new(all.collect()));
-            }
+            Template::Unchecked => return None,
             Template::PerWindow if windows.len() == 1 => {
                 // A single window: its own check, started early.
                 let w = &windows[0];
-                return match self.window_side(task, w).await {
-                    Ok(side) => Some(Mutex::new(HashMap::from([(w.key(), side)]))),
+                return match self.window_part(task, lane, w).await {
+                    Ok(part) => Some(Mutex::new(HashMap::from([(w.key(), part)]))),
                     Err(_) => None,
                 };
             }
@@ -258,20 +321,16 @@ impl Checker {
             Ok(per) => {
                 tracing::debug!(
                     windows = windows.len(),
+                    ?lane,
                     "the checks' source side of these windows came from one grouped query"
                 );
-                let sides = windows.iter().zip(per).map(|(w, p)| {
-                    let side = match p {
-                        PerWindow::Query(b) => SourceSide::Reconcile(vec![b]),
-                        PerWindow::Rows(n) => SourceSide::Rows(n),
-                    };
-                    (w.key(), side)
-                });
+                let sides = windows.iter().zip(per).map(|(w, p)| (w.key(), p));
                 Some(Mutex::new(sides.collect()))
             }
             Err(e) => {
                 tracing::info!(
                     windows = windows.len(),
+                    ?lane,
                     "these windows' checks run one by one: {}",
                     e.0
                 );
@@ -297,9 +356,11 @@ fn checks_session() -> Result<SessionContext> {
     crate::accel::session::session(false, false)
 }
 
-/// Whether every output row of `plan` is one input row of a single table, projected and
-/// filtered: then the rows a window must hold can be counted from the source. Anything else
+/// Whether every output row of `plan` is one input row of a single table, projected,
+/// filtered and perhaps sorted (a sort without a limit changes the order, not the multiset):
+/// then the rows a window must hold can be counted from the source. Anything else
 /// (aggregates, joins, unions, limits, distinct, window functions, subqueries, unnest) is not.
+/// (`explain` names a task's shape with it; the default check covers every shape.)
 pub fn row_preserving(plan: &LogicalPlan) -> bool {
     let mut scans = 0;
     let mut ok = true;
@@ -308,6 +369,7 @@ pub fn row_preserving(plan: &LogicalPlan) -> bool {
             LogicalPlan::TableScan(_) => scans += 1,
             LogicalPlan::Projection(_) | LogicalPlan::Filter(_) | LogicalPlan::SubqueryAlias(_) => {
             }
+            LogicalPlan::Sort(s) if s.fetch.is_none() => {}
             _ => ok = false,
         }
         Ok(if ok {
@@ -339,6 +401,7 @@ mod tests {
     async fn only_projections_and_filters_of_one_table_are_row_preserving() {
         assert!(shape("SELECT a, b + 1 AS c, d FROM t WHERE d >= DATE '2026-01-01'").await);
         assert!(shape("SELECT x.a FROM t AS x WHERE x.b > 0").await);
+        assert!(shape("SELECT a, d FROM t WHERE a > 0 ORDER BY d, a").await);
         assert!(!shape("SELECT d, count(*) FROM t GROUP BY d").await);
         assert!(!shape("SELECT t.a FROM t JOIN u ON t.a = u.a").await);
         assert!(!shape("SELECT DISTINCT a FROM t").await);

@@ -8,7 +8,8 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::{
-    Fail, Format, OnMismatch, Reconcile, Require, Source, is_identifier, resolve_location,
+    Checking, DefaultCheck, Fail, Format, OnMismatch, Reconcile, Require, Source, is_identifier,
+    resolve_location,
 };
 use crate::error::Result;
 
@@ -35,12 +36,17 @@ pub(super) struct RawSource {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawReconcile {
-    source: String,
-    output: String,
+    source: Option<String>,
+    output: Option<String>,
     #[serde(default)]
     tolerance: BTreeMap<String, f64>,
     #[serde(default)]
     on_mismatch: OnMismatch,
+    /// The default independent check: `rows` or `content`.
+    default: Option<DefaultCheck>,
+    /// `false` (with `reason`): publish without an independent check.
+    independent: Option<bool>,
+    reason: Option<String>,
 }
 
 /// One `[sources.<alias>]` section, validated.
@@ -260,9 +266,35 @@ fn csv_delimiter(delimiter: Option<&str>, field: &str, fail: &Fail<'_>) -> Resul
     })
 }
 
-/// The `[reconcile]` section, validated.
-pub(super) fn parse_reconcile(r: RawReconcile, fail: &Fail<'_>) -> Result<Reconcile> {
-    for (field, sql) in [("source", &r.source), ("output", &r.output)] {
+/// The `[reconcile]` section, validated: the user's own check (`source` and `output`, if
+/// given) and how the task is checked independently.
+pub(super) fn parse_reconcile(
+    r: Option<RawReconcile>,
+    fail: &Fail<'_>,
+) -> Result<(Option<Reconcile>, Checking)> {
+    let Some(r) = r else {
+        return Ok((None, Checking::default()));
+    };
+    let queries = match (r.source, r.output) {
+        (Some(source), Some(output)) => Some((source, output)),
+        (None, None) => None,
+        (Some(_), None) | (None, Some(_)) => {
+            return Err(fail(
+                "[reconcile]",
+                "`source` and `output` go together: set both (a one-row query each) or neither"
+                    .into(),
+            ));
+        }
+    };
+    let checking = parse_checking(r.default, r.independent, r.reason, queries.is_some(), fail)?;
+    let checking = Checking {
+        on_mismatch: r.on_mismatch,
+        ..checking
+    };
+    let Some((source, output)) = queries else {
+        return Ok((None, checking));
+    };
+    for (field, sql) in [("source", &source), ("output", &output)] {
         if sql.trim().is_empty() {
             return Err(fail(&format!("[reconcile].{field}"), "is empty".into()));
         }
@@ -275,12 +307,58 @@ pub(super) fn parse_reconcile(r: RawReconcile, fail: &Fail<'_>) -> Result<Reconc
             ));
         }
     }
-    Ok(Reconcile {
-        source_sql: r.source,
-        output_sql: r.output,
+    let reconcile = Reconcile {
+        source_sql: source,
+        output_sql: output,
         tolerance: r.tolerance,
         on_mismatch: r.on_mismatch,
-    })
+    };
+    Ok((Some(reconcile), checking))
+}
+
+/// `default`, `independent` and `reason` of `[reconcile]`: which default check runs (none
+/// when the task's own `source`/`output` check replaces it and no `default` is asked for).
+fn parse_checking(
+    default: Option<DefaultCheck>,
+    independent: Option<bool>,
+    reason: Option<String>,
+    own_queries: bool,
+    fail: &Fail<'_>,
+) -> Result<Checking> {
+    let reason = reason.map(|r| r.trim().to_string());
+    match independent {
+        Some(false) => {
+            if own_queries || default.is_some() {
+                return Err(fail(
+                    "[reconcile].independent",
+                    "`independent = false` publishes without an independent check, so it cannot go with `source`/`output` or `default`".into(),
+                ));
+            }
+            let Some(reason) = reason.filter(|r| !r.is_empty()) else {
+                return Err(fail(
+                    "[reconcile].reason",
+                    "required with `independent = false`: say why this task may publish without an independent check (it is recorded in every commit)".into(),
+                ));
+            };
+            Ok(Checking {
+                default: None,
+                unchecked: Some(reason),
+                ..Checking::default()
+            })
+        }
+        _ if reason.is_some() => Err(fail(
+            "[reconcile].reason",
+            "only goes with `independent = false`".into(),
+        )),
+        _ => Ok(Checking {
+            default: match default {
+                Some(d) => Some(d),
+                None if own_queries => None,
+                None => Some(DefaultCheck::Rows),
+            },
+            ..Checking::default()
+        }),
+    }
 }
 
 /// The format a source's name implies (its extension, or a local `_delta_log` folder), if any.
