@@ -22,7 +22,7 @@ pub use crate::report::record::SourceVersion;
 use crate::task::{Format, Source};
 
 /// The URL DataFusion uses for a source location (local absolute path or URL).
-fn listing_url(uri: &str) -> Result<ListingTableUrl> {
+pub(super) fn listing_url(uri: &str) -> Result<ListingTableUrl> {
     ListingTableUrl::parse(uri).input_err(format!("invalid source location `{uri}`"))
 }
 
