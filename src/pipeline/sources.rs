@@ -123,6 +123,14 @@ async fn register_delta(
     engine: &Engine,
 ) -> Result<SourceVersion> {
     let url = crate::task::project::location_url(&s.uri, std::path::Path::new("/"))?;
+    if let (None, Ok(path)) = (&s.upstream, url.to_file_path())
+        && !path.exists()
+    {
+        return Err(Error::input(format!(
+            "{} does not exist (check the source's `uri`)",
+            path.display()
+        )));
+    }
     let mut table = crate::delta::table::builder(&url)?.build()?;
     match pin {
         Some(v) => table.load_version(v as u64).await,
@@ -152,13 +160,33 @@ async fn register_delta(
     })
 }
 
+/// Why a file source's location lists no files: a local location that does not exist, or an
+/// S3 object that does not exist, is the task's mistake (exit 2, not retryable); an existing
+/// directory or an S3 prefix with nothing in it yet is a runtime failure (files may land).
+fn nothing_at(uri: &str, url: &ListingTableUrl) -> Error {
+    if url.scheme() == "file" {
+        let path = std::path::Path::new("/").join(url.prefix().as_ref());
+        if !path.exists() {
+            return Error::input(format!(
+                "{} does not exist (check the source's `uri`)",
+                path.display()
+            ));
+        }
+        return Error::runtime(format!("no files found in {}", path.display()));
+    }
+    if url.is_collection() {
+        return Error::runtime(format!("no objects found under {uri}"));
+    }
+    Error::input(format!("{uri} does not exist (check the source's `uri`)"))
+}
+
 /// Register a file source (Parquet, CSV or JSON) as a listing, fingerprinted.
 async fn register_file_source(ctx: &SessionContext, s: &Source) -> Result<SourceVersion> {
     let url = listing_url(&s.uri)?;
     let store = ctx.runtime_env().object_store(&url)?;
     let (files, fingerprint) = fingerprint(store.as_ref(), &url).await?;
     if files == 0 {
-        return Err(Error::runtime("no files found"));
+        return Err(nothing_at(&s.uri, &url));
     }
     // A single file keeps its own extension; a directory reads the format's usual extension.
     let ext = if url.is_collection() {

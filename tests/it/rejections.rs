@@ -277,3 +277,65 @@ fn a_run_failing_at_the_schema_check_reports_its_sql_hash() {
         "{report}"
     );
 }
+
+/// `t` reading `lineitem` from `uri` (format `format`), the rest as GOOD_SQL's task.
+fn task_reading(uri: &str, format: &str) -> String {
+    format!(
+        r#"sql = """
+{GOOD_SQL}
+"""
+[target]
+partition_by = "ship_date"
+[window]
+grain = "day"
+[sources.lineitem]
+uri = "{uri}"
+format = "{format}"
+"#
+    )
+}
+
+/// Defect (issue 37): a misspelt source path (a location that does not exist) failed with
+/// exit 1 — retryable — while `validate` called the task invalid. It is the task's mistake:
+/// exit 2 from `validate` and `run`, naming the path, `retryable: false`, nothing published.
+#[test]
+fn a_misspelled_source_path_is_a_config_error_naming_the_path() {
+    let (p, v) = published();
+    // (A directory location, with or without a glob, is a landing zone: one with no files in
+    // it was already refused with exit 2, and still is.)
+    for (uri, format, shown, why) in [
+        (
+            "data/lineitm.parquet",
+            "parquet",
+            "data/lineitm.parquet",
+            "does not exist",
+        ),
+        (
+            "data/no-such-dir/",
+            "parquet",
+            "data/no-such-dir",
+            "no .parquet files",
+        ),
+        (
+            "data/no-such-dir/*/part-*.parquet",
+            "parquet",
+            "data/no-such-dir",
+            "files",
+        ),
+        (
+            "data/no-such-table",
+            "delta",
+            "data/no-such-table",
+            "does not exist",
+        ),
+    ] {
+        p.task("t", &task_reading(uri, format));
+        assert_rejected(&p, v, &["validate", "t"], 2, &[shown, why]);
+        assert_rejected(&p, v, &["run", "t", "--window", DAY], 2, &[shown, why]);
+        let out = p.run(&["--output", "json", "run", "t", "--window", DAY]);
+        assert_eq!(code(&out), 2, "{}", text(&out));
+        let r = &json_lines(&out)[0];
+        assert_eq!(r["retryable"], false, "{r}");
+        assert!(r["error"].as_str().unwrap().contains(shown), "{r}");
+    }
+}
