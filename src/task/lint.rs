@@ -71,114 +71,35 @@ pub fn volatile_functions(plan: &LogicalPlan) -> Result<Vec<Finding>> {
     Ok(found.into_iter().collect())
 }
 
-/// Window functions whose result depends on row order.
-const ORDER_SENSITIVE: [&str; 11] = [
-    "row_number",
-    "rank",
-    "dense_rank",
-    "percent_rank",
-    "cume_dist",
-    "ntile",
-    "lag",
-    "lead",
-    "first_value",
-    "last_value",
-    "nth_value",
-];
+mod order;
 
-/// Unqualified names of the columns `exprs` reference.
-fn column_names<'a>(exprs: impl IntoIterator<Item = &'a Expr>) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    for e in exprs {
-        for c in e.column_refs() {
-            out.insert(c.name.clone());
-        }
-    }
-    out
-}
+pub use order::{OrderFinding, order_dependence};
 
-/// Order-dependence findings: LIMIT/OFFSET without a total ORDER BY, and order-sensitive
-/// window functions without ORDER BY. Each is `(rule, message)`; `rule` is what `[lint] allow`
-/// names to accept it (`limit`, `window_order`).
-pub fn order_dependence(plan: &LogicalPlan) -> Result<Vec<(String, String)>> {
-    let mut found = Vec::new();
-    plan.apply_with_subqueries(|node| {
-        match node {
-            LogicalPlan::Limit(limit) => {
-                // Walk down to the Sort the LIMIT applies to, noting what the rows consist of.
-                let mut needed: Option<BTreeSet<String>> = None;
-                let mut below = limit.input.as_ref();
-                let sort = loop {
-                    match below {
-                        LogicalPlan::Projection(p) => {
-                            needed.get_or_insert_with(|| column_names(&p.expr));
-                            below = p.input.as_ref();
-                        }
-                        LogicalPlan::SubqueryAlias(a) => below = a.input.as_ref(),
-                        LogicalPlan::Sort(s) => break Some(s),
-                        _ => break None,
-                    }
-                };
-                match sort {
-                    None => found.push((
-                        "limit".to_string(),
-                        "LIMIT/OFFSET without ORDER BY picks arbitrary rows: which ones may change between runs".to_string(),
-                    )),
-                    Some(s) => {
-                        let sorted = column_names(s.expr.iter().map(|e| &e.expr));
-                        let needed = needed.unwrap_or_else(|| {
-                            s.input.schema().fields().iter().map(|f| f.name().clone()).collect()
-                        });
-                        let missing: Vec<String> = needed.difference(&sorted).cloned().collect();
-                        if !missing.is_empty() {
-                            found.push((
-                                "limit".to_string(),
-                                format!(
-                                    "LIMIT/OFFSET with an ORDER BY that is not total: rows tied on the sort keys may be picked differently between runs; add {} to the ORDER BY",
-                                    missing.join(", ")
-                                ),
-                            ));
-                        }
-                    }
-                }
-            }
-            LogicalPlan::Window(w) => {
-                for e in &w.window_expr {
-                    let mut inner = e;
-                    while let Expr::Alias(a) = inner {
-                        inner = a.expr.as_ref();
-                    }
-                    if let Expr::WindowFunction(wf) = inner {
-                        let name = wf.fun.name().to_lowercase();
-                        if ORDER_SENSITIVE.contains(&name.as_str()) && wf.params.order_by.is_empty() {
-                            found.push((
-                                "window_order".to_string(),
-                                format!("{name}() OVER (…) without ORDER BY numbers rows in an arbitrary order that may change between runs"),
-                            ));
-                        }
-                    }
-                }
-            }
-            _ => {}
-        }
-        Ok(TreeNodeRecursion::Continue)
-    })?;
-    Ok(found)
-}
-
-/// Reject order-dependent SQL unless its rule is in `allow`.
+/// Reject order-dependent SQL (see `order`) unless its rule is in `allow`, naming the
+/// function and its line (`sql` and `origin` locate it).
 pub fn check_order_dependence(
     plan: &LogicalPlan,
     allow: &[String],
+    sql: &str,
     origin: &SqlOrigin,
 ) -> Result<()> {
-    for (rule, msg) in order_dependence(plan)? {
-        if !allow.iter().any(|a| a.eq_ignore_ascii_case(&rule)) {
-            return Err(Error::input(format!(
-                "{}: {msg}. If you accept that, add \"{rule}\" to [lint] allow",
-                origin.file_display()
-            )));
+    for f in order_dependence(plan)? {
+        if allow.iter().any(|a| a.eq_ignore_ascii_case(f.rule)) {
+            continue;
         }
+        let mut words = vec![f.word.clone()];
+        if f.rule == "limit" {
+            words.push("offset".to_string());
+        }
+        let at = locate_word(sql, &words)
+            .map(|(line, word)| format!(" (`{word}` at {})", origin.describe_line(line)))
+            .unwrap_or_default();
+        return Err(Error::input(format!(
+            "{}: order-dependent SQL{at}: {}. If you accept that, add \"{}\" to [lint] allow",
+            origin.file_display(),
+            f.message,
+            f.rule
+        )));
     }
     Ok(())
 }
@@ -360,7 +281,7 @@ mod tests {
             order_dependence(&plan(sql).await)
                 .unwrap()
                 .into_iter()
-                .map(|(r, _)| r)
+                .map(|f| f.rule)
                 .collect::<Vec<_>>()
         };
         // Positive cases: flagged.
@@ -398,12 +319,108 @@ mod tests {
         // The escape hatch.
         let p = plan("SELECT x FROM t LIMIT 5").await;
         assert!(
-            check_order_dependence(&p, &[], &origin())
+            check_order_dependence(&p, &[], "", &origin())
                 .unwrap_err()
                 .message()
                 .contains("[lint] allow")
         );
-        check_order_dependence(&p, &["limit".to_string()], &origin()).unwrap();
+        check_order_dependence(&p, &["limit".to_string()], "", &origin()).unwrap();
+    }
+
+    /// Defect (issue 37): order-sensitive aggregates without ORDER BY passed, and window
+    /// functions needed only some ORDER BY, not a total one.
+    #[tokio::test]
+    async fn order_sensitive_aggregates_and_partial_window_orders_are_refused() {
+        let rules = |sql: &'static str| async move {
+            order_dependence(&plan(sql).await)
+                .unwrap()
+                .into_iter()
+                .map(|f| (f.rule, f.word))
+                .collect::<Vec<_>>()
+        };
+        let agg = |w: &str| vec![("aggregate_order", w.to_string())];
+        let win = |w: &str| vec![("window_order", w.to_string())];
+        for (sql, want) in [
+            (
+                "SELECT d, string_agg(CAST(x AS VARCHAR), ',') AS s FROM t GROUP BY d",
+                agg("string_agg"),
+            ),
+            (
+                "SELECT d, array_agg(x) AS a FROM t GROUP BY d",
+                agg("array_agg"),
+            ),
+            (
+                "SELECT d, array_agg(DISTINCT x) AS a FROM t GROUP BY d",
+                agg("array_agg"),
+            ),
+            (
+                "SELECT d, first_value(x) AS f FROM t GROUP BY d",
+                agg("first_value"),
+            ),
+            (
+                "SELECT d, last_value(x ORDER BY d) AS f FROM t GROUP BY d",
+                agg("last_value"),
+            ),
+            (
+                "SELECT d, any_value(x) AS f FROM t GROUP BY d",
+                agg("any_value"),
+            ),
+            (
+                "SELECT x FROM t WHERE d IN (SELECT first_value(d) FROM t)",
+                agg("first_value"),
+            ),
+            (
+                "SELECT x, d, row_number() OVER (ORDER BY x) AS n FROM t",
+                win("row_number"),
+            ),
+            (
+                "SELECT x, lag(x) OVER (PARTITION BY x ORDER BY d) AS p, d FROM t",
+                vec![],
+            ),
+            ("SELECT d, lag(x) OVER (ORDER BY d) AS p FROM t", win("lag")),
+            (
+                "SELECT d, array_agg(x) OVER (PARTITION BY d) AS a FROM t",
+                win("array_agg"),
+            ),
+            (
+                "SELECT d, x, sum(x) OVER (PARTITION BY d ORDER BY x ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS s FROM t",
+                vec![],
+            ),
+            (
+                "SELECT d, x, sum(x) OVER (ORDER BY d ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS s FROM t",
+                win("sum"),
+            ),
+            // A window in a subquery filtered afterwards (keep the latest row of each day).
+            (
+                "SELECT * FROM (SELECT d, x, row_number() OVER (PARTITION BY d ORDER BY d) AS n FROM t) WHERE n = 1",
+                win("row_number"),
+            ),
+            // Deterministic.
+            (
+                "SELECT d, array_agg(x ORDER BY x) AS a FROM t GROUP BY d",
+                vec![],
+            ),
+            ("SELECT d, sum(x) OVER (ORDER BY d) AS s FROM t", vec![]),
+            (
+                "SELECT d, count(*) OVER (PARTITION BY d) AS c FROM t",
+                vec![],
+            ),
+            (
+                "SELECT d, min(x) AS m, count(DISTINCT x) AS c FROM t GROUP BY d",
+                vec![],
+            ),
+        ] {
+            let want: Vec<(&str, String)> = want;
+            assert_eq!(rules(sql).await, want, "{sql}");
+        }
+        // The finding names the function and its line; [lint] allow accepts it.
+        let sql = "SELECT d,\n  array_agg(x) AS a\nFROM t GROUP BY d";
+        let p = plan(sql).await;
+        let e = check_order_dependence(&p, &[], sql, &origin()).unwrap_err();
+        for needle in ["array_agg", "line 11", "aggregate_order", "[lint] allow"] {
+            assert!(e.message().contains(needle), "{needle}: {e}");
+        }
+        check_order_dependence(&p, &["aggregate_order".to_string()], sql, &origin()).unwrap();
     }
 
     #[tokio::test]

@@ -339,3 +339,91 @@ fn a_misspelled_source_path_is_a_config_error_naming_the_path() {
         assert!(r["error"].as_str().unwrap().contains(shown), "{r}");
     }
 }
+
+/// Defect (issue 37): the determinism lint missed order-sensitive aggregates —
+/// `string_agg(x, ',')`, `array_agg(x)`, `first_value(x)` without `ORDER BY` passed
+/// `validate` — and window functions needed only *some* `ORDER BY`, not a total one. Both are
+/// refused now (exit 2, naming the function and its line), `[lint] allow` accepts them, and a
+/// total order passes.
+#[test]
+fn order_sensitive_aggregates_and_partial_window_orders_exit_2_naming_function_and_line() {
+    let (p, v) = published();
+    let window = "FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end";
+    let refused = [
+        (
+            format!(
+                "SELECT l_shipdate AS ship_date,\n  string_agg(l_shipmode, ',') AS modes\n{window}\nGROUP BY l_shipdate"
+            ),
+            "string_agg",
+            "aggregate_order",
+        ),
+        (
+            format!(
+                "SELECT l_shipdate AS ship_date,\n  array_agg(l_orderkey) AS keys\n{window}\nGROUP BY l_shipdate"
+            ),
+            "array_agg",
+            "aggregate_order",
+        ),
+        (
+            format!(
+                "SELECT l_shipdate AS ship_date,\n  first_value(l_quantity) AS q\n{window}\nGROUP BY l_shipdate"
+            ),
+            "first_value",
+            "aggregate_order",
+        ),
+        // An ORDER BY with ties: rows of one order key in an arbitrary order.
+        (
+            format!(
+                "SELECT l_shipdate AS ship_date,\n  array_agg(l_quantity ORDER BY l_orderkey) AS q\n{window}\nGROUP BY l_shipdate"
+            ),
+            "array_agg",
+            "aggregate_order",
+        ),
+        // Some ORDER BY, not a total one: lines of one order are numbered arbitrarily.
+        (
+            format!(
+                "SELECT l_orderkey, l_linenumber, l_shipdate AS ship_date,\n  row_number() OVER (ORDER BY l_orderkey) AS n\n{window}"
+            ),
+            "row_number",
+            "window_order",
+        ),
+        (
+            format!(
+                "SELECT l_orderkey, l_quantity, l_shipdate AS ship_date,\n  lag(l_quantity) OVER (PARTITION BY l_orderkey ORDER BY l_shipdate) AS prev\n{window}"
+            ),
+            "lag",
+            "window_order",
+        ),
+    ];
+    for (sql, function, rule) in &refused {
+        p.task("u", &task(sql, ""));
+        // The SQL starts on line 2 of the file; the function is on its second line.
+        assert_rejected(&p, v, &["validate", "u"], 2, &[function, "line 3", rule]);
+        assert_rejected(&p, v, &["run", "u", "--window", DAY], 2, &[function]);
+        p.task("u", &task(sql, &format!("[lint]\nallow = [\"{rule}\"]\n")));
+        let out = p.run(&["validate", "u"]);
+        assert_eq!(code(&out), 0, "{sql}: {}", text(&out));
+    }
+    let accepted = [
+        format!(
+            "SELECT l_shipdate AS ship_date,\n  string_agg(l_shipmode, ',' ORDER BY l_shipmode) AS modes\n{window}\nGROUP BY l_shipdate"
+        ),
+        format!(
+            "SELECT l_shipdate AS ship_date,\n  first_value(l_quantity ORDER BY l_quantity) AS q\n{window}\nGROUP BY l_shipdate"
+        ),
+        format!(
+            "SELECT l_orderkey, l_linenumber, l_shipdate AS ship_date,\n  row_number() OVER (ORDER BY l_orderkey, l_linenumber, l_shipdate) AS n\n{window}"
+        ),
+        format!(
+            "SELECT l_orderkey, l_shipdate AS ship_date,\n  rank() OVER (PARTITION BY l_shipdate ORDER BY l_orderkey) AS r\n{window}"
+        ),
+        format!(
+            "SELECT l_orderkey, l_shipdate AS ship_date,\n  sum(l_quantity) OVER (PARTITION BY l_orderkey) AS total\n{window}"
+        ),
+    ];
+    for sql in &accepted {
+        p.task("u", &task(sql, ""));
+        let out = p.run(&["validate", "u"]);
+        assert_eq!(code(&out), 0, "{sql}: {}", text(&out));
+    }
+}
