@@ -72,8 +72,10 @@ pub fn volatile_functions(plan: &LogicalPlan) -> Result<Vec<Finding>> {
 }
 
 mod order;
+mod tz;
 
 pub use order::{OrderFinding, order_dependence};
+pub use tz::check_time_zones;
 
 /// Reject order-dependent SQL (see `order`) unless its rule is in `allow`, naming the
 /// function and its line (`sql` and `origin` locate it).
@@ -428,6 +430,32 @@ mod tests {
         ] {
             assert_eq!(rules_of(sql).await, want, "{sql}");
         }
+    }
+
+    /// Issue 37: window bounds use jiff's time zone database, DataFusion's time zone
+    /// functions chrono-tz's (an older one): `AT TIME ZONE` could disagree with the task's own
+    /// window. A zone the two databases disagree on is refused (`EET`: Europe/Athens's rules
+    /// in one, the old fixed rules in the other); zones they agree on pass.
+    #[tokio::test]
+    async fn sql_time_zones_the_two_databases_disagree_on_are_refused() {
+        let sql = "SELECT d,\n  CAST(d AS TIMESTAMP) AT TIME ZONE 'EET' AS local\nFROM t";
+        let p = plan(sql).await;
+        let e = check_time_zones(&p, &[], sql, &origin()).unwrap_err();
+        for needle in ["EET", "line 11", "timezone_database", "chrono-tz"] {
+            assert!(e.message().contains(needle), "{needle}: {e}");
+        }
+        check_time_zones(&p, &["timezone_database".to_string()], sql, &origin()).unwrap();
+        for ok in [
+            "SELECT CAST(d AS TIMESTAMP) AT TIME ZONE 'Europe/Berlin' AS l FROM t",
+            "SELECT CAST(d AS TIMESTAMP) AT TIME ZONE 'UTC' AS l FROM t",
+            "SELECT CAST(d AS TIMESTAMP) AT TIME ZONE '+05:30' AS l FROM t",
+            "SELECT date_trunc('day', CAST(d AS TIMESTAMP) AT TIME ZONE 'America/New_York') AS l FROM t",
+        ] {
+            check_time_zones(&plan(ok).await, &[], ok, &origin()).unwrap();
+        }
+        let nested =
+            "SELECT date_trunc('day', CAST(d AS TIMESTAMP) AT TIME ZONE 'WET') AS l FROM t";
+        assert!(check_time_zones(&plan(nested).await, &[], nested, &origin()).is_err());
     }
 
     #[tokio::test]
