@@ -16,8 +16,8 @@ use tpchgen_arrow::{LineItemArrow, OrderArrow};
 
 use crate::error::{Error, Result};
 
-/// Generate TPC-H `lineitem` and `orders` into `dir` unless they already exist.
-/// Returns the paths written or found.
+/// Generate TPC-H `lineitem` and `orders` into `dir` unless they already exist at `scale`
+/// (files of another scale are replaced). Returns the paths written or found.
 pub fn generate(dir: &Path, scale: f64, force: bool) -> Result<Vec<PathBuf>> {
     if !(scale > 0.0 && scale <= 1000.0) {
         return Err(Error::input(format!(
@@ -27,23 +27,51 @@ pub fn generate(dir: &Path, scale: f64, force: bool) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
     let lineitem = dir.join("lineitem.parquet");
     let orders = dir.join("orders.parquet");
-    if force || !lineitem.exists() {
+    if force || !of_scale(&lineitem, scale) {
         let batches =
             LineItemArrow::new(LineItemGenerator::new(scale, 1, 1)).with_batch_size(64 * 1024);
-        write(&lineitem, batches)?;
+        write(&lineitem, batches, scale)?;
     }
-    if force || !orders.exists() {
+    if force || !of_scale(&orders, scale) {
         let batches = OrderArrow::new(OrderGenerator::new(scale, 1, 1)).with_batch_size(64 * 1024);
-        write(&orders, batches)?;
+        write(&orders, batches, scale)?;
     }
     Ok(vec![lineitem, orders])
 }
 
-fn write(path: &Path, mut batches: impl RecordBatchReader) -> Result<()> {
+/// The Parquet key-value metadata entry recording the scale a file was generated at.
+const SCALE_KEY: &str = "idemlake.tpch.scale";
+
+/// Whether `path` holds a file generated at `scale` (files without the record, from older
+/// versions or elsewhere, are generated again).
+fn of_scale(path: &Path, scale: f64) -> bool {
+    use parquet::file::reader::FileReader as _;
+    let Ok(file) = File::open(path) else {
+        return false;
+    };
+    let Ok(reader) = parquet::file::reader::SerializedFileReader::new(file) else {
+        return false;
+    };
+    let want = scale.to_string();
+    reader
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .is_some_and(|kv| {
+            kv.iter()
+                .any(|e| e.key == SCALE_KEY && e.value.as_deref() == Some(want.as_str()))
+        })
+}
+
+fn write(path: &Path, mut batches: impl RecordBatchReader, scale: f64) -> Result<()> {
     let tmp = path.with_extension("parquet.tmp");
     let file = File::create(&tmp)?;
     let props = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
+        .set_key_value_metadata(Some(vec![parquet::file::metadata::KeyValue::new(
+            SCALE_KEY.to_string(),
+            scale.to_string(),
+        )]))
         .build();
     let schema = batches.schema();
     let mut w = ArrowWriter::try_new(file, schema, Some(props))
@@ -56,4 +84,42 @@ fn write(path: &Path, mut batches: impl RecordBatchReader) -> Result<()> {
         .map_err(|e| Error::runtime(format!("writing {}: {e}", path.display())))?;
     std::fs::rename(&tmp, path)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(path: &Path) -> i64 {
+        use parquet::file::reader::FileReader as _;
+        parquet::file::reader::SerializedFileReader::new(File::open(path).unwrap())
+            .unwrap()
+            .metadata()
+            .file_metadata()
+            .num_rows()
+    }
+
+    /// Defect (issue 37): `gen-tpch --scale 0.002` into a directory holding SF 0.001 kept the
+    /// old files and said the new scale was ready (`SCALE=1 make demo` after `make demo` stayed
+    /// at SF 0.01). Files of another scale are replaced; files of the same scale are kept.
+    #[test]
+    fn a_new_scale_replaces_files_of_another_scale() {
+        let dir = tempfile::tempdir().unwrap();
+        let [_, orders] = generate(dir.path(), 0.001, false)
+            .unwrap()
+            .try_into()
+            .unwrap();
+        assert_eq!(rows(&orders), 1_500);
+        let [lineitem, orders] = generate(dir.path(), 0.002, false)
+            .unwrap()
+            .try_into()
+            .unwrap();
+        assert_eq!(rows(&orders), 3_000);
+        let lines = rows(&lineitem);
+        assert!(lines > 6_000, "{lines}");
+        let before = std::fs::metadata(&lineitem).unwrap().modified().unwrap();
+        generate(dir.path(), 0.002, false).unwrap();
+        let after = std::fs::metadata(&lineitem).unwrap().modified().unwrap();
+        assert_eq!(before, after, "the same scale is not generated again");
+    }
 }
