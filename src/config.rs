@@ -107,21 +107,34 @@ fn switch(name: &str, strict: bool) -> Result<bool> {
 /// The largest `IDEMLAKE_SCAN_CACHE_KB`: 1 PiB (its bytes, and sums of them, fit a u64).
 pub const MAX_SCAN_CACHE_KB: u64 = 1 << 40;
 
-/// `IDEMLAKE_SCAN_CACHE_KB`: a whole number of KiB up to [`MAX_SCAN_CACHE_KB`].
-fn scan_cache_kb(strict: bool) -> Result<Option<u64>> {
-    const NAME: &str = "IDEMLAKE_SCAN_CACHE_KB";
-    match whole_number(NAME, strict)? {
-        Some(kb) if kb > MAX_SCAN_CACHE_KB => {
+/// The largest `IDEMLAKE_S3_PROBE_MAX_AGE_SECS`: 100 years (ages are compared as i64).
+pub const MAX_PROBE_MAX_AGE_SECS: u64 = 100 * 365 * 24 * 3600;
+
+/// [`whole_number`] at most `max` (`what` describes the bound); beyond it an error when
+/// `strict`, else `max`.
+fn bounded(name: &str, strict: bool, max: u64, what: &str) -> Result<Option<u64>> {
+    match whole_number(name, strict)? {
+        Some(n) if n > max => {
             if strict {
                 Err(Error::input(format!(
-                    "{NAME} must be at most {MAX_SCAN_CACHE_KB} (KiB, 1 PiB), got `{kb}`"
+                    "{name} must be at most {max} ({what}), got `{n}`"
                 )))
             } else {
-                Ok(Some(MAX_SCAN_CACHE_KB))
+                Ok(Some(max))
             }
         }
         n => Ok(n),
     }
+}
+
+/// `IDEMLAKE_SCAN_CACHE_KB`: a whole number of KiB up to [`MAX_SCAN_CACHE_KB`].
+fn scan_cache_kb(strict: bool) -> Result<Option<u64>> {
+    bounded(
+        "IDEMLAKE_SCAN_CACHE_KB",
+        strict,
+        MAX_SCAN_CACHE_KB,
+        "KiB, 1 PiB",
+    )
 }
 
 /// `IDEMLAKE_LOG`: a tracing filter (`target=level,…`, see tracing-subscriber's
@@ -214,8 +227,13 @@ impl Config {
             check_batch: whole_number("IDEMLAKE_CHECK_BATCH", strict)?
                 .unwrap_or(DEFAULT_CHECK_BATCH),
             log_cache: switch("IDEMLAKE_LOG_CACHE", strict)? && accelerate,
-            s3_probe_max_age_secs: whole_number("IDEMLAKE_S3_PROBE_MAX_AGE_SECS", strict)?
-                .unwrap_or(DEFAULT_PROBE_MAX_AGE_SECS),
+            s3_probe_max_age_secs: bounded(
+                "IDEMLAKE_S3_PROBE_MAX_AGE_SECS",
+                strict,
+                MAX_PROBE_MAX_AGE_SECS,
+                "seconds, 100 years",
+            )?
+            .unwrap_or(DEFAULT_PROBE_MAX_AGE_SECS),
             s3_max_retries: whole_number("IDEMLAKE_S3_MAX_RETRIES", strict)?,
             s3_retry_timeout_secs: whole_number("IDEMLAKE_S3_RETRY_TIMEOUT_SECS", strict)?,
             run_log_all: match var("IDEMLAKE_RUN_LOG").as_deref().map(str::trim) {

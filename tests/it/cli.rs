@@ -302,6 +302,9 @@ fn an_overflowing_scan_cache_kb_is_refused_not_wrapped() {
     ] {
         refused_setting(&p, "IDEMLAKE_SCAN_CACHE_KB", bad);
     }
+    // The conditional-PUT probe's age limit turned negative past i64::MAX seconds: no probe
+    // record was ever trusted, silently.
+    refused_setting(&p, "IDEMLAKE_S3_PROBE_MAX_AGE_SECS", "18446744073709551615");
 }
 
 /// Defect (issue 37): the on/off switches took anything but `0|off|false|no` as on, so a
