@@ -423,6 +423,12 @@ mod tests {
                 win("row_number"),
             ),
             ("SELECT d, sum(x) OVER (ORDER BY d) AS s FROM t", vec![]),
+            // DISTINCT ON keeps the first row of each group in its ORDER BY.
+            (
+                "SELECT DISTINCT ON (d) d, x FROM t ORDER BY d",
+                vec![("distinct_on", "distinct".to_string())],
+            ),
+            ("SELECT DISTINCT ON (d) d, x FROM t ORDER BY d, x", vec![]),
             (
                 "SELECT d, count(*) OVER (PARTITION BY d) AS c FROM t",
                 vec![],

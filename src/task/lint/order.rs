@@ -3,6 +3,8 @@
 //!
 //! Rules (each named by what `[lint] allow` accepts):
 //! - `limit`: LIMIT/OFFSET needs an ORDER BY over every column the limited rows carry.
+//! - `distinct_on`: DISTINCT ON needs its ON and ORDER BY to cover every column of the rows
+//!   it keeps.
 //! - `aggregate_order`: an order-sensitive aggregate (`array_agg`, `string_agg`,
 //!   `first_value`, `last_value`, `nth_value`) needs its own ORDER BY, covering every column
 //!   its arguments read: rows tied on the ORDER BY then carry equal arguments, so any order
@@ -84,6 +86,9 @@ pub fn order_dependence(plan: &LogicalPlan) -> Result<Vec<OrderFinding>> {
     plan.apply_with_subqueries(|node| {
         match node {
             LogicalPlan::Limit(limit) => found.extend(limit_finding(limit.input.as_ref())),
+            LogicalPlan::Distinct(datafusion::logical_expr::Distinct::On(on)) => {
+                found.extend(distinct_on_finding(on));
+            }
             LogicalPlan::Projection(p) => {
                 // The windows right below a projection: it says which columns they carry.
                 let mut needed = column_names(&p.expr);
@@ -173,6 +178,25 @@ fn limit_finding(input: &LogicalPlan) -> Option<OrderFinding> {
             "LIMIT/OFFSET with an ORDER BY that is not total: rows tied on the sort keys may be picked differently between runs; add {} to the ORDER BY",
             missing.join(", ")
         ))
+    })
+}
+
+/// DISTINCT ON keeps the first row of each group in its ORDER BY: the ON and ORDER BY
+/// expressions must cover every column the kept rows carry.
+fn distinct_on_finding(on: &datafusion::logical_expr::DistinctOn) -> Option<OrderFinding> {
+    let carried = column_names(&on.select_expr);
+    let mut keys = column_names(&on.on_expr);
+    if let Some(sort) = &on.sort_expr {
+        keys.extend(column_names(sort.iter().map(|s| &s.expr)));
+    }
+    let missing: Vec<String> = carried.difference(&keys).cloned().collect();
+    (!missing.is_empty()).then(|| OrderFinding {
+        rule: "distinct_on",
+        word: "distinct".to_string(),
+        message: format!(
+            "DISTINCT ON keeps whichever row of a group comes first in its ORDER BY, and rows tied on it differ in {m}: which one is kept may change between runs; add {m} to the ORDER BY",
+            m = missing.join(", ")
+        ),
     })
 }
 
