@@ -88,8 +88,123 @@ fn whole_number(name: &str, strict: bool) -> Result<Option<u64>> {
     }
 }
 
-fn switched_off(name: &str) -> bool {
-    var(name).is_some_and(|v| matches!(v.trim(), "0" | "off" | "false" | "no"))
+/// An on/off switch, on unless set: `0|off|false|no` (any case) turn it off, `1|on|true|yes`
+/// or empty leave it on; anything else is an error when `strict`, else on.
+fn switch(name: &str, strict: bool) -> Result<bool> {
+    let Some(v) = var(name) else {
+        return Ok(true);
+    };
+    match v.trim().to_ascii_lowercase().as_str() {
+        "0" | "off" | "false" | "no" => Ok(false),
+        "" | "1" | "on" | "true" | "yes" => Ok(true),
+        _ if !strict => Ok(true),
+        _ => Err(Error::input(format!(
+            "{name} must be 0, off, false or no (to turn it off) or 1, on, true or yes, got `{v}`"
+        ))),
+    }
+}
+
+/// The largest `IDEMLAKE_SCAN_CACHE_KB`: 1 PiB (its bytes, and sums of them, fit a u64).
+pub const MAX_SCAN_CACHE_KB: u64 = 1 << 40;
+
+/// The largest `IDEMLAKE_S3_PROBE_MAX_AGE_SECS`: 100 years (ages are compared as i64).
+pub const MAX_PROBE_MAX_AGE_SECS: u64 = 100 * 365 * 24 * 3600;
+
+/// [`whole_number`] at most `max` (`what` describes the bound); beyond it an error when
+/// `strict`, else `max`.
+fn bounded(name: &str, strict: bool, max: u64, what: &str) -> Result<Option<u64>> {
+    match whole_number(name, strict)? {
+        Some(n) if n > max => {
+            if strict {
+                Err(Error::input(format!(
+                    "{name} must be at most {max} ({what}), got `{n}`"
+                )))
+            } else {
+                Ok(Some(max))
+            }
+        }
+        n => Ok(n),
+    }
+}
+
+/// `IDEMLAKE_SCAN_CACHE_KB`: a whole number of KiB up to [`MAX_SCAN_CACHE_KB`].
+fn scan_cache_kb(strict: bool) -> Result<Option<u64>> {
+    bounded(
+        "IDEMLAKE_SCAN_CACHE_KB",
+        strict,
+        MAX_SCAN_CACHE_KB,
+        "KiB, 1 PiB",
+    )
+}
+
+/// `IDEMLAKE_LOG`: a tracing filter (`target=level,…`, see tracing-subscriber's
+/// `EnvFilter`). A directive without `=` must be a level (`trace` … `error`, `off`, 0-5): a bare
+/// word is almost always a misspelt level (`verbose`), and a target alone is written
+/// `target=trace`. A filter that does not parse is an error when `strict`, else unset.
+fn log_filter(strict: bool) -> Result<Option<String>> {
+    const NAME: &str = "IDEMLAKE_LOG";
+    let Some(v) = var(NAME).filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
+    const LEVELS: [&str; 12] = [
+        "trace", "debug", "info", "warn", "error", "off", "0", "1", "2", "3", "4", "5",
+    ];
+    let bare = v.split(',').map(str::trim).find(|d| {
+        !d.contains('=') && !d.contains('[') && !LEVELS.contains(&d.to_ascii_lowercase().as_str())
+    });
+    let problem = match bare {
+        Some(d) => Some(format!(
+            "`{d}` is not a level (trace, debug, info, warn, error, off); a target alone is written `{d}=trace`"
+        )),
+        None => tracing_subscriber::EnvFilter::builder()
+            .parse(&v)
+            .err()
+            .map(|e| e.to_string()),
+    };
+    match problem {
+        None => Ok(Some(v)),
+        Some(_) if !strict => Ok(None),
+        Some(p) => Err(Error::input(format!(
+            "{NAME} is not a valid log filter (`target=level,…`), got `{v}`: {p}"
+        ))),
+    }
+}
+
+/// The faults and mutations `IDEMLAKE_TEST_FAULT` may name (see `fault`), beside
+/// `batch:N` and `pause-before-inputs-check:MS`.
+pub const TEST_FAULTS: [&str; 10] = [
+    "before-commit",
+    "abort-before-commit",
+    "after-commit",
+    "abort-after-commit",
+    "lose-commit-response",
+    "merge-error-after-commit",
+    "slice-drop-row",
+    "slice-move-row",
+    "derived-keep-literal",
+    "skip-remove",
+];
+
+/// `IDEMLAKE_TEST_FAULT`: one of [`TEST_FAULTS`], `batch:N` or
+/// `pause-before-inputs-check:MS`; anything else is an error when `strict` (a misspelt fault
+/// would inject nothing and a test of it would pass vacuously), else unset.
+fn test_fault(strict: bool) -> Result<Option<String>> {
+    const NAME: &str = "IDEMLAKE_TEST_FAULT";
+    let Some(v) = var(NAME).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let number = |n: Option<&str>| n.is_some_and(|n| n.parse::<u64>().is_ok());
+    let known = TEST_FAULTS.contains(&v.as_str())
+        || number(v.strip_prefix("batch:"))
+        || number(v.strip_prefix("pause-before-inputs-check:"));
+    match known {
+        true => Ok(Some(v)),
+        false if !strict => Ok(None),
+        false => Err(Error::input(format!(
+            "{NAME} must be one of {}, batch:N or pause-before-inputs-check:MS, got `{v}`",
+            TEST_FAULTS.join(", ")
+        ))),
+    }
 }
 
 impl Config {
@@ -99,7 +214,7 @@ impl Config {
     }
 
     fn read(strict: bool) -> Result<Config> {
-        let accelerate = !switched_off("IDEMLAKE_ACCELERATE");
+        let accelerate = switch("IDEMLAKE_ACCELERATE", strict)?;
         let host = var("HOSTNAME")
             .filter(|h| !h.trim().is_empty())
             .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
@@ -107,13 +222,18 @@ impl Config {
             .unwrap_or_default();
         Ok(Config {
             accelerate,
-            mmap: accelerate && !switched_off("IDEMLAKE_MMAP"),
-            scan_cache_kb: whole_number("IDEMLAKE_SCAN_CACHE_KB", strict)?,
+            mmap: switch("IDEMLAKE_MMAP", strict)? && accelerate,
+            scan_cache_kb: scan_cache_kb(strict)?,
             check_batch: whole_number("IDEMLAKE_CHECK_BATCH", strict)?
                 .unwrap_or(DEFAULT_CHECK_BATCH),
-            log_cache: accelerate && !switched_off("IDEMLAKE_LOG_CACHE"),
-            s3_probe_max_age_secs: whole_number("IDEMLAKE_S3_PROBE_MAX_AGE_SECS", strict)?
-                .unwrap_or(DEFAULT_PROBE_MAX_AGE_SECS),
+            log_cache: switch("IDEMLAKE_LOG_CACHE", strict)? && accelerate,
+            s3_probe_max_age_secs: bounded(
+                "IDEMLAKE_S3_PROBE_MAX_AGE_SECS",
+                strict,
+                MAX_PROBE_MAX_AGE_SECS,
+                "seconds, 100 years",
+            )?
+            .unwrap_or(DEFAULT_PROBE_MAX_AGE_SECS),
             s3_max_retries: whole_number("IDEMLAKE_S3_MAX_RETRIES", strict)?,
             s3_retry_timeout_secs: whole_number("IDEMLAKE_S3_RETRY_TIMEOUT_SECS", strict)?,
             run_log_all: match var("IDEMLAKE_RUN_LOG").as_deref().map(str::trim) {
@@ -126,7 +246,7 @@ impl Config {
                 }
                 Some(_) => false,
             },
-            test_fault: var("IDEMLAKE_TEST_FAULT").filter(|v| !v.is_empty()),
+            test_fault: test_fault(strict)?,
             no_color: std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
                 || var("TERM").is_some_and(|t| t == "dumb"),
             secrets: SECRET_VARS
@@ -135,7 +255,7 @@ impl Config {
                 .filter(|v| v.len() >= 4)
                 .collect(),
             host,
-            log_filter: var("IDEMLAKE_LOG"),
+            log_filter: log_filter(strict)?,
             engine: None,
         })
     }

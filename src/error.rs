@@ -3,7 +3,9 @@
 //! Every failure is classified by *whose* problem it is, like DataFusion separates plan errors
 //! (the user's SQL) from execution errors: the kind decides the process exit code documented in
 //! the README and SPEC. Invariant: an `Input` error is only ever raised before any data is read
-//! and before anything is written.
+//! and before anything is written — except a storage configuration error (no or rejected
+//! credentials, a missing bucket; see `storage`), which may surface mid-run: retrying cannot
+//! fix it, and nothing is published then.
 
 use std::fmt;
 
@@ -68,12 +70,29 @@ pub enum Cause {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+mod storage;
+
 impl Error {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        let (kind, message) = Self::classified(kind, message.into());
         Self {
             kind,
-            message: message.into(),
+            message,
             source: None,
+        }
+    }
+    /// A runtime failure that is the storage configuration's (credentials, a missing
+    /// bucket; see `storage`) becomes an input error with its plain sentence.
+    fn classified(kind: ErrorKind, message: String) -> (ErrorKind, String) {
+        if kind != ErrorKind::Runtime {
+            return (kind, message);
+        }
+        match storage::configuration_problem(&message) {
+            Some(sentence) => {
+                tracing::debug!("storage configuration error: {message}");
+                (ErrorKind::Input, sentence)
+            }
+            None => (kind, message),
         }
     }
     pub fn input(message: impl Into<String>) -> Self {
@@ -95,9 +114,10 @@ impl Error {
         Self::new(ErrorKind::Unverified, message)
     }
     fn caused(kind: ErrorKind, cause: Cause) -> Self {
+        let (kind, message) = Self::classified(kind, cause.to_string());
         Self {
             kind,
-            message: cause.to_string(),
+            message,
             source: Some(cause),
         }
     }
@@ -255,5 +275,49 @@ mod tests {
         assert_eq!(e.source().map(|s| s.to_string()).as_deref(), Some("boom"));
         assert!(!e.published());
         assert!(Error::unverified("read-back").published());
+    }
+
+    /// Defect (issue 37): missing AWS credentials surfaced as a raw instance-metadata 403,
+    /// and rejected ones as S3's XML, both exit 1 (retryable). They are the configuration's
+    /// mistake: exit 2, one plain sentence naming the variables, however deep the storage
+    /// error was wrapped.
+    #[test]
+    fn missing_or_rejected_aws_credentials_are_configuration_errors() {
+        let imds_denied = "cannot open the target table: Kernel error: Error interacting with object store: Generic S3 error: Error performing PUT http://169.254.169.254/latest/api/token in 1.1ms - Server returned non-2xx status code: 403 Forbidden: resolve_deny: denied destination";
+        let imds_refused = "Generic S3 error: Error performing PUT http://127.0.0.1:1/latest/api/token in 103ms, after 1 retries, max_retries: 1, retry_timeout: 3s  - HTTP error: error sending request";
+        let bad_key = "cannot open the target table: Kernel error: Error interacting with object store: The operation lacked the necessary privileges to complete for path p/_delta_log/_last_checkpoint: Error performing GET http://127.0.0.1:8333/idemlake/p/_delta_log/_last_checkpoint in 2.8ms - Server returned non-2xx status code: 403 Forbidden: <?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>InvalidAccessKeyId</Code><Message>The access key ID you provided does not exist in our records.</Message><BucketName>idemlake</BucketName></Error>";
+        let bad_secret = bad_key.replace("InvalidAccessKeyId", "SignatureDoesNotMatch");
+        for raw in [imds_denied, imds_refused, bad_key, &bad_secret] {
+            for e in [
+                Error::runtime(raw),
+                Error::from(std::io::Error::other(raw.to_string())).context("source `x`"),
+            ] {
+                assert_eq!(e.kind(), ErrorKind::Input, "{raw}");
+                let m = e.message();
+                assert!(m.contains("AWS_ACCESS_KEY_ID"), "{m}");
+                assert!(m.contains("AWS_SECRET_ACCESS_KEY"), "{m}");
+                assert!(!m.contains("<Error>") && !m.contains("api/token"), "{m}");
+                assert_eq!(m.lines().count(), 1, "{m}");
+            }
+        }
+        let denied = Error::from(object_store::Error::PermissionDenied {
+            path: "lake/t/_delta_log/00000000000000000000.json".into(),
+            source: "403 Forbidden: AccessDenied".into(),
+        });
+        assert_eq!(denied.kind(), ErrorKind::Input);
+        assert!(denied.message().contains("AWS_ACCESS_KEY_ID"));
+        let no_bucket = Error::runtime(
+            "Generic S3 error: Error performing list request: 404 Not Found: <?xml version=\"1.0\"?>\n<Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message><BucketName>no-such-bucket</BucketName></Error>",
+        );
+        assert_eq!(no_bucket.kind(), ErrorKind::Input);
+        assert!(
+            no_bucket.message().contains("no-such-bucket"),
+            "{}",
+            no_bucket.message()
+        );
+        // A storage failure of the moment stays retryable.
+        let slow =
+            Error::runtime("Generic S3 error: 503 Service Unavailable: <Code>SlowDown</Code>");
+        assert_eq!(slow.kind(), ErrorKind::Runtime);
     }
 }

@@ -47,6 +47,7 @@ fn spec() -> Option<String> {
 
 /// Fail (or abort) at `point` if the fault spec names it.
 pub fn hit(point: &str, batches: Option<u64>) -> Result<()> {
+    debug_assert!(point == "batch" || crate::config::TEST_FAULTS.contains(&point));
     let Some(spec) = spec() else {
         return Ok(());
     };
@@ -85,6 +86,7 @@ pub async fn pause(point: &str) {
 
 /// Is the mutation `name` configured?
 pub fn mutation(name: &str) -> bool {
+    debug_assert!(crate::config::TEST_FAULTS.contains(&name), "{name}");
     spec().as_deref() == Some(name)
 }
 

@@ -151,10 +151,12 @@ fn resolve_config(cli: &idemlake::cli::Cli) -> idemlake::Result<idemlake::config
 fn init_logging(cli: &idemlake::cli::Cli, config: &idemlake::config::Config) {
     // delta-rs logs every lost commit race at ERROR ("exceeded maximum commit attempts");
     // idemlake rebuilds such commits itself and reports its own error if it gives up, so
-    // those lines are hidden below -vv.
+    // those lines are hidden below -vv. The kernel logs a `_last_checkpoint` it cannot read
+    // at ERROR and carries on without it; whatever stopped it (e.g. credentials S3 refuses)
+    // is reported by idemlake in one sentence, so that line is hidden below -v.
     let level = match cli.verbose {
         0 => {
-            "warn,buoyant_kernel::snapshot::builder=off,deltalake_core::operations::merge=error,deltalake_core::kernel::transaction=off"
+            "warn,buoyant_kernel::snapshot::builder=off,buoyant_kernel::last_checkpoint_hint=off,deltalake_core::operations::merge=error,deltalake_core::kernel::transaction=off"
         }
         1 => {
             "warn,idemlake=info,buoyant_kernel::snapshot::builder=off,deltalake_core::kernel::transaction=off"

@@ -11,11 +11,13 @@
 //! Invariants:
 //! - Only reads of ranges are mapped; the bytes are exactly the file's (a range beyond the
 //!   end of the file is an error, as with the local store).
-//! - A source truncated while a run reads it does not kill the process: a page of a map that
-//!   no longer has a file behind it raises SIGBUS, and the handler installed here (see
-//!   `guard`) puts a zero page in its place and records it. The read completes with zeros,
-//!   and the window fails before its commit: the run checks [`truncated`] and re-fingerprints
-//!   its sources. `IDEMLAKE_MMAP=0` turns maps off.
+//! - A source truncated while a run reads it does not kill the process: a page of one of
+//!   these maps that no longer has a file behind it raises SIGBUS, and the guard (see
+//!   `guard`) puts a zero page in its place and records the fault against that file. The
+//!   read completes with zeros, and a window that reaches the file fails before its commit
+//!   (the run asks [`faulted`] and re-fingerprints its sources); windows reading other files
+//!   are not affected, and a SIGBUS anywhere else in the process is not the guard's to handle.
+//!   `IDEMLAKE_MMAP=0` turns maps off.
 
 use std::fmt;
 use std::ops::Range;
@@ -54,61 +56,20 @@ fn generic(e: impl std::error::Error + Send + Sync + 'static) -> object_store::E
     }
 }
 
-/// Set by the SIGBUS handler when a mapped page vanished (its file was truncated).
-static TRUNCATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-/// The page size, read before the handler is installed (the handler only reads it).
-static PAGE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(4096);
+mod guard;
 
-/// Whether a mapped source page vanished while this process read it: what was read from it
-/// is zeros, not the file, and nothing computed from it may be published.
-pub fn truncated() -> bool {
-    TRUNCATED.load(std::sync::atomic::Ordering::SeqCst)
+pub use guard::faulted;
+
+/// A map of a source file, registered with the SIGBUS guard for as long as it lives.
+struct Guarded {
+    /// Declared first: unregistered before the map is unmapped.
+    _registered: guard::Registered,
+    map: memmap2::Mmap,
 }
 
-/// Install the SIGBUS handler (once per process, before the first map).
-fn guard() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: sysconf and sigaction are called with valid arguments; the handler only
-        // makes async-signal-safe calls (mmap, signal) and touches atomics.
-        unsafe {
-            let page = libc::sysconf(libc::_SC_PAGESIZE);
-            if page > 0 {
-                PAGE.store(page as usize, std::sync::atomic::Ordering::SeqCst);
-            }
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = on_sigbus as *const () as usize;
-            action.sa_flags = libc::SA_SIGINFO;
-            libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut());
-        }
-    });
-}
-
-/// SIGBUS on a page whose file is gone (`BUS_ADRERR`): map a zero page over it and carry on;
-/// anything else gets the default action (the process stops, as it would have).
-extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
-    // SAFETY: called by the kernel with a valid siginfo for SIGBUS.
-    unsafe {
-        let code = (*info).si_code;
-        let addr = (*info).si_addr() as usize;
-        let page = PAGE.load(std::sync::atomic::Ordering::SeqCst);
-        if code == libc::BUS_ADRERR && addr != 0 {
-            let at = (addr & !(page - 1)) as *mut libc::c_void;
-            let zero = libc::mmap(
-                at,
-                page,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
-                -1,
-                0,
-            );
-            if zero != libc::MAP_FAILED {
-                TRUNCATED.store(true, std::sync::atomic::Ordering::SeqCst);
-                return;
-            }
-        }
-        libc::signal(sig, libc::SIG_DFL);
+impl AsRef<[u8]> for Guarded {
+    fn as_ref(&self) -> &[u8] {
+        &self.map
     }
 }
 
@@ -117,7 +78,11 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut
 const GAP: u64 = 1 << 20;
 
 /// Map the ranges of the file at `path` (nearby ranges share one map) and slice each out.
-fn map_ranges(path: &std::path::Path, ranges: &[Range<u64>]) -> object_store::Result<Vec<Bytes>> {
+fn map_ranges(
+    path: &std::path::Path,
+    location: &Path,
+    ranges: &[Range<u64>],
+) -> object_store::Result<Vec<Bytes>> {
     let file = std::fs::File::open(path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             object_store::Error::NotFound {
@@ -155,18 +120,7 @@ fn map_ranges(path: &std::path::Path, ranges: &[Range<u64>]) -> object_store::Re
             hi = hi.max(ranges[order[end]].end);
             end += 1;
         }
-        guard();
-        // SAFETY: the map is read-only and private to this process; a page that vanishes
-        // because the file is truncated is replaced by zeros and reported (see `guard`).
-        let map = unsafe {
-            memmap2::MmapOptions::new()
-                .offset(lo)
-                .len((hi - lo) as usize)
-                .populate()
-                .map(&file)
-        }
-        .map_err(generic)?;
-        let all = Bytes::from_owner(map);
+        let all = map_one(&file, lo..hi, location)?;
         for &i in &order[at..end] {
             let r = &ranges[i];
             out[i] = all.slice((r.start - lo) as usize..(r.end - lo) as usize);
@@ -174,6 +128,40 @@ fn map_ranges(path: &std::path::Path, ranges: &[Range<u64>]) -> object_store::Re
         at = end;
     }
     Ok(out)
+}
+
+/// The bytes `range` of `file` (the file at `location`): a registered map, or read without
+/// one when the guard has no slot left.
+fn map_one(
+    file: &std::fs::File,
+    range: Range<u64>,
+    location: &Path,
+) -> object_store::Result<Bytes> {
+    let len = (range.end - range.start) as usize;
+    // SAFETY: the map is read-only and private to this process; it is registered with the
+    // guard before any of its pages is read, so a page that vanishes because the file is
+    // truncated reads as zeros and is recorded against the file (see `guard`).
+    let map = unsafe {
+        memmap2::MmapOptions::new()
+            .offset(range.start)
+            .len(len)
+            .populate()
+            .map(file)
+    }
+    .map_err(generic)?;
+    match guard::register(map.as_ptr() as usize, len, location.as_ref()) {
+        Some(registered) => Ok(Bytes::from_owner(Guarded {
+            _registered: registered,
+            map,
+        })),
+        None => {
+            drop(map);
+            let mut buf = vec![0u8; len];
+            std::os::unix::fs::FileExt::read_exact_at(file, &mut buf, range.start)
+                .map_err(generic)?;
+            Ok(Bytes::from(buf))
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -191,9 +179,10 @@ impl Intercept for MappedLocal {
             Err(e) => return Some(Err(e)),
         };
         let ranges = ranges.to_vec();
+        let location = location.clone();
         // Mapping with populate faults the pages in here, off the decoding threads.
         Some(
-            tokio::task::spawn_blocking(move || map_ranges(&path, &ranges))
+            tokio::task::spawn_blocking(move || map_ranges(&path, &location, &ranges))
                 .await
                 .map_err(generic)
                 .and_then(|r| r),
@@ -205,6 +194,14 @@ impl Intercept for MappedLocal {
 mod tests {
     use super::*;
 
+    fn loc(path: &std::path::Path) -> Path {
+        Path::from(path.to_str().unwrap())
+    }
+
+    fn map(path: &std::path::Path, ranges: &[Range<u64>]) -> object_store::Result<Vec<Bytes>> {
+        map_ranges(path, &loc(path), ranges)
+    }
+
     #[test]
     fn ranges_are_the_files_bytes() {
         let dir = tempfile::tempdir().unwrap();
@@ -212,12 +209,12 @@ mod tests {
         let data: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
         std::fs::write(&path, &data).unwrap();
         let ranges = [5000..5100, 10..20, 19_990..20_000, 7..7, 15..30, 0..20_000];
-        let got = map_ranges(&path, &ranges).unwrap();
+        let got = map(&path, &ranges).unwrap();
         for (r, b) in ranges.iter().zip(&got) {
             assert_eq!(&b[..], &data[r.start as usize..r.end as usize]);
         }
         let past_end: [Range<u64>; 2] = [0..1, 0..20_001];
-        let err = map_ranges(&path, &past_end).unwrap_err().to_string();
+        let err = map(&path, &past_end).unwrap_err().to_string();
         assert!(err.contains("outside"), "{err}");
         // Ranges far apart get maps of their own; their bytes are still the file's.
         let far = dir.path().join("far.bin");
@@ -226,13 +223,23 @@ mod tests {
         big[(4 << 20)..(4 << 20) + 4].copy_from_slice(b"tail");
         std::fs::write(&far, &big).unwrap();
         let spread = [(4 << 20)..(4 << 20) + 4, 0..4, (2 << 20)..(2 << 20)];
-        let got = map_ranges(&far, &spread).unwrap();
+        let got = map(&far, &spread).unwrap();
         assert_eq!(
             (&got[0][..], &got[1][..], got[2].len()),
             (&b"tail"[..], &b"head"[..], 0)
         );
-        let missing = map_ranges(&dir.path().join("nope"), &ranges).unwrap_err();
+        let missing = map(&dir.path().join("nope"), &ranges).unwrap_err();
         assert!(matches!(missing, object_store::Error::NotFound { .. }));
+    }
+
+    /// Truncate `path` to one page, under its maps.
+    fn truncate(path: &std::path::Path) {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_len(4096)
+            .unwrap();
     }
 
     /// Issue 14 §4: a source truncated while mapped killed the process with SIGBUS. Now the
@@ -243,17 +250,98 @@ mod tests {
         let path = dir.path().join("t.bin");
         std::fs::write(&path, vec![7u8; 1 << 20]).unwrap();
         let whole: Range<u64> = 0..(1 << 20);
-        let got = map_ranges(&path, std::slice::from_ref(&whole)).unwrap();
+        let got = map(&path, std::slice::from_ref(&whole)).unwrap();
         assert_eq!(got[0][(1 << 19) + 1], 7);
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_len(4096)
-            .unwrap();
+        truncate(&path);
         // Past the new end: the page is gone; reading it must not kill the process.
         let sum: u64 = got[0][(1 << 19)..].iter().map(|b| u64::from(*b)).sum();
         assert_eq!(sum, 0);
-        assert!(truncated());
+        let at = loc(&path).to_string();
+        assert_eq!(faulted(|l| l == at), vec![at.clone()]);
+        // Still recorded once the map is gone.
+        drop(got);
+        assert_eq!(faulted(|l| l == at), vec![at.clone()]);
+    }
+
+    /// Defect (issue 37): one truncated mapped source set a process-wide flag that failed
+    /// every later window of the process, whatever it read. The fault belongs to the file
+    /// whose map faulted: reads of other files (before or after) are not tainted.
+    #[test]
+    fn a_truncated_mapped_source_does_not_fail_windows_reading_other_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.bin"), dir.path().join("b.bin"));
+        std::fs::write(&a, vec![7u8; 1 << 20]).unwrap();
+        std::fs::write(&b, vec![9u8; 1 << 20]).unwrap();
+        let whole: Range<u64> = 0..(1 << 20);
+        let got_a = map(&a, std::slice::from_ref(&whole)).unwrap();
+        let got_b = map(&b, std::slice::from_ref(&whole)).unwrap();
+        truncate(&a);
+        let sum: u64 = got_a[0][(1 << 19)..].iter().map(|b| u64::from(*b)).sum();
+        assert_eq!(sum, 0);
+        drop(got_a);
+        assert_eq!(got_b[0][(1 << 20) - 1], 9);
+        let later = map(&b, std::slice::from_ref(&whole)).unwrap();
+        assert_eq!(later[0][(1 << 19) + 1], 9);
+        let (la, lb) = (loc(&a).to_string(), loc(&b).to_string());
+        assert_eq!(faulted(|l| l == lb), Vec::<String>::new());
+        assert_eq!(faulted(|l| l == la), vec![la.clone()]);
+    }
+
+    /// The child half of the test below: a file mapped outside this module (not registered),
+    /// truncated, then read. Runs only when the parent asks for it.
+    #[test]
+    fn sigbus_child_reads_a_truncated_foreign_map() {
+        let Some(how) = std::env::var_os("IDEMLAKE_SIGBUS_CHILD") else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        // A registered map first, so the handler is installed.
+        let ours = dir.path().join("ours.bin");
+        std::fs::write(&ours, vec![1u8; 8192]).unwrap();
+        let all: Range<u64> = 0..8192;
+        map(&ours, std::slice::from_ref(&all)).unwrap();
+        if how == "raise" {
+            // SAFETY: raising a signal at this process.
+            unsafe { libc::raise(libc::SIGBUS) };
+            println!("a SIGBUS sent to the process was swallowed");
+            return;
+        }
+        let path = dir.path().join("foreign.bin");
+        std::fs::write(&path, vec![7u8; 1 << 20]).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        // SAFETY: a test map; the read below is expected to raise SIGBUS.
+        let foreign = unsafe { memmap2::Mmap::map(&file).unwrap() };
+        truncate(&path);
+        let v = std::hint::black_box(&foreign[..])[(1 << 19) + 1];
+        println!("read {v} from a page that is gone");
+    }
+
+    /// Defect (issue 37): the SIGBUS handler mapped a zero page over ANY faulting address, so
+    /// a fault elsewhere in the process (another library's map) read zeros silently. A
+    /// SIGBUS outside idemlake's own maps gets the default action: the process dies of it.
+    #[test]
+    fn sigbus_outside_idemlakes_maps_is_not_swallowed() {
+        // A fault in a map that is not ours, then a SIGBUS another process could have sent.
+        for how in ["fault", "raise"] {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "accel::mapped::tests::sigbus_child_reads_a_truncated_foreign_map",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("IDEMLAKE_SIGBUS_CHILD", how)
+                .output()
+                .unwrap();
+            use std::os::unix::process::ExitStatusExt as _;
+            assert_eq!(
+                out.status.signal(),
+                Some(libc::SIGBUS),
+                "{how}: {:?}\n{}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
     }
 }

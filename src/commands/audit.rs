@@ -2,7 +2,7 @@
 //!
 //! Audit works on the table as it is, also tables written by other tools:
 //! - the table: one query over the range (built as DataFusion expressions) counts rows and
-//!   duplicate keys (by `[write].key`, or whole rows when there is no key) per window;
+//!   duplicate keys (by `[write].key`) per window;
 //! - the source: per window, the task's own SQL bound to that window and evaluated by the
 //!   independent check path (`checks`: plain DataFusion over the source files, none of the
 //!   run's accelerations) — what each window should hold. Binding the SQL once for the whole
@@ -10,7 +10,10 @@
 //!
 //! What counts as damage depends on the write mode:
 //! - overwrite: duplicate keys, or a row count different from the source's (a window with no
-//!   data where the source has data included);
+//!   data where the source has data included). Without a key, rows may legitimately repeat:
+//!   each distinct row's copies in the table are compared with its copies in the source's
+//!   result for the window, and only copies beyond the source's (beyond one, for a row the
+//!   source does not give) are duplicates;
 //! - merge (upsert): duplicate keys, or keys the source produces for the window that the
 //!   table lacks. Rows the latest output no longer produces are kept by design (upsert
 //!   semantics) and are not damage, so the row counts are shown but not compared.
@@ -121,6 +124,85 @@ struct Expected {
     rows: u64,
     missing_keys: Option<u64>,
     null_keys: u64,
+    /// Without a key: (distinct rows with copies beyond the source's, the extra copies).
+    beyond: Option<(u64, u64)>,
+}
+
+/// Internal column names of the multiplicity comparison.
+const IN_TABLE: &str = "__idemlake_in_table";
+const IN_SOURCE: &str = "__idemlake_in_source";
+
+/// Without a key: the published window's rows against `source` (the task's result for `w`
+/// on the independent path), as multisets: the distinct rows the table holds more often than
+/// the source gives them (at least once), and how many copies too many.
+async fn copies_beyond_source(
+    runner: &Runner,
+    w: &Window,
+    source: DataFrame,
+) -> Result<(u64, u64)> {
+    let task = runner.task();
+    let ctx = runner.checker().session();
+    let table = runner.table().await?;
+    if table.version().is_none() {
+        return Ok((0, 0));
+    }
+    table.update_datafusion_session(&ctx.state())?;
+    let published = ctx
+        .read_table(table.table_provider().await?)?
+        .filter(PartitionRange::of(task, w).filter(column(&task.partition_by)))?;
+    let names: Vec<String> = source
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    let typed = published.schema().clone();
+    let mut table_side = Vec::new();
+    let mut source_side = Vec::new();
+    for n in &names {
+        let field = typed.field_with_unqualified_name(n).map_err(|_| {
+            crate::error::Error::runtime(format!(
+                "the published table has no column `{n}` the task's query returns"
+            ))
+        })?;
+        table_side.push(column(n));
+        source_side.push(cast(column(n), field.data_type().clone()).alias(n));
+    }
+    table_side.extend([lit(1i64).alias(IN_TABLE), lit(0i64).alias(IN_SOURCE)]);
+    source_side.extend([lit(0i64).alias(IN_TABLE), lit(1i64).alias(IN_SOURCE)]);
+    let (t, s) = (column(IN_TABLE), column(IN_SOURCE));
+    let allowed = when(s.clone().gt(lit(1i64)), s).otherwise(lit(1i64))?;
+    let batches = published
+        .select(table_side)?
+        .union(source.select(source_side)?)?
+        .aggregate(
+            names.iter().map(|n| column(n)).collect(),
+            vec![
+                sum(column(IN_TABLE)).alias(IN_TABLE),
+                sum(column(IN_SOURCE)).alias(IN_SOURCE),
+            ],
+        )?
+        .filter(t.clone().gt(allowed.clone()))?
+        .aggregate(
+            vec![],
+            vec![
+                count(lit(1)).alias("keys"),
+                sum(cast(t - allowed, arrow::datatypes::DataType::Int64)).alias("extra"),
+            ],
+        )?
+        .collect()
+        .await?;
+    let mut out = [0u64; 2];
+    for b in &batches {
+        for (i, slot) in out.iter_mut().enumerate() {
+            if let ScalarValue::Int64(Some(n)) = ScalarValue::try_from_array(b.column(i), 0)?
+                .cast_to(&arrow::datatypes::DataType::Int64)?
+            {
+                *slot += n as u64;
+            }
+        }
+    }
+    Ok((out[0], out[1]))
 }
 
 async fn expected(runner: &Runner, w: &Window) -> Result<Expected> {
@@ -129,10 +211,16 @@ async fn expected(runner: &Runner, w: &Window) -> Result<Expected> {
     let planned = plan::plan_query_window(ctx, task, w).await?;
     let rows = planned.df.clone().count().await? as u64;
     if task.mode != Mode::Merge {
+        let beyond = if task.key.is_empty() {
+            Some(copies_beyond_source(runner, w, planned.df.clone()).await?)
+        } else {
+            None
+        };
         return Ok(Expected {
             rows,
             missing_keys: None,
             null_keys: 0,
+            beyond,
         });
     }
     let keys: Vec<Expr> = task.key.iter().map(|k| column(k)).collect();
@@ -180,6 +268,7 @@ async fn expected(runner: &Runner, w: &Window) -> Result<Expected> {
         rows,
         missing_keys: Some(missing),
         null_keys,
+        beyond: None,
     })
 }
 
@@ -246,7 +335,10 @@ pub async fn audit(
     let audited = runner.table().await?.version().map(|v| v as i64);
     let mut out = Vec::with_capacity(windows.len());
     for (w, e) in windows.iter().zip(expected) {
-        let [rows, dup_keys, dup_rows] = actual.get(&w.key()).copied().unwrap_or_default();
+        let [rows, mut dup_keys, mut dup_rows] = actual.get(&w.key()).copied().unwrap_or_default();
+        if let Some((keys, extra)) = e.beyond {
+            (dup_keys, dup_rows) = (keys, extra);
+        }
         let mut problems = problems(&e, rows, dup_keys, dup_rows);
         let mut reconciliation = Vec::new();
         if with_reconcile && task.reconcile.is_some() && rows > 0 {

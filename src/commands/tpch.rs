@@ -87,3 +87,41 @@ fn write(path: &Path, mut batches: impl RecordBatchReader, scale: f64) -> Result
     std::fs::rename(&tmp, path)?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(path: &Path) -> i64 {
+        use parquet::file::reader::FileReader as _;
+        parquet::file::reader::SerializedFileReader::new(File::open(path).unwrap())
+            .unwrap()
+            .metadata()
+            .file_metadata()
+            .num_rows()
+    }
+
+    /// Defect (issue 37): `gen-tpch --scale 0.002` into a directory holding SF 0.001 kept the
+    /// old files and said the new scale was ready (`SCALE=1 make demo` after `make demo` stayed
+    /// at SF 0.01). Files of another scale are replaced; files of the same scale are kept.
+    #[test]
+    fn a_new_scale_replaces_files_of_another_scale() {
+        let dir = tempfile::tempdir().unwrap();
+        let [_, orders] = generate(dir.path(), 0.001, false)
+            .unwrap()
+            .try_into()
+            .unwrap();
+        assert_eq!(rows(&orders), 1_500);
+        let [lineitem, orders] = generate(dir.path(), 0.002, false)
+            .unwrap()
+            .try_into()
+            .unwrap();
+        assert_eq!(rows(&orders), 3_000);
+        let lines = rows(&lineitem);
+        assert!(lines > 6_000, "{lines}");
+        let before = std::fs::metadata(&lineitem).unwrap().modified().unwrap();
+        generate(dir.path(), 0.002, false).unwrap();
+        let after = std::fs::metadata(&lineitem).unwrap().modified().unwrap();
+        assert_eq!(before, after, "the same scale is not generated again");
+    }
+}

@@ -50,8 +50,27 @@ pub struct VacuumOptions {
     pub force: bool,
 }
 
+/// The longest `--retain-hours` accepted: a million hours (about 114 years), longer than any
+/// table has existed; beyond it the retention would overflow the timestamps vacuum compares.
+pub const MAX_RETAIN_HOURS: u64 = 1_000_000;
+
+/// `--retain-hours h` as a duration; a value beyond [`MAX_RETAIN_HOURS`] is a usage error.
+fn retention_of(h: u64) -> Result<chrono::Duration> {
+    i64::try_from(h)
+        .ok()
+        .filter(|_| h <= MAX_RETAIN_HOURS)
+        .and_then(chrono::Duration::try_hours)
+        .ok_or_else(|| {
+            Error::input(format!(
+                "--retain-hours {h} is too large: at most {MAX_RETAIN_HOURS} hours \
+                 (about 114 years) is accepted (nothing was deleted)"
+            ))
+        })
+}
+
 /// Vacuum `task`'s table.
 pub async fn vacuum(project: &Project, task: &Task, opts: VacuumOptions) -> Result<VacuumReport> {
+    let asked = opts.retain_hours.map(retention_of).transpose()?;
     let url = project.table_url(task)?;
     let table = table::open(&url).await?;
     let Some(version) = table.version() else {
@@ -66,10 +85,7 @@ pub async fn vacuum(project: &Project, task: &Task, opts: VacuumOptions) -> Resu
         .deleted_file_retention_duration();
     let minimum =
         chrono::Duration::milliseconds(i64::try_from(minimum.as_millis()).unwrap_or(i64::MAX));
-    let retention = match opts.retain_hours {
-        Some(h) => chrono::Duration::hours(i64::try_from(h).unwrap_or(i64::MAX / 3_600_000)),
-        None => minimum,
-    };
+    let retention = asked.unwrap_or(minimum);
     if retention < minimum && !opts.force {
         return Err(Error::input(format!(
             "--retain-hours {} is below the table's delta.deletedFileRetentionDuration ({} hours): \

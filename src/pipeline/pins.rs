@@ -116,4 +116,28 @@ impl Runner {
         }
         Ok(())
     }
+
+    /// The source files this window reaches whose memory maps lost a page under a read (the
+    /// file was truncated; see `accel::mapped`): a landing zone's pinned files, every file
+    /// under another local source's location. Faults in files of other windows or other
+    /// tasks do not count.
+    pub(super) fn faulted_reads(&self, pins: &[Pin]) -> Result<Vec<String>> {
+        let mut locations = Vec::new();
+        for s in &self.task().sources {
+            if pins.iter().any(|p| p.zone.alias == s.alias) {
+                continue;
+            }
+            let url = crate::pipeline::sources::listing_url(&s.uri)?;
+            if url.scheme() == "file" {
+                locations.push(url);
+            }
+        }
+        Ok(crate::accel::mapped::faulted(|at| {
+            let path = object_store::path::Path::from(at);
+            pins.iter()
+                .flat_map(|p| &p.files)
+                .any(|f| f.object_meta.location == path)
+                || locations.iter().any(|u| u.contains(&path, false))
+        }))
+    }
 }

@@ -22,7 +22,7 @@ pub use crate::report::record::SourceVersion;
 use crate::task::{Format, Source};
 
 /// The URL DataFusion uses for a source location (local absolute path or URL).
-fn listing_url(uri: &str) -> Result<ListingTableUrl> {
+pub(super) fn listing_url(uri: &str) -> Result<ListingTableUrl> {
     ListingTableUrl::parse(uri).input_err(format!("invalid source location `{uri}`"))
 }
 
@@ -125,6 +125,14 @@ async fn register_delta(
     engine: &Engine,
 ) -> Result<SourceVersion> {
     let url = crate::task::project::location_url(&s.uri, std::path::Path::new("/"))?;
+    if let (None, Ok(path)) = (&s.upstream, url.to_file_path())
+        && !path.exists()
+    {
+        return Err(Error::input(format!(
+            "{} does not exist (check the source's `uri`)",
+            path.display()
+        )));
+    }
     let mut table = crate::delta::table::builder(&url)?.build()?;
     match pin {
         Some(v) => table.load_version(v as u64).await,
@@ -155,9 +163,11 @@ async fn register_delta(
 }
 
 /// A remote location without a trailing slash (`s3://raw/events`) names an object or a
-/// prefix: an object that exists is a one-file source; otherwise the source is the prefix
-/// `s3://raw/events/` (as a local path names a file or a directory). `None`: keep `s` as it is.
-/// One HEAD request; none for local paths, globs and locations ending in `/`.
+/// prefix: an object that exists is a one-file source; otherwise, if anything lies under
+/// `s3://raw/events/`, the source is that prefix (as a local path names a file or a
+/// directory). `None`: keep `s` as it is (a location where nothing is is then reported as not
+/// existing). A HEAD request, and a LIST if no object has that name; none for local paths,
+/// globs and locations ending in `/`.
 async fn remote_prefix(ctx: &SessionContext, s: &Source) -> Result<Option<Source>> {
     let plain = !s.uri.ends_with('/') && !s.uri.contains(['*', '?', '[']);
     if s.format == Format::Delta || !plain || !s.uri.contains("://") || s.uri.starts_with("file:") {
@@ -167,12 +177,39 @@ async fn remote_prefix(ctx: &SessionContext, s: &Source) -> Result<Option<Source
     let store = ctx.runtime_env().object_store(&url)?;
     match store.head(url.prefix()).await {
         Ok(_) => Ok(None),
-        Err(object_store::Error::NotFound { .. }) => Ok(Some(Source {
-            uri: format!("{}/", s.uri),
-            ..s.clone()
-        })),
+        Err(object_store::Error::NotFound { .. }) => {
+            // object_store lists a path's children: what lies under `events/`.
+            let listed = store.list_with_delimiter(Some(url.prefix())).await?;
+            if listed.objects.is_empty() && listed.common_prefixes.is_empty() {
+                return Ok(None);
+            }
+            Ok(Some(Source {
+                uri: format!("{}/", s.uri),
+                ..s.clone()
+            }))
+        }
         Err(e) => Err(e.into()),
     }
+}
+
+/// Why a file source's location lists no files: a local location that does not exist, or an
+/// S3 object that does not exist, is the task's mistake (exit 2, not retryable); an existing
+/// directory or an S3 prefix with nothing in it yet is a runtime failure (files may land).
+fn nothing_at(uri: &str, url: &ListingTableUrl) -> Error {
+    if url.scheme() == "file" {
+        let path = std::path::Path::new("/").join(url.prefix().as_ref());
+        if !path.exists() {
+            return Error::input(format!(
+                "{} does not exist (check the source's `uri`)",
+                path.display()
+            ));
+        }
+        return Error::runtime(format!("no files found in {}", path.display()));
+    }
+    if url.is_collection() {
+        return Error::runtime(format!("no objects found under {uri}"));
+    }
+    Error::input(format!("{uri} does not exist (check the source's `uri`)"))
 }
 
 /// Register a file source (Parquet, CSV or JSON) as a listing, fingerprinted.
@@ -181,7 +218,7 @@ async fn register_file_source(ctx: &SessionContext, s: &Source) -> Result<Source
     let store = ctx.runtime_env().object_store(&url)?;
     let (files, fingerprint) = fingerprint(store.as_ref(), &url).await?;
     if files == 0 {
-        return Err(Error::runtime("no files found"));
+        return Err(nothing_at(&s.uri, &url));
     }
     // A single file keeps its own extension; a directory reads the format's usual extension.
     let ext = if url.is_collection() {

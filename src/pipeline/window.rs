@@ -432,8 +432,14 @@ impl Runner {
             self.source_versions(),
         )
         .await?;
-        if crate::accel::mapped::truncated() && changed.is_empty() {
-            changed.push("(a memory-mapped source file was truncated)".to_string());
+        if changed.is_empty() {
+            let faulted = self.faulted_reads(pins)?;
+            if !faulted.is_empty() {
+                changed.push(format!(
+                    "(memory-mapped file(s) truncated under the read: {})",
+                    faulted.join(", ")
+                ));
+            }
         }
         if changed.is_empty() {
             return Ok(());

@@ -76,7 +76,8 @@ pub async fn record(store: &Arc<dyn ObjectStore>, report: &Report, overwrite: bo
     ));
     let body = serde_json::to_vec(report).unwrap_or_default();
     if let Err(e) = store.put(&path, PutPayload::from(body)).await {
-        tracing::warn!("could not write the run log entry {path}: {e}");
+        let e = crate::error::Error::from(e);
+        tracing::warn!("could not write the run log entry {path}: {}", e.message());
     }
 }
 

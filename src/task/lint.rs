@@ -71,114 +71,37 @@ pub fn volatile_functions(plan: &LogicalPlan) -> Result<Vec<Finding>> {
     Ok(found.into_iter().collect())
 }
 
-/// Window functions whose result depends on row order.
-const ORDER_SENSITIVE: [&str; 11] = [
-    "row_number",
-    "rank",
-    "dense_rank",
-    "percent_rank",
-    "cume_dist",
-    "ntile",
-    "lag",
-    "lead",
-    "first_value",
-    "last_value",
-    "nth_value",
-];
+mod order;
+mod tz;
 
-/// Unqualified names of the columns `exprs` reference.
-fn column_names<'a>(exprs: impl IntoIterator<Item = &'a Expr>) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    for e in exprs {
-        for c in e.column_refs() {
-            out.insert(c.name.clone());
-        }
-    }
-    out
-}
+pub use order::{OrderFinding, order_dependence};
+pub use tz::check_time_zones;
 
-/// Order-dependence findings: LIMIT/OFFSET without a total ORDER BY, and order-sensitive
-/// window functions without ORDER BY. Each is `(rule, message)`; `rule` is what `[lint] allow`
-/// names to accept it (`limit`, `window_order`).
-pub fn order_dependence(plan: &LogicalPlan) -> Result<Vec<(String, String)>> {
-    let mut found = Vec::new();
-    plan.apply_with_subqueries(|node| {
-        match node {
-            LogicalPlan::Limit(limit) => {
-                // Walk down to the Sort the LIMIT applies to, noting what the rows consist of.
-                let mut needed: Option<BTreeSet<String>> = None;
-                let mut below = limit.input.as_ref();
-                let sort = loop {
-                    match below {
-                        LogicalPlan::Projection(p) => {
-                            needed.get_or_insert_with(|| column_names(&p.expr));
-                            below = p.input.as_ref();
-                        }
-                        LogicalPlan::SubqueryAlias(a) => below = a.input.as_ref(),
-                        LogicalPlan::Sort(s) => break Some(s),
-                        _ => break None,
-                    }
-                };
-                match sort {
-                    None => found.push((
-                        "limit".to_string(),
-                        "LIMIT/OFFSET without ORDER BY picks arbitrary rows: which ones may change between runs".to_string(),
-                    )),
-                    Some(s) => {
-                        let sorted = column_names(s.expr.iter().map(|e| &e.expr));
-                        let needed = needed.unwrap_or_else(|| {
-                            s.input.schema().fields().iter().map(|f| f.name().clone()).collect()
-                        });
-                        let missing: Vec<String> = needed.difference(&sorted).cloned().collect();
-                        if !missing.is_empty() {
-                            found.push((
-                                "limit".to_string(),
-                                format!(
-                                    "LIMIT/OFFSET with an ORDER BY that is not total: rows tied on the sort keys may be picked differently between runs; add {} to the ORDER BY",
-                                    missing.join(", ")
-                                ),
-                            ));
-                        }
-                    }
-                }
-            }
-            LogicalPlan::Window(w) => {
-                for e in &w.window_expr {
-                    let mut inner = e;
-                    while let Expr::Alias(a) = inner {
-                        inner = a.expr.as_ref();
-                    }
-                    if let Expr::WindowFunction(wf) = inner {
-                        let name = wf.fun.name().to_lowercase();
-                        if ORDER_SENSITIVE.contains(&name.as_str()) && wf.params.order_by.is_empty() {
-                            found.push((
-                                "window_order".to_string(),
-                                format!("{name}() OVER (…) without ORDER BY numbers rows in an arbitrary order that may change between runs"),
-                            ));
-                        }
-                    }
-                }
-            }
-            _ => {}
-        }
-        Ok(TreeNodeRecursion::Continue)
-    })?;
-    Ok(found)
-}
-
-/// Reject order-dependent SQL unless its rule is in `allow`.
+/// Reject order-dependent SQL (see `order`) unless its rule is in `allow`, naming the
+/// function and its line (`sql` and `origin` locate it).
 pub fn check_order_dependence(
     plan: &LogicalPlan,
     allow: &[String],
+    sql: &str,
     origin: &SqlOrigin,
 ) -> Result<()> {
-    for (rule, msg) in order_dependence(plan)? {
-        if !allow.iter().any(|a| a.eq_ignore_ascii_case(&rule)) {
-            return Err(Error::input(format!(
-                "{}: {msg}. If you accept that, add \"{rule}\" to [lint] allow",
-                origin.file_display()
-            )));
+    for f in order_dependence(plan)? {
+        if allow.iter().any(|a| a.eq_ignore_ascii_case(f.rule)) {
+            continue;
         }
+        let mut words = vec![f.word.clone()];
+        if f.rule == "limit" {
+            words.push("offset".to_string());
+        }
+        let at = locate_word(sql, &words)
+            .map(|(line, word)| format!(" (`{word}` at {})", origin.describe_line(line)))
+            .unwrap_or_default();
+        return Err(Error::input(format!(
+            "{}: order-dependent SQL{at}: {}. If you accept that, add \"{}\" to [lint] allow",
+            origin.file_display(),
+            f.message,
+            f.rule
+        )));
     }
     Ok(())
 }
@@ -360,7 +283,7 @@ mod tests {
             order_dependence(&plan(sql).await)
                 .unwrap()
                 .into_iter()
-                .map(|(r, _)| r)
+                .map(|f| f.rule)
                 .collect::<Vec<_>>()
         };
         // Positive cases: flagged.
@@ -398,12 +321,147 @@ mod tests {
         // The escape hatch.
         let p = plan("SELECT x FROM t LIMIT 5").await;
         assert!(
-            check_order_dependence(&p, &[], &origin())
+            check_order_dependence(&p, &[], "", &origin())
                 .unwrap_err()
                 .message()
                 .contains("[lint] allow")
         );
-        check_order_dependence(&p, &["limit".to_string()], &origin()).unwrap();
+        check_order_dependence(&p, &["limit".to_string()], "", &origin()).unwrap();
+    }
+
+    async fn rules_of(sql: &str) -> Vec<(&'static str, String)> {
+        order_dependence(&plan(sql).await)
+            .unwrap()
+            .into_iter()
+            .map(|f| (f.rule, f.word))
+            .collect()
+    }
+
+    /// Defect (issue 37): order-sensitive aggregates without ORDER BY passed the lint.
+    #[tokio::test]
+    async fn order_sensitive_aggregates_without_a_covering_order_are_refused() {
+        let agg = |w: &str| vec![("aggregate_order", w.to_string())];
+        for (sql, want) in [
+            (
+                "SELECT d, string_agg(CAST(x AS VARCHAR), ',') AS s FROM t GROUP BY d",
+                agg("string_agg"),
+            ),
+            (
+                "SELECT d, array_agg(x) AS a FROM t GROUP BY d",
+                agg("array_agg"),
+            ),
+            (
+                "SELECT d, array_agg(DISTINCT x) AS a FROM t GROUP BY d",
+                agg("array_agg"),
+            ),
+            (
+                "SELECT d, first_value(x) AS f FROM t GROUP BY d",
+                agg("first_value"),
+            ),
+            (
+                "SELECT d, last_value(x ORDER BY d) AS f FROM t GROUP BY d",
+                agg("last_value"),
+            ),
+            (
+                "SELECT d, any_value(x) AS f FROM t GROUP BY d",
+                agg("any_value"),
+            ),
+            (
+                "SELECT x FROM t WHERE d IN (SELECT first_value(d) FROM t)",
+                agg("first_value"),
+            ),
+            (
+                "SELECT d, array_agg(x ORDER BY x) AS a FROM t GROUP BY d",
+                vec![],
+            ),
+            (
+                "SELECT d, min(x) AS m, count(DISTINCT x) AS c FROM t GROUP BY d",
+                vec![],
+            ),
+        ] {
+            assert_eq!(rules_of(sql).await, want, "{sql}");
+        }
+        // The finding names the function and its line; [lint] allow accepts it.
+        let sql = "SELECT d,\n  array_agg(x) AS a\nFROM t GROUP BY d";
+        let p = plan(sql).await;
+        let e = check_order_dependence(&p, &[], sql, &origin()).unwrap_err();
+        for needle in ["array_agg", "line 11", "aggregate_order", "[lint] allow"] {
+            assert!(e.message().contains(needle), "{needle}: {e}");
+        }
+        check_order_dependence(&p, &["aggregate_order".to_string()], sql, &origin()).unwrap();
+    }
+
+    /// Defect (issue 37): a window function needed only some ORDER BY, not a total one.
+    #[tokio::test]
+    async fn window_functions_whose_order_is_not_total_are_refused() {
+        let win = |w: &str| vec![("window_order", w.to_string())];
+        for (sql, want) in [
+            (
+                "SELECT x, d, row_number() OVER (ORDER BY x) AS n FROM t",
+                win("row_number"),
+            ),
+            (
+                "SELECT x, lag(x) OVER (PARTITION BY x ORDER BY d) AS p, d FROM t",
+                vec![],
+            ),
+            ("SELECT d, lag(x) OVER (ORDER BY d) AS p FROM t", win("lag")),
+            (
+                "SELECT d, array_agg(x) OVER (PARTITION BY d) AS a FROM t",
+                win("array_agg"),
+            ),
+            (
+                "SELECT d, x, sum(x) OVER (PARTITION BY d ORDER BY x ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS s FROM t",
+                vec![],
+            ),
+            (
+                "SELECT d, x, sum(x) OVER (ORDER BY d ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS s FROM t",
+                win("sum"),
+            ),
+            // A window in a subquery filtered afterwards (keep one row of each day).
+            (
+                "SELECT * FROM (SELECT d, x, row_number() OVER (PARTITION BY d ORDER BY d) AS n FROM t) WHERE n = 1",
+                win("row_number"),
+            ),
+            ("SELECT d, sum(x) OVER (ORDER BY d) AS s FROM t", vec![]),
+            // DISTINCT ON keeps the first row of each group in its ORDER BY.
+            (
+                "SELECT DISTINCT ON (d) d, x FROM t ORDER BY d",
+                vec![("distinct_on", "distinct".to_string())],
+            ),
+            ("SELECT DISTINCT ON (d) d, x FROM t ORDER BY d, x", vec![]),
+            (
+                "SELECT d, count(*) OVER (PARTITION BY d) AS c FROM t",
+                vec![],
+            ),
+        ] {
+            assert_eq!(rules_of(sql).await, want, "{sql}");
+        }
+    }
+
+    /// Issue 37: window bounds use jiff's time zone database, DataFusion's time zone
+    /// functions chrono-tz's (an older one): `AT TIME ZONE` could disagree with the task's own
+    /// window. A zone the two databases disagree on is refused (`EET`: Europe/Athens's rules
+    /// in one, the old fixed rules in the other); zones they agree on pass.
+    #[tokio::test]
+    async fn sql_time_zones_the_two_databases_disagree_on_are_refused() {
+        let sql = "SELECT d,\n  CAST(d AS TIMESTAMP) AT TIME ZONE 'EET' AS local\nFROM t";
+        let p = plan(sql).await;
+        let e = check_time_zones(&p, &[], sql, &origin()).unwrap_err();
+        for needle in ["EET", "line 11", "timezone_database", "chrono-tz"] {
+            assert!(e.message().contains(needle), "{needle}: {e}");
+        }
+        check_time_zones(&p, &["timezone_database".to_string()], sql, &origin()).unwrap();
+        for ok in [
+            "SELECT CAST(d AS TIMESTAMP) AT TIME ZONE 'Europe/Berlin' AS l FROM t",
+            "SELECT CAST(d AS TIMESTAMP) AT TIME ZONE 'UTC' AS l FROM t",
+            "SELECT CAST(d AS TIMESTAMP) AT TIME ZONE '+05:30' AS l FROM t",
+            "SELECT date_trunc('day', CAST(d AS TIMESTAMP) AT TIME ZONE 'America/New_York') AS l FROM t",
+        ] {
+            check_time_zones(&plan(ok).await, &[], ok, &origin()).unwrap();
+        }
+        let nested =
+            "SELECT date_trunc('day', CAST(d AS TIMESTAMP) AT TIME ZONE 'WET') AS l FROM t";
+        assert!(check_time_zones(&plan(nested).await, &[], nested, &origin()).is_err());
     }
 
     #[tokio::test]

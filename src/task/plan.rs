@@ -161,7 +161,8 @@ async fn plan_sql(
         .await
         .map_err(|e| Error::input(format!("{} ({what}): invalid SQL: {e}", file.display())))?;
     lint::check_determinism(df.logical_plan(), &task.lint_allow, sql, &origin)?;
-    lint::check_order_dependence(df.logical_plan(), &task.lint_allow, &origin)?;
+    lint::check_order_dependence(df.logical_plan(), &task.lint_allow, sql, &origin)?;
+    lint::check_time_zones(df.logical_plan(), &task.lint_allow, sql, &origin)?;
     lint::check_parameters(df.logical_plan(), &origin, require_window)?;
     match params {
         None => type_params(df, task.grain),

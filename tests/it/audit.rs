@@ -181,3 +181,65 @@ async fn week_windows_count_duplicates_across_their_days() {
     assert_eq!(w["duplicate_keys"], moved as u64, "{w}");
     assert_eq!(w["duplicate_rows"], moved as u64, "{w}");
 }
+
+/// Defect (issue 37): a task without a key whose rows legitimately repeat
+/// (`SELECT l_shipdate AS ship_date, l_shipmode …`), published once and audited at once,
+/// was called damaged ("duplicate key(s), extra row(s)", exit 4), and `repair` could never
+/// make it clean. Without a key, the table's row multiplicities are compared with the
+/// source's: a row the source gives twice may appear twice; only copies beyond the source's
+/// are damage — which a re-appended window has, and `repair` removes.
+#[tokio::test]
+async fn audit_without_a_key_counts_only_copies_beyond_the_sources() {
+    let p = TestProject::new();
+    p.task(
+        "modes",
+        &lineitem_task(
+            "SELECT l_shipdate AS ship_date, l_shipmode FROM lineitem \
+             WHERE l_shipdate >= $window_start AND l_shipdate < $window_end",
+            "",
+        ),
+    );
+    for d in 1..=3 {
+        p.run_ok("modes", &day(d));
+    }
+    // The rows do repeat: fewer distinct (day, mode) pairs than rows.
+    let rows = table_rows(&p.table_dir("modes"), "ship_date = DATE '1995-06-01'").await;
+    let distinct: BTreeSet<&String> = rows.iter().collect();
+    assert!(distinct.len() < rows.len(), "{rows:?}");
+    let audit = |p: &TestProject| {
+        p.run(&[
+            "--output",
+            "json",
+            "audit",
+            "modes",
+            "--from",
+            &day(1),
+            "--to",
+            &day(3),
+        ])
+    };
+    let out = audit(&p);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    for a in json_lines(&out) {
+        assert_eq!(a["status"], "ok", "{a}");
+        assert_eq!(a["duplicate_keys"], 0, "{a}");
+    }
+    // Damage: day 2 appended once more, as an append-style job would.
+    let appended = append_again(&p.table_dir("modes"), "ship_date = DATE '1995-06-02'").await;
+    assert!(appended > 0);
+    let out = audit(&p);
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    let audits = json_lines(&out);
+    let damaged: Vec<&str> = audits
+        .iter()
+        .filter(|a| a["status"] == "damaged")
+        .map(|a| a["window"]["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(damaged, [day(2)], "{audits:?}");
+    assert_eq!(audits[1]["duplicate_rows"].as_u64(), Some(appended as u64));
+    // Repair re-runs day 2; the window is clean again.
+    let out = p.run(&["repair", "modes", "--from", &day(1), "--to", &day(3)]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let out = audit(&p);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+}

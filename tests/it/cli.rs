@@ -243,6 +243,105 @@ fn a_malformed_setting_exits_2_before_anything_runs() {
     }
 }
 
+/// Run `lineitem_by_ship_day` for one day with `var=value`; assert exit 2, the variable and
+/// the value named on stderr, and nothing written.
+fn refused_setting(p: &TestProject, var: &str, value: &str) {
+    let out = p
+        .cmd()
+        .env(var, value)
+        .args(["run", "lineitem_by_ship_day", "--window", "1995-06-01"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2, "{var}={value}: {}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(var), "{var}={value}: {}", text(&out));
+    assert!(err.contains(value), "{var}={value}: {}", text(&out));
+    assert!(!err.contains("panicked"), "{}", text(&out));
+    assert!(log_version(&p.table_dir("lineitem_by_ship_day")).is_none());
+}
+
+/// Defect (issue 37): an invalid `IDEMLAKE_LOG` was ignored silently (the `-v` filter ran
+/// instead). Now it exits 2 naming the variable and its value, before anything runs; valid
+/// filters still work.
+#[test]
+fn an_invalid_idemlake_log_is_refused_not_ignored() {
+    let p = TestProject::new();
+    for bad in [
+        "idemlake=loud",
+        "verbose",
+        "debug,idemlake=[",
+        "idemlake=debug,,=x",
+    ] {
+        refused_setting(&p, "IDEMLAKE_LOG", bad);
+    }
+    for good in [
+        "warn",
+        "idemlake=debug",
+        "idemlake::storage::count=trace,idemlake=info",
+        "INFO",
+    ] {
+        let out = p
+            .cmd()
+            .env("IDEMLAKE_LOG", good)
+            .args(["validate", "lineitem_by_ship_day"])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "IDEMLAKE_LOG={good}: {}", text(&out));
+    }
+}
+
+/// Defect (issue 37): `IDEMLAKE_SCAN_CACHE_KB` beyond what a byte count can hold overflowed
+/// silently (KiB × 1024 wrapped). Now a budget beyond 1 PiB exits 2 naming it.
+#[test]
+fn an_overflowing_scan_cache_kb_is_refused_not_wrapped() {
+    let p = TestProject::new();
+    for bad in [
+        "18446744073709551615",
+        "18014398509481984",
+        "1125899906842625",
+    ] {
+        refused_setting(&p, "IDEMLAKE_SCAN_CACHE_KB", bad);
+    }
+    // The conditional-PUT probe's age limit turned negative past i64::MAX seconds: no probe
+    // record was ever trusted, silently.
+    refused_setting(&p, "IDEMLAKE_S3_PROBE_MAX_AGE_SECS", "18446744073709551615");
+}
+
+/// Defect (issue 37): the on/off switches took anything but `0|off|false|no` as on, so a
+/// misspelled `IDEMLAKE_ACCELERATE=disabled` ran accelerated without a word, and a
+/// misspelled `IDEMLAKE_TEST_FAULT` injected nothing (a test of it passed vacuously). Both
+/// are refused now, naming the variable and its value.
+#[test]
+fn a_misspelled_switch_or_fault_is_refused_not_ignored() {
+    let p = TestProject::new();
+    for var in ["IDEMLAKE_ACCELERATE", "IDEMLAKE_MMAP", "IDEMLAKE_LOG_CACHE"] {
+        refused_setting(&p, var, "disabled");
+    }
+    for bad in [
+        "before-comit",
+        "batch:x",
+        "pause-before-inputs-check",
+        "slice-drop",
+    ] {
+        refused_setting(&p, "IDEMLAKE_TEST_FAULT", bad);
+    }
+    for (var, good) in [
+        ("IDEMLAKE_ACCELERATE", "1"),
+        ("IDEMLAKE_ACCELERATE", "on"),
+        ("IDEMLAKE_MMAP", "yes"),
+        ("IDEMLAKE_LOG_CACHE", "false"),
+        ("IDEMLAKE_TEST_FAULT", ""),
+    ] {
+        let out = p
+            .cmd()
+            .env(var, good)
+            .args(["validate", "lineitem_by_ship_day"])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{var}={good}: {}", text(&out));
+    }
+}
+
 /// Issue 16 §6: a `DATE/DATE` interval names the day window as it is; an empty interval (Airflow
 /// 3's CronTriggerTimetable) is refused with the way out (issue 38: the data interval of a
 /// CronDataIntervalTimetable), exit 2, nothing written.

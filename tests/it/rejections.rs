@@ -277,3 +277,153 @@ fn a_run_failing_at_the_schema_check_reports_its_sql_hash() {
         "{report}"
     );
 }
+
+/// `t` reading `lineitem` from `uri` (format `format`), the rest as GOOD_SQL's task.
+fn task_reading(uri: &str, format: &str) -> String {
+    format!(
+        r#"sql = """
+{GOOD_SQL}
+"""
+[target]
+partition_by = "ship_date"
+[window]
+grain = "day"
+[sources.lineitem]
+uri = "{uri}"
+format = "{format}"
+"#
+    )
+}
+
+/// Defect (issue 37): a misspelt source path (a location that does not exist) failed with
+/// exit 1 — retryable — while `validate` called the task invalid. It is the task's mistake:
+/// exit 2 from `validate` and `run`, naming the path, `retryable: false`, nothing published.
+#[test]
+fn a_misspelled_source_path_is_a_config_error_naming_the_path() {
+    let (p, v) = published();
+    // (A directory location, with or without a glob, is a landing zone: one with no files in
+    // it was already refused with exit 2, and still is.)
+    for (uri, format, shown, why) in [
+        (
+            "data/lineitm.parquet",
+            "parquet",
+            "data/lineitm.parquet",
+            "does not exist",
+        ),
+        (
+            "data/no-such-dir/",
+            "parquet",
+            "data/no-such-dir",
+            "no .parquet files",
+        ),
+        (
+            "data/no-such-dir/*/part-*.parquet",
+            "parquet",
+            "data/no-such-dir",
+            "files",
+        ),
+        (
+            "data/no-such-table",
+            "delta",
+            "data/no-such-table",
+            "does not exist",
+        ),
+    ] {
+        p.task("t", &task_reading(uri, format));
+        assert_rejected(&p, v, &["validate", "t"], 2, &[shown, why]);
+        assert_rejected(&p, v, &["run", "t", "--window", DAY], 2, &[shown, why]);
+        let out = p.run(&["--output", "json", "run", "t", "--window", DAY]);
+        assert_eq!(code(&out), 2, "{}", text(&out));
+        let r = &json_lines(&out)[0];
+        assert_eq!(r["retryable"], false, "{r}");
+        assert!(r["error"].as_str().unwrap().contains(shown), "{r}");
+    }
+}
+
+/// Defect (issue 37): the determinism lint missed order-sensitive aggregates —
+/// `string_agg(x, ',')`, `array_agg(x)`, `first_value(x)` without `ORDER BY` passed
+/// `validate` — and window functions needed only *some* `ORDER BY`, not a total one. Both are
+/// refused now (exit 2, naming the function and its line), `[lint] allow` accepts them, and a
+/// total order passes.
+#[test]
+fn order_sensitive_aggregates_and_partial_window_orders_exit_2_naming_function_and_line() {
+    let (p, v) = published();
+    let window = "FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end";
+    let refused = [
+        (
+            format!(
+                "SELECT l_shipdate AS ship_date,\n  string_agg(l_shipmode, ',') AS modes\n{window}\nGROUP BY l_shipdate"
+            ),
+            "string_agg",
+            "aggregate_order",
+        ),
+        (
+            format!(
+                "SELECT l_shipdate AS ship_date,\n  array_agg(l_orderkey) AS keys\n{window}\nGROUP BY l_shipdate"
+            ),
+            "array_agg",
+            "aggregate_order",
+        ),
+        (
+            format!(
+                "SELECT l_shipdate AS ship_date,\n  first_value(l_quantity) AS q\n{window}\nGROUP BY l_shipdate"
+            ),
+            "first_value",
+            "aggregate_order",
+        ),
+        // An ORDER BY with ties: rows of one order key in an arbitrary order.
+        (
+            format!(
+                "SELECT l_shipdate AS ship_date,\n  array_agg(l_quantity ORDER BY l_orderkey) AS q\n{window}\nGROUP BY l_shipdate"
+            ),
+            "array_agg",
+            "aggregate_order",
+        ),
+        // Some ORDER BY, not a total one: lines of one order are numbered arbitrarily.
+        (
+            format!(
+                "SELECT l_orderkey, l_linenumber, l_shipdate AS ship_date,\n  row_number() OVER (ORDER BY l_orderkey) AS n\n{window}"
+            ),
+            "row_number",
+            "window_order",
+        ),
+        (
+            format!(
+                "SELECT l_orderkey, l_quantity, l_shipdate AS ship_date,\n  lag(l_quantity) OVER (PARTITION BY l_orderkey ORDER BY l_shipdate) AS prev\n{window}"
+            ),
+            "lag",
+            "window_order",
+        ),
+    ];
+    for (sql, function, rule) in &refused {
+        p.task("u", &task(sql, ""));
+        // The SQL starts on line 2 of the file; the function is on its second line.
+        assert_rejected(&p, v, &["validate", "u"], 2, &[function, "line 3", rule]);
+        assert_rejected(&p, v, &["run", "u", "--window", DAY], 2, &[function]);
+        p.task("u", &task(sql, &format!("[lint]\nallow = [\"{rule}\"]\n")));
+        let out = p.run(&["validate", "u"]);
+        assert_eq!(code(&out), 0, "{sql}: {}", text(&out));
+    }
+    let accepted = [
+        format!(
+            "SELECT l_shipdate AS ship_date,\n  string_agg(l_shipmode, ',' ORDER BY l_shipmode) AS modes\n{window}\nGROUP BY l_shipdate"
+        ),
+        format!(
+            "SELECT l_shipdate AS ship_date,\n  first_value(l_quantity ORDER BY l_quantity) AS q\n{window}\nGROUP BY l_shipdate"
+        ),
+        format!(
+            "SELECT l_orderkey, l_linenumber, l_shipdate AS ship_date,\n  row_number() OVER (ORDER BY l_orderkey, l_linenumber, l_shipdate) AS n\n{window}"
+        ),
+        format!(
+            "SELECT l_orderkey, l_shipdate AS ship_date,\n  rank() OVER (PARTITION BY l_shipdate ORDER BY l_orderkey) AS r\n{window}"
+        ),
+        format!(
+            "SELECT l_orderkey, l_shipdate AS ship_date,\n  sum(l_quantity) OVER (PARTITION BY l_orderkey) AS total\n{window}"
+        ),
+    ];
+    for sql in &accepted {
+        p.task("u", &task(sql, ""));
+        let out = p.run(&["validate", "u"]);
+        assert_eq!(code(&out), 0, "{sql}: {}", text(&out));
+    }
+}

