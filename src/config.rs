@@ -172,7 +172,7 @@ fn log_filter(strict: bool) -> Result<Option<String>> {
 
 /// The faults and mutations `IDEMLAKE_TEST_FAULT` may name (see `fault`), beside
 /// `batch:N` and `pause-before-inputs-check:MS`.
-pub const TEST_FAULTS: [&str; 10] = [
+pub const TEST_FAULTS: [&str; 13] = [
     "before-commit",
     "abort-before-commit",
     "after-commit",
@@ -183,6 +183,9 @@ pub const TEST_FAULTS: [&str; 10] = [
     "slice-move-row",
     "derived-keep-literal",
     "skip-remove",
+    "output-drop-row",
+    "output-repeat-row",
+    "staged-file-shrunk",
 ];
 
 /// `IDEMLAKE_TEST_FAULT`: one of [`TEST_FAULTS`], `batch:N` or
