@@ -90,7 +90,8 @@ pub fn mutation(name: &str) -> bool {
     spec().as_deref() == Some(name)
 }
 
-/// `batch`, the first (`first`) a window stages, as an `output-*` mutation corrupts it.
+/// `batch` as an `output-*` mutation corrupts it, if `first` (the first batch of two rows or
+/// more a window stages).
 pub fn corrupt_output(
     batch: arrow::array::RecordBatch,
     first: bool,

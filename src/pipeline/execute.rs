@@ -168,6 +168,7 @@ pub async fn stage(
         let mut stream = datafusion::physical_plan::execute_stream(plan, task_ctx)?;
         let mut rows = 0u64;
         let mut batches = 0u64;
+        let mut uncorrupted = true;
         while let Some(batch) = stream.next().await {
             let batch = batch?;
             if batch.num_rows() == 0 {
@@ -175,7 +176,11 @@ pub async fn stage(
             }
             // The plan already casts to the table types; re-label with the all-nullable schema.
             let batch = RecordBatch::try_new(schema.clone(), batch.columns().to_vec())?;
-            let batch = crate::fault::corrupt_output(batch, batches == 0)?;
+            // An `output-*` mutation corrupts the first batch holding two rows or more (an
+            // aggregate's groups may arrive one row a batch first).
+            let first = uncorrupted && batch.num_rows() >= 2;
+            uncorrupted &= !first;
+            let batch = crate::fault::corrupt_output(batch, first)?;
             check_bounds(&batch, bounds)?;
             if let Some(tx) = &tx {
                 // A closed channel means the reconcile query failed; its error is reported below.

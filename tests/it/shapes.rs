@@ -63,7 +63,7 @@ fn shapes() -> Vec<(&'static str, String, bool, bool)> {
             "window_fn",
             format!(
                 "SELECT l_orderkey, l_linenumber, l_shipdate AS ship_date, \
-                 row_number() OVER (PARTITION BY l_orderkey ORDER BY l_linenumber) AS rn \
+                 row_number() OVER (PARTITION BY l_orderkey ORDER BY l_linenumber, l_shipdate) AS rn \
                  FROM lineitem WHERE {BOUNDS}"
             ),
             true,
