@@ -10,7 +10,7 @@ BIN         := $(TARGET_DIR)/$(PROFILE)/idemlake
 SCALE       ?= 0.01
 DEMO_DAYS   := 1995-06-01 1995-06-02 1995-06-03 1995-06-04 1995-06-05 1995-06-06 1995-06-07
 
-.PHONY: build demo test test-ballista test-orchestrators torture lint fmt py-env s3-start s3-stop clean-demo bench bench-scale bench-ballista bench-landing bench-landing-s3
+.PHONY: build demo test test-ballista test-orchestrators torture lint fmt py-env s3-start s3-stop clean-demo bench bench-scale bench-ballista bench-landing bench-landing-s3 bench-checks
 
 build:
 	$(CARGO) build $(CARGO_FLAGS) --bin idemlake
@@ -121,6 +121,13 @@ bench-ballista:
 ## bench-landing-s3: the same on the local S3 server (source and tables), with the object-store
 ## requests of one day window; LANDING_S3_LATENCY_MS=20 puts the latency proxy in front.
 ## Knobs in scripts/bench_landing.py. Not in `make test`.
+## bench-checks: what the default independent check costs: the 6-column task with the default
+## check (rows), with `default = "content"`, and opted out, alternating: initial load, a day
+## window, a 365-day backfill (TPC-H SF 1). Appends to bench/CHECKS.md. Not in `make test`.
+bench-checks:
+	$(CARGO) build --release --bin idemlake
+	BENCH_BIN=$(TARGET_DIR)/release/idemlake python3 scripts/bench_checks.py
+
 bench-landing: py-env
 	$(CARGO) build --release --bin idemlake
 	BENCH_BIN=$(TARGET_DIR)/release/idemlake .venv-py/bin/python scripts/bench_landing.py
