@@ -4,9 +4,10 @@
 //! The task query runs through shared chunk scans sliced per window, prepared plans, physical
 //! plans derived by literal substitution and memory-mapped sources. A check that read the
 //! source the same way would share their bugs: a slice missing a row would be missing on both
-//! sides and reconciliation would agree. So the [`Checker`] has its own DataFusion session:
-//! the sources registered as plain listing tables read through object_store's ordinary local
-//! or S3 store (Delta sources pinned at the versions the runner pinned), no scan cache, no
+//! sides and reconciliation would agree. So the [`Checker`] has its own DataFusion session,
+//! built here (`session`, nothing of `accel`): the sources registered as plain listing tables
+//! read through object_store's plain local store or an S3 client of the checker's own (no
+//! Delta log cache; Delta sources pinned at the versions the runner pinned), no scan cache, no
 //! prepared or derived plan — every window's check query is planned from the task's SQL text
 //! with that window's parameters bound. Parquet pruning and filter pushdown stay on: they are
 //! DataFusion's, not idemlake's.
@@ -44,6 +45,7 @@ use crate::task::{DefaultCheck, Task};
 pub mod content;
 pub mod data;
 pub mod grouped;
+pub mod session;
 pub mod staged;
 
 pub use content::Fingerprint;
@@ -343,7 +345,7 @@ impl Checker {
 /// A DataFusion session with idemlake's SQL settings and Delta support, reading local files
 /// through object_store's plain local store (no memory maps).
 pub fn plain_session() -> Result<SessionContext> {
-    crate::accel::session::session(false, true)
+    session::build(true)
 }
 
 /// The checks' session: [`plain_session`] without Parquet filter pushdown. A check query reads
@@ -353,7 +355,7 @@ pub fn plain_session() -> Result<SessionContext> {
 /// task spent ~80 ms CPU in its check with pushdown. Row-group and page pruning by statistics
 /// stay on (they do not depend on pushdown).
 fn checks_session() -> Result<SessionContext> {
-    crate::accel::session::session(false, false)
+    session::build(false)
 }
 
 /// Whether every output row of `plan` is one input row of a single table, projected,
