@@ -23,16 +23,23 @@ pub fn own_store(
     url: &url::Url,
     table: &DeltaTable,
 ) -> Result<std::sync::Arc<dyn object_store::ObjectStore>> {
-    match crate::storage::own_store_for(url)? {
-        Some((_, store)) => {
-            let root = object_store::path::Path::from_url_path(url.path())
-                .map_err(|e| Error::runtime(format!("the table location {url}: {e}")))?;
-            Ok(std::sync::Arc::new(object_store::prefix::PrefixStore::new(
-                store, root,
-            )))
-        }
-        None => Ok(table.log_store().object_store(None)),
-    }
+    Ok(match own_root(url)? {
+        Some(store) => store,
+        None => table.log_store().object_store(None),
+    })
+}
+
+/// A new S3 client (see `storage::own_store_for`) rooted at the table at `url`; `None` for
+/// a local table.
+pub fn own_root(url: &url::Url) -> Result<Option<std::sync::Arc<dyn object_store::ObjectStore>>> {
+    let Some((_, store)) = crate::storage::own_store_for(url)? else {
+        return Ok(None);
+    };
+    let root = object_store::path::Path::from_url_path(url.path())
+        .map_err(|e| Error::runtime(format!("the table location {url}: {e}")))?;
+    Ok(Some(std::sync::Arc::new(
+        object_store::prefix::PrefixStore::new(store, root),
+    )))
 }
 
 /// Does a commitInfo entry name `run_id` (alone or among the runs of a group commit)?

@@ -842,6 +842,8 @@ partition_by = "ship_date"
 grain = "day"
 [sources.days]
 task = "lineitem_by_ship_day"
+[reconcile]
+default = "content"
 "#,
     );
     let mut c = s.cmd(None);
@@ -854,7 +856,10 @@ task = "lineitem_by_ship_day"
         .output()
         .unwrap();
     assert_eq!(code(&out), 0, "{}", text(&out));
-    assert!(text(&out).contains("source_rows"), "{}", text(&out));
+    // `source_content` reads the staged files back on S3 through the checks' own client.
+    for check in ["source_rows", "source_content"] {
+        assert!(text(&out).contains(check), "{check}: {}", text(&out));
+    }
     let requests = traced_requests(&String::from_utf8_lossy(&out.stderr));
     let v = s.version("lineitem_by_ship_day").await.unwrap();
     let commit = format!(

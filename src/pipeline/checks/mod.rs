@@ -100,6 +100,9 @@ struct Batch {
 /// The independent check path of one runner.
 pub struct Checker {
     ctx: SessionContext,
+    /// On S3, a client of the checks' own rooted at the target table, to read staged files
+    /// back (`source_content`); `None`: a local table (read through the staging store).
+    table_store: Option<Arc<dyn object_store::ObjectStore>>,
     /// Windows per grouped query; 1: window by window (the plain twin).
     batch_size: usize,
     templates: [OnceCell<Template>; 2],
@@ -119,7 +122,8 @@ fn lanes(task: &Task) -> Vec<Lane> {
 
 impl Checker {
     /// A session of its own with the task's sources registered plainly (Delta sources at
-    /// `pins`, the versions the runner read).
+    /// `pins`, the versions the runner read); staged files of the table at `table` are read
+    /// back through a client of its own too.
     /// On a remote `engine` the checks' source side runs on the cluster too (the window may
     /// not fit this machine), window by window; except when the task reads a Delta source:
     /// the cluster reads it as a file list idemlake resolved, so the check reads it through
@@ -128,6 +132,7 @@ impl Checker {
         task: &Task,
         pins: &[SourceVersion],
         engine: &crate::engine::Engine,
+        table: &url::Url,
     ) -> Result<Checker> {
         let reads_delta = task
             .sources
@@ -155,6 +160,7 @@ impl Checker {
         };
         Ok(Checker {
             ctx,
+            table_store: crate::delta::readback::own_root(table)?,
             batch_size,
             templates: [OnceCell::new(), OnceCell::new()],
             batches: Mutex::new(HashMap::new()),
@@ -164,6 +170,20 @@ impl Checker {
     /// The session checks run in.
     pub fn session(&self) -> &SessionContext {
         &self.ctx
+    }
+
+    /// The store to read staged files back through: on S3 the checks' own client rooted at
+    /// the target table when they were staged there (overwrite), else `staging` (the store
+    /// they were written with: a local table, or a merge's local temp dir).
+    pub fn staged_store(
+        &self,
+        staging: &Arc<dyn object_store::ObjectStore>,
+        in_table: bool,
+    ) -> Arc<dyn object_store::ObjectStore> {
+        match &self.table_store {
+            Some(own) if in_table => own.clone(),
+            _ => staging.clone(),
+        }
     }
 
     /// Announce the windows about to run (ascending): their checks are computed a batch of
