@@ -14,6 +14,34 @@ use crate::delta::partition::{
 use crate::delta::table::open_at;
 use crate::error::{Error, Result};
 
+/// The read-back's own client for the table at `url` (`table`), rooted at the table: on S3 a
+/// new one (counted, without the Delta log cache, shared with no session and no other table
+/// handle), so that commits and footers are read from storage by a route the task's reads
+/// and commits do not use; for a local table, the table's own local store (which keeps
+/// nothing between reads).
+pub fn own_store(
+    url: &url::Url,
+    table: &DeltaTable,
+) -> Result<std::sync::Arc<dyn object_store::ObjectStore>> {
+    Ok(match own_root(url)? {
+        Some(store) => store,
+        None => table.log_store().object_store(None),
+    })
+}
+
+/// A new S3 client (see `storage::own_store_for`) rooted at the table at `url`; `None` for
+/// a local table.
+pub fn own_root(url: &url::Url) -> Result<Option<std::sync::Arc<dyn object_store::ObjectStore>>> {
+    let Some((_, store)) = crate::storage::own_store_for(url)? else {
+        return Ok(None);
+    };
+    let root = object_store::path::Path::from_url_path(url.path())
+        .map_err(|e| Error::runtime(format!("the table location {url}: {e}")))?;
+    Ok(Some(std::sync::Arc::new(
+        object_store::prefix::PrefixStore::new(store, root),
+    )))
+}
+
 /// Does a commitInfo entry name `run_id` (alone or among the runs of a group commit)?
 pub(crate) fn names_run(info: &serde_json::Value, run_id: &str) -> bool {
     let Some(entry) = info.get(crate::report::record::COMMIT_INFO_KEY) else {
@@ -171,14 +199,25 @@ impl LogReplay {
         }
     }
 
-    /// Apply every commit after `self.version` up to `version`, read from `table`'s storage.
-    pub async fn advance(&mut self, table: &DeltaTable, version: i64) -> Result<()> {
-        let store = table.log_store();
+    /// Apply every commit after `self.version` up to `version`, each read from storage
+    /// through `store` (the read-back's own, rooted at the table: see [`own_store`]).
+    pub async fn advance(
+        &mut self,
+        store: &dyn object_store::ObjectStore,
+        version: i64,
+    ) -> Result<()> {
+        use object_store::ObjectStoreExt;
         for v in self.version + 1..=version {
-            let bytes = store
-                .read_commit_entry(v as u64)
-                .await?
-                .ok_or_else(|| Error::runtime(format!("commit {v} is not in the log (anymore)")))?;
+            let path = object_store::path::Path::from(format!("_delta_log/{v:020}.json"));
+            let bytes = match store.get(&path).await {
+                Ok(got) => got.bytes().await?,
+                Err(object_store::Error::NotFound { .. }) => {
+                    return Err(Error::runtime(format!(
+                        "commit {v} is not in the log (anymore)"
+                    )));
+                }
+                Err(e) => return Err(e.into()),
+            };
             for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
                 let action: serde_json::Value = serde_json::from_slice(line).map_err(|e| {
                     Error::runtime(format!("commit {v} holds a line that is not JSON: {e}"))

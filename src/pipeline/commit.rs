@@ -74,8 +74,8 @@ impl Runner {
         let files = published
             .readback
             .map_err(|e| (Error::unverified(e), landed()))?;
-        // The rows committed, from the committed files' own footers.
-        let store = self.target.view().log_store().object_store(None);
+        // The rows committed, from the committed files' own footers (read-back's own client).
+        let store = self.target.readback.clone();
         let committed_rows = readback::footer_rows(&store, &files)
             .await
             .map_err(|e| (Error::unverified(e.message().to_string()), landed()))?;
@@ -225,5 +225,6 @@ async fn read_window(
         table.update_incremental(Some(version as u64)).await?;
     }
     let files = partition::window_files(table, partition_by, range)?;
-    readback::footer_rows(&table.log_store().object_store(None), &files).await
+    let store = readback::own_store(table.table_url(), table)?;
+    readback::footer_rows(&store, &files).await
 }

@@ -65,7 +65,7 @@ async fn staged_content(
     let ctx = checker.session();
     let (table, registered) = staged::table(
         ctx,
-        w.store.clone(),
+        checker.staged_store(&w.store, w.temp.is_none()),
         &w.staged.adds,
         schema,
         &task.partition_by,

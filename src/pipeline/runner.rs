@@ -104,9 +104,9 @@ impl Runner {
             }
         };
         let (sources, zones) = sources::register_with_zones(&ctx, &task.sources, &engine).await?;
-        let checker = Arc::new(Checker::new(task, &sources, &engine).await?);
-        let sources_ms = t0.elapsed().as_millis();
         let url = project.table_url(task)?;
+        let checker = Arc::new(Checker::new(task, &sources, &engine, &url).await?);
+        let sources_ms = t0.elapsed().as_millis();
         // The table loads in the background (its log replay is independent of the sources);
         // until then the runner holds it unloaded (no I/O).
         let target = Target::open(&url, task)?;

@@ -26,6 +26,16 @@ pub(super) fn listing_url(uri: &str) -> Result<ListingTableUrl> {
     ListingTableUrl::parse(uri).input_err(format!("invalid source location `{uri}`"))
 }
 
+/// Which object-store client a session's S3 sources are read through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Client {
+    /// The process's store for the bucket (`storage::store_for`: with the Delta log cache).
+    Shared,
+    /// A client built for this registration alone (`storage::own_store_for`: counted, no log
+    /// cache), shared with no other session: the independent checks' route.
+    Own,
+}
+
 /// Register every source of a task in `ctx`; returns what was pinned/fingerprinted.
 /// On a remote `engine` a Delta source is registered as its pinned Parquet files (see
 /// `register_files`).
@@ -53,7 +63,7 @@ pub async fn register_with_zones(
     let mut out = Vec::with_capacity(sources.len());
     let mut zones = Vec::new();
     for s in sources {
-        let (v, zone) = register_one(ctx, s, None, engine, route)
+        let (v, zone) = register_one(ctx, s, None, engine, (route, Client::Shared))
             .await
             .map_err(|e| e.context(format!("source `{}` ({})", s.alias, s.uri)))?;
         out.push(v);
@@ -63,7 +73,9 @@ pub async fn register_with_zones(
 }
 
 /// Register every source again in another session (the independent checks' own), Delta
-/// sources at the versions `pins` recorded, so both sessions read the same inputs.
+/// sources at the versions `pins` recorded, so both sessions read the same inputs: landing
+/// zones as DataFusion's listing tables (a listing of their own), and S3 sources through a
+/// client of their own (no log cache, not the store the task's session reads through).
 pub async fn register_pinned(
     ctx: &SessionContext,
     sources: &[Source],
@@ -75,7 +87,7 @@ pub async fn register_pinned(
             .iter()
             .find(|p| p.alias == s.alias)
             .and_then(|p| p.version);
-        register_one(ctx, s, pin, engine, Route::Plain)
+        register_one(ctx, s, pin, engine, (Route::Plain, Client::Own))
             .await
             .map_err(|e| e.context(format!("source `{}` ({})", s.alias, s.uri)))?;
     }
@@ -87,17 +99,23 @@ async fn register_one(
     s: &Source,
     pin: Option<i64>,
     engine: &Engine,
-    route: Route,
+    (route, client): (Route, Client),
 ) -> Result<(SourceVersion, Option<Arc<LandingZone>>)> {
+    let mut own = None;
     if s.uri.contains("://") {
         let url = url::Url::parse(&s.uri)
             .map_err(|e| Error::input(format!("invalid source URL: {e}")))?;
-        if let Some((bucket, store)) = crate::storage::store_for(&url)? {
-            register_store(ctx, &bucket, store);
+        let store = match client {
+            Client::Shared => crate::storage::store_for(&url)?,
+            Client::Own => crate::storage::own_store_for(&url)?,
+        };
+        if let Some((bucket, store)) = store {
+            register_store(ctx, &bucket, store.clone());
+            own = (client == Client::Own).then_some(store);
         }
     }
     if s.format == Format::Delta {
-        return Ok((register_delta(ctx, s, pin, engine).await?, None));
+        return Ok((register_delta(ctx, s, pin, engine, own).await?, None));
     }
     let prefix = remote_prefix(ctx, s).await?;
     let s = prefix.as_ref().unwrap_or(s);
@@ -117,12 +135,14 @@ async fn register_one(
 }
 
 /// Register a Delta source, at version `pin` if given (else the latest): through delta-rs on
-/// the local engine, as its pinned Parquet files on a remote one.
+/// the local engine, as its pinned Parquet files on a remote one; through `own` (a client of
+/// the caller's, see [`Client::Own`]) if given, else the process's store for the location.
 async fn register_delta(
     ctx: &SessionContext,
     s: &Source,
     pin: Option<i64>,
     engine: &Engine,
+    own: Option<Arc<dyn ObjectStore>>,
 ) -> Result<SourceVersion> {
     let url = crate::task::project::location_url(&s.uri, std::path::Path::new("/"))?;
     if let (None, Ok(path)) = (&s.upstream, url.to_file_path())
@@ -133,7 +153,12 @@ async fn register_delta(
             path.display()
         )));
     }
-    let mut table = crate::delta::table::builder(&url)?.build()?;
+    let mut table = match own {
+        Some(store) => deltalake::DeltaTableBuilder::from_url(url.clone())?
+            .with_storage_backend(store, url.clone()),
+        None => crate::delta::table::builder(&url)?,
+    }
+    .build()?;
     match pin {
         Some(v) => table.load_version(v as u64).await,
         None => table.load().await,
@@ -363,3 +388,6 @@ async fn fingerprint(store: &dyn ObjectStore, url: &ListingTableUrl) -> Result<(
 pub fn register_store(ctx: &SessionContext, url: &url::Url, store: Arc<dyn ObjectStore>) {
     ctx.runtime_env().register_object_store(url, store);
 }
+
+#[cfg(test)]
+mod tests;

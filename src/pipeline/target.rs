@@ -28,6 +28,8 @@ pub use background::{background, finish_background};
 /// The target table and its commit queue (one per runner).
 pub struct Target {
     url: url::Url,
+    /// The read-back's own client, rooted at the table (see `readback::own_store`).
+    pub(super) readback: std::sync::Arc<dyn object_store::ObjectStore>,
     partition_by: String,
     name: String,
     /// The table and its live files by window, for commits (one committer at a time).
@@ -111,6 +113,7 @@ impl Target {
         let table = table::builder(url)?.build()?;
         Ok(Target {
             url: url.clone(),
+            readback: readback::own_store(url, &table)?,
             partition_by: task.partition_by.clone(),
             name: task.name.clone(),
             view: std::sync::Mutex::new(table.clone()),
@@ -479,7 +482,7 @@ impl Target {
             )?);
         }
         let replay = state.replay.as_mut().expect("just set");
-        replay.advance(&state.table, version).await?;
+        replay.advance(self.readback.as_ref(), version).await?;
         Ok(replay)
     }
 }

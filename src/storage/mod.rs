@@ -1,4 +1,6 @@
-//! Storage: one object store per location, shared by DataFusion sources and Delta tables.
+//! Storage: one object store per location, shared by DataFusion sources and Delta tables;
+//! the independent checks and the read-back get clients of their own instead
+//! ([`own_store_for`]: counted, without the log cache, kept by no one else).
 //!
 //! Local paths need nothing. `s3://bucket/…` locations get an S3 client configured only from
 //! the standard `AWS_*` environment (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`,
@@ -46,14 +48,7 @@ pub fn store_for(url: &Url) -> Result<Option<(Url, Arc<dyn ObjectStore>)>> {
     if let Some(s) = map.get(bucket.as_str()) {
         return Ok(Some((bucket, s.clone())));
     }
-    let s3: Arc<dyn ObjectStore> = Arc::new(
-        AmazonS3Builder::from_env()
-            .with_url(bucket.as_str())
-            .with_retry(retry_config()?)
-            .build()
-            .map_err(|e| Error::input(format!("cannot configure S3 access for {bucket}: {e}")))?,
-    );
-    let counted: Arc<dyn ObjectStore> = Arc::new(wrap::Wrapped(count::Counted(s3)));
+    let counted = counted_client(&bucket)?;
     let store: Arc<dyn ObjectStore> = if crate::config::get().log_cache {
         Arc::new(wrap::Wrapped(logcache::LogCache::new(counted)))
     } else {
@@ -61,6 +56,29 @@ pub fn store_for(url: &Url) -> Result<Option<(Url, Arc<dyn ObjectStore>)>> {
     };
     map.insert(bucket.to_string(), store.clone());
     Ok(Some((bucket, store)))
+}
+
+/// A store for the bucket of `url` shared with nothing: a new S3 client, counted (the `-v`
+/// summary stays complete) but without the log cache, and not kept for anyone else (the
+/// independent checks' and the read-back's own route); `None` for local locations.
+pub fn own_store_for(url: &Url) -> Result<Option<(Url, Arc<dyn ObjectStore>)>> {
+    let Some(bucket) = bucket_url(url) else {
+        return Ok(None);
+    };
+    let store = counted_client(&bucket)?;
+    Ok(Some((bucket, store)))
+}
+
+/// A new S3 client for `bucket` from the `AWS_*` environment, its requests counted.
+fn counted_client(bucket: &Url) -> Result<Arc<dyn ObjectStore>> {
+    let s3: Arc<dyn ObjectStore> = Arc::new(
+        AmazonS3Builder::from_env()
+            .with_url(bucket.as_str())
+            .with_retry(retry_config()?)
+            .build()
+            .map_err(|e| Error::input(format!("cannot configure S3 access for {bucket}: {e}")))?,
+    );
+    Ok(Arc::new(wrap::Wrapped(count::Counted(s3))))
 }
 
 /// Retries of failed storage requests: object_store's defaults (10 retries within 180 s),
@@ -232,3 +250,29 @@ pub async fn probe_conditional_put(url: &Url) -> Result<()> {
 pub mod count;
 pub mod logcache;
 pub mod wrap;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 37: the independent checks and the read-back read S3 through a client of their
+    /// own: a new one per call, never the process's store for the bucket (whose Delta log
+    /// cache the task's own reads fill), and without a log cache of its own.
+    #[test]
+    fn an_own_store_is_a_new_client_without_the_log_cache() {
+        let url = Url::parse("s3://bucket/lake/t/").unwrap();
+        let (_, shared) = store_for(&url).unwrap().unwrap();
+        let (bucket, own) = own_store_for(&url).unwrap().unwrap();
+        let (_, again) = own_store_for(&url).unwrap().unwrap();
+        assert_eq!(bucket.as_str(), "s3://bucket/");
+        assert!(!Arc::ptr_eq(&shared, &own));
+        assert!(!Arc::ptr_eq(&own, &again));
+        assert!(!own.to_string().contains("LogCache"), "{own}");
+        assert!(own.to_string().starts_with("AmazonS3"), "{own}");
+        assert!(
+            own_store_for(&Url::parse("file:///tmp/x/").unwrap())
+                .unwrap()
+                .is_none()
+        );
+    }
+}

@@ -199,6 +199,32 @@ fn every_import_points_to_a_layer_below() {
     );
 }
 
+/// Folders that must not import a layer their own layer may (docs/src/internals/architecture.md):
+/// a check never shares the path it checks, so the independent checks build their session
+/// and reach their sources without the accelerations' code.
+const FORBIDDEN: &[(&str, &str)] = &[("pipeline/checks", "accel")];
+
+#[test]
+fn the_checks_import_nothing_of_the_accelerations() {
+    let t = tree();
+    let mut wrong = Vec::new();
+    for (folder, layer) in FORBIDDEN {
+        let dir = src().join(folder);
+        let checked = t.imports.keys().filter(|f| f.starts_with(&dir)).count();
+        assert!(checked > 3, "{} holds no sources", dir.display());
+        for (from, targets) in t.imports.iter().filter(|(f, _)| f.starts_with(&dir)) {
+            for to in targets.iter().filter(|to| layer_of(to) == *layer) {
+                wrong.push(format!("{} -> {}", from.display(), to.display()));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the independent checks import the accelerations:\n{}",
+        wrong.join("\n")
+    );
+}
+
 #[test]
 fn no_files_import_each_other_in_a_circle() {
     let t = tree();

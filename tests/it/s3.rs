@@ -824,3 +824,56 @@ async fn s3_a_day_window_reads_each_log_file_once_and_remembers_the_probe() {
     let requests = traced(&[], Some(&format!("http://{addr}")));
     assert_eq!(probes(&requests), 2, "{requests:?}");
 }
+
+/// Issue 37 ("the checker owns its route"): the independent check read a Delta source on S3
+/// through the process's one store for the bucket, whose log cache the task's own load had
+/// just filled, so the source's log reached the check by the task's path (one GET of each
+/// commit file in the whole run). The checks now read through an S3 client of their own
+/// (counted, no log cache): the source's commit files are read from storage by the check too.
+#[tokio::test(flavor = "multi_thread")]
+async fn s3_the_checks_read_a_delta_sources_log_from_storage_not_the_tasks_log_cache() {
+    let s = S3Project::new().await;
+    s.run_ok("lineitem_by_ship_day", "1995-06-01");
+    s.p.task(
+        "ship_days",
+        r#"sql = """
+SELECT l_orderkey, l_linenumber, ship_date FROM days
+WHERE ship_date >= $window_start AND ship_date < $window_end
+"""
+[target]
+partition_by = "ship_date"
+[window]
+grain = "day"
+[sources.days]
+task = "lineitem_by_ship_day"
+[reconcile]
+default = "content"
+"#,
+    );
+    let mut c = s.cmd(None);
+    c.env(
+        "IDEMLAKE_LOG",
+        "idemlake::storage::count=trace,idemlake=info",
+    );
+    let out = c
+        .args(["-v", "run", "ship_days", "--window", "1995-06-01"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    // `source_content` reads the staged files back on S3 through the checks' own client.
+    for check in ["source_rows", "source_content"] {
+        assert!(text(&out).contains(check), "{check}: {}", text(&out));
+    }
+    let requests = traced_requests(&String::from_utf8_lossy(&out.stderr));
+    let v = s.version("lineitem_by_ship_day").await.unwrap();
+    let commit = format!(
+        "{}/lake/lineitem_by_ship_day/_delta_log/{v:020}.json",
+        s.prefix
+    );
+    let gets = requests
+        .iter()
+        .filter(|(k, l)| k == "GET" && *l == commit)
+        .count();
+    // The task's load: once through the log cache; the check's own load: from storage.
+    assert!(gets >= 2, "{commit} read {gets} time(s): {requests:?}");
+}

@@ -4,9 +4,10 @@
 //! The task query runs through shared chunk scans sliced per window, prepared plans, physical
 //! plans derived by literal substitution and memory-mapped sources. A check that read the
 //! source the same way would share their bugs: a slice missing a row would be missing on both
-//! sides and reconciliation would agree. So the [`Checker`] has its own DataFusion session:
-//! the sources registered as plain listing tables read through object_store's ordinary local
-//! or S3 store (Delta sources pinned at the versions the runner pinned), no scan cache, no
+//! sides and reconciliation would agree. So the [`Checker`] has its own DataFusion session,
+//! built here (`session`, nothing of `accel`): the sources registered as plain listing tables
+//! read through object_store's plain local store or an S3 client of the checker's own (no
+//! Delta log cache; Delta sources pinned at the versions the runner pinned), no scan cache, no
 //! prepared or derived plan — every window's check query is planned from the task's SQL text
 //! with that window's parameters bound. Parquet pruning and filter pushdown stay on: they are
 //! DataFusion's, not idemlake's.
@@ -44,6 +45,7 @@ use crate::task::{DefaultCheck, Task};
 pub mod content;
 pub mod data;
 pub mod grouped;
+pub mod session;
 pub mod staged;
 
 pub use content::Fingerprint;
@@ -98,6 +100,9 @@ struct Batch {
 /// The independent check path of one runner.
 pub struct Checker {
     ctx: SessionContext,
+    /// On S3, a client of the checks' own rooted at the target table, to read staged files
+    /// back (`source_content`); `None`: a local table (read through the staging store).
+    table_store: Option<Arc<dyn object_store::ObjectStore>>,
     /// Windows per grouped query; 1: window by window (the plain twin).
     batch_size: usize,
     templates: [OnceCell<Template>; 2],
@@ -117,7 +122,8 @@ fn lanes(task: &Task) -> Vec<Lane> {
 
 impl Checker {
     /// A session of its own with the task's sources registered plainly (Delta sources at
-    /// `pins`, the versions the runner read).
+    /// `pins`, the versions the runner read); staged files of the table at `table` are read
+    /// back through a client of its own too.
     /// On a remote `engine` the checks' source side runs on the cluster too (the window may
     /// not fit this machine), window by window; except when the task reads a Delta source:
     /// the cluster reads it as a file list idemlake resolved, so the check reads it through
@@ -126,6 +132,7 @@ impl Checker {
         task: &Task,
         pins: &[SourceVersion],
         engine: &crate::engine::Engine,
+        table: &url::Url,
     ) -> Result<Checker> {
         let reads_delta = task
             .sources
@@ -153,6 +160,7 @@ impl Checker {
         };
         Ok(Checker {
             ctx,
+            table_store: crate::delta::readback::own_root(table)?,
             batch_size,
             templates: [OnceCell::new(), OnceCell::new()],
             batches: Mutex::new(HashMap::new()),
@@ -162,6 +170,20 @@ impl Checker {
     /// The session checks run in.
     pub fn session(&self) -> &SessionContext {
         &self.ctx
+    }
+
+    /// The store to read staged files back through: on S3 the checks' own client rooted at
+    /// the target table when they were staged there (overwrite), else `staging` (the store
+    /// they were written with: a local table, or a merge's local temp dir).
+    pub fn staged_store(
+        &self,
+        staging: &Arc<dyn object_store::ObjectStore>,
+        in_table: bool,
+    ) -> Arc<dyn object_store::ObjectStore> {
+        match &self.table_store {
+            Some(own) if in_table => own.clone(),
+            _ => staging.clone(),
+        }
     }
 
     /// Announce the windows about to run (ascending): their checks are computed a batch of
@@ -343,7 +365,7 @@ impl Checker {
 /// A DataFusion session with idemlake's SQL settings and Delta support, reading local files
 /// through object_store's plain local store (no memory maps).
 pub fn plain_session() -> Result<SessionContext> {
-    crate::accel::session::session(false, true)
+    session::build(true)
 }
 
 /// The checks' session: [`plain_session`] without Parquet filter pushdown. A check query reads
@@ -353,7 +375,7 @@ pub fn plain_session() -> Result<SessionContext> {
 /// task spent ~80 ms CPU in its check with pushdown. Row-group and page pruning by statistics
 /// stay on (they do not depend on pushdown).
 fn checks_session() -> Result<SessionContext> {
-    crate::accel::session::session(false, false)
+    session::build(false)
 }
 
 /// Whether every output row of `plan` is one input row of a single table, projected,

@@ -1,0 +1,80 @@
+use std::sync::Arc;
+
+use arrow::array::{Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema};
+
+use super::*;
+use crate::pipeline::landing::Listing;
+use crate::task::{Partitioning, Require};
+
+fn write_parquet(path: &std::path::Path, ids: &[i64]) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![Arc::new(Int64Array::from(ids.to_vec()))],
+    )
+    .unwrap();
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(file, schema, None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+}
+
+/// Issue 37, item 3 (an observation on S3 that the checks made no listing of their own
+/// there): the checks' landing zone is DataFusion's listing table over the zone, registered
+/// in the checks' session, and lists the zone itself. A file that lands in a day after the
+/// runner pinned that day's listing is not in the runner's pins, and is in the checks' read:
+/// their file list does not come from the runner's pinned listings (the pin check before the
+/// commit is what fails such a window).
+#[tokio::test]
+async fn the_checks_list_a_landing_zone_themselves_not_through_the_runners_pins() {
+    let dir = tempfile::tempdir().unwrap();
+    let day = dir.path().join("zone/dt=2026-01-02");
+    write_parquet(&dir.path().join("zone/dt=2026-01-01/a.parquet"), &[1, 2]);
+    write_parquet(&day.join("a.parquet"), &[3, 4, 5]);
+    let source = Source {
+        alias: "events".into(),
+        uri: format!("{}/", dir.path().join("zone").display()),
+        upstream: None,
+        require: Require::Complete,
+        format: Format::Parquet,
+        csv_header: true,
+        csv_delimiter: b',',
+        partitioning: Partitioning::Auto,
+    };
+    // The runner's route: the zone's pinned listings, made now.
+    let runner = SessionContext::new();
+    let zone = crate::pipeline::landing::register(&runner, &source, Route::Zone)
+        .await
+        .unwrap()
+        .expect("a landing zone");
+    assert_eq!(zone.files(&[], Listing::Pinned).await.unwrap().len(), 2);
+    // A file lands in the second day; then the checks register the zone.
+    write_parquet(&day.join("b.parquet"), &[6]);
+    assert_eq!(zone.files(&[], Listing::Pinned).await.unwrap().len(), 2);
+    let checks = crate::pipeline::checks::session::build(false).unwrap();
+    register_pinned(&checks, std::slice::from_ref(&source), &[], &Engine::Local)
+        .await
+        .unwrap();
+    let count = |sql: &'static str| {
+        let checks = checks.clone();
+        async move {
+            let batches = checks.sql(sql).await.unwrap().collect().await.unwrap();
+            let col = batches[0].column(0).as_any();
+            col.downcast_ref::<Int64Array>().unwrap().value(0)
+        }
+    };
+    let sql = "SELECT count(*) FROM events WHERE dt = DATE '2026-01-02'";
+    assert_eq!(count(sql).await, 4);
+    // And the runner's pinned route still reads its three rows there.
+    let rows = runner
+        .sql("SELECT count(*) FROM events WHERE dt = DATE '2026-01-02'")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let col = rows[0].column(0).as_any();
+    assert_eq!(col.downcast_ref::<Int64Array>().unwrap().value(0), 3);
+}
