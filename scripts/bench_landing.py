@@ -20,6 +20,8 @@ With LANDING_S3=1 the source and the tables are on the local S3 server (scripts/
 start first; LANDING_S3_LATENCY_MS > 0 puts scripts/latency-proxy in front), and the report
 gives the object-store requests of one idemlake day window (its -v summary).
 
+The issue's zone six times larger (105,120 files, same 24 files a day) is LANDING_DAYS=4380.
+
 Knobs: BENCH_BIN, LANDING_DAYS [730], LANDING_FILES [24], LANDING_ROWS [100], LANDING_REPS [5],
 LANDING_RANGE [30], LANDING_PARALLEL [4], LANDING_WORK [/tmp/idemlake-landing], LANDING_OUT
 [bench/LANDING.md, appended], LANDING_SCENARIOS [load,day,range], LANDING_S3 [0] (LANDING_DAYS
