@@ -7,7 +7,8 @@
 //! and planner (Delta sources are read through delta-rs), and unquoted identifiers
 //! normalised (standard SQL: `SELECT Amount` names column `amount`, as in the runner's
 //! session). Nothing else of the runner's is: DataFusion's default runtime (its own listing
-//! cache, at DataFusion's default size, for this session only), object_store's plain local
+//! cache, for this session only, raised to [`LIST_FILES_CACHE_BYTES`] so that a landing zone
+//! of many thousand files is listed once per run, not once per scan), object_store's plain local
 //! store for `file://` sources, and no object store registered for S3 here (the sources
 //! register a client of their own, see `sources::register_pinned`).
 
@@ -16,6 +17,10 @@ use std::collections::HashMap;
 use datafusion::prelude::SessionContext;
 
 use crate::error::Result;
+
+/// The checks' own listing cache (DataFusion's default, 1 MiB, holds ~5,000 files' metadata:
+/// a larger landing zone was listed again for every scan of a window's check).
+pub const LIST_FILES_CACHE_BYTES: usize = 64 << 20;
 
 /// A fresh session for checks; `pushdown`: Parquet filter pushdown (late materialisation).
 pub fn build(pushdown: bool) -> Result<SessionContext> {
@@ -32,6 +37,9 @@ pub fn build(pushdown: bool) -> Result<SessionContext> {
     let ctx =
         deltalake::delta_datafusion::DeltaSessionContext::new_with_session_overrides(&overrides)?
             .into_inner();
+    if let Some(cache) = ctx.runtime_env().cache_manager.get_list_files_cache() {
+        cache.update_cache_limit(LIST_FILES_CACHE_BYTES);
+    }
     Ok(ctx)
 }
 
@@ -40,7 +48,7 @@ mod tests {
     use super::*;
 
     /// The checks' session takes nothing from the runner's constructor: no memory-mapped
-    /// local store, DataFusion's default listing cache, and the same SQL dialect.
+    /// local store, a listing cache of its own, and the same SQL dialect.
     #[tokio::test]
     async fn the_checks_session_is_plain_datafusion_with_the_runners_dialect() {
         let ctx = build(false).unwrap();
@@ -48,12 +56,7 @@ mod tests {
         let store = ctx.runtime_env().object_store(&local).unwrap();
         assert!(store.to_string().starts_with("LocalFileSystem"), "{store}");
         let limit = ctx.runtime_env().cache_manager.get_list_files_cache_limit();
-        let default = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
-            .build()
-            .unwrap()
-            .cache_manager
-            .get_list_files_cache_limit();
-        assert_eq!(limit, default);
+        assert_eq!(limit, LIST_FILES_CACHE_BYTES);
         let options = ctx.copied_config();
         let options = options.options();
         assert!(options.sql_parser.enable_ident_normalization);
