@@ -243,6 +243,17 @@ fn a_malformed_setting_exits_2_before_anything_runs() {
     }
 }
 
+/// `validate` with `var=value` exits 0.
+fn accepted_setting(p: &TestProject, var: &str, value: &str) {
+    let out = p
+        .cmd()
+        .env(var, value)
+        .args(["validate", "lineitem_by_ship_day"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{var}={value}: {}", text(&out));
+}
+
 /// Run `lineitem_by_ship_day` for one day with `var=value`; assert exit 2, the variable and
 /// the value named on stderr, and nothing written.
 fn refused_setting(p: &TestProject, var: &str, value: &str) {
@@ -280,13 +291,7 @@ fn an_invalid_idemlake_log_is_refused_not_ignored() {
         "idemlake::storage::count=trace,idemlake=info",
         "INFO",
     ] {
-        let out = p
-            .cmd()
-            .env("IDEMLAKE_LOG", good)
-            .args(["validate", "lineitem_by_ship_day"])
-            .output()
-            .unwrap();
-        assert_eq!(code(&out), 0, "IDEMLAKE_LOG={good}: {}", text(&out));
+        accepted_setting(&p, "IDEMLAKE_LOG", good);
     }
 }
 
@@ -332,13 +337,7 @@ fn a_misspelled_switch_or_fault_is_refused_not_ignored() {
         ("IDEMLAKE_LOG_CACHE", "false"),
         ("IDEMLAKE_TEST_FAULT", ""),
     ] {
-        let out = p
-            .cmd()
-            .env(var, good)
-            .args(["validate", "lineitem_by_ship_day"])
-            .output()
-            .unwrap();
-        assert_eq!(code(&out), 0, "{var}={good}: {}", text(&out));
+        accepted_setting(&p, var, good);
     }
 }
 

@@ -381,12 +381,7 @@ impl Grouped {
         let batches = df.collect().await?;
         let mut out: Vec<Option<PerWindow>> = vec![None; windows.len()];
         for b in &batches {
-            let w = b.schema().index_of(WINDOW_COL)?;
-            let idx = b
-                .column(w)
-                .as_any()
-                .downcast_ref::<UInt32Array>()
-                .ok_or_else(|| NotGroupable("the window column is not UInt32".into()))?;
+            let (w, idx) = window_index(b)?;
             let rest: Vec<usize> = (0..b.num_columns()).filter(|i| *i != w).collect();
             let values = b.project(&rest)?;
             for r in 0..b.num_rows() {
@@ -449,6 +444,17 @@ fn rows_at(values: &RecordBatch, r: usize) -> std::result::Result<u64, NotGroupa
     }
 }
 
+/// The grouped query's window column in `b`: its position and the window index of each row.
+fn window_index(b: &RecordBatch) -> std::result::Result<(usize, &UInt32Array), NotGroupable> {
+    let w = b.schema().index_of(WINDOW_COL)?;
+    let idx = b
+        .column(w)
+        .as_any()
+        .downcast_ref::<UInt32Array>()
+        .ok_or_else(|| NotGroupable("the window column is not UInt32".into()))?;
+    Ok((w, idx))
+}
+
 /// Each window's content fingerprint from the rows of `df` (the carried plan, each row with
 /// its window's index).
 async fn fingerprints(
@@ -460,12 +466,7 @@ async fn fingerprints(
     let mut stream = df.execute_stream().await?;
     while let Some(b) = stream.next().await {
         let b = b?;
-        let w = b.schema().index_of(WINDOW_COL)?;
-        let idx = b
-            .column(w)
-            .as_any()
-            .downcast_ref::<UInt32Array>()
-            .ok_or_else(|| NotGroupable("the window column is not UInt32".into()))?;
+        let (_, idx) = window_index(&b)?;
         let hashes = super::content::row_hashes(&b, Some(WINDOW_COL))?;
         for (r, h) in hashes.into_iter().enumerate() {
             if !idx.is_null(r) {
