@@ -74,24 +74,27 @@ pub async fn register_with_zones(
 
 /// Register every source again in another session (the independent checks' own), Delta
 /// sources at the versions `pins` recorded, so both sessions read the same inputs: landing
-/// zones as DataFusion's listing tables (a listing of their own), and S3 sources through a
-/// client of their own (no log cache, not the store the task's session reads through).
+/// zones as DataFusion's listing tables (a listing of their own; returned, so the caller may
+/// narrow their listings, see `checks::zone`), and S3 sources through a client of their own
+/// (no log cache, not the store the task's session reads through).
 pub async fn register_pinned(
     ctx: &SessionContext,
     sources: &[Source],
     pins: &[SourceVersion],
     engine: &Engine,
-) -> Result<()> {
+) -> Result<Vec<Arc<LandingZone>>> {
+    let mut zones = Vec::new();
     for s in sources {
         let pin = pins
             .iter()
             .find(|p| p.alias == s.alias)
             .and_then(|p| p.version);
-        register_one(ctx, s, pin, engine, (Route::Plain, Client::Own))
+        let (_, zone) = register_one(ctx, s, pin, engine, (Route::Plain, Client::Own))
             .await
             .map_err(|e| e.context(format!("source `{}` ({})", s.alias, s.uri)))?;
+        zones.extend(zone);
     }
-    Ok(())
+    Ok(zones)
 }
 
 async fn register_one(

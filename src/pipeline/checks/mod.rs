@@ -47,6 +47,7 @@ pub mod data;
 pub mod grouped;
 pub mod session;
 pub mod staged;
+pub mod zone;
 
 pub use content::Fingerprint;
 use grouped::{Grouped, Measure, PerWindow};
@@ -151,7 +152,10 @@ impl Checker {
             crate::engine::Engine::Local => checks_session()?,
             remote => crate::engine::session(remote, false, false).await?,
         };
-        sources::register_pinned(&ctx, &task.sources, pins, engine).await?;
+        let zones = sources::register_pinned(&ctx, &task.sources, pins, engine).await?;
+        if engine.is_local() {
+            narrow_listings(&ctx, &zones)?;
+        }
         let config = crate::config::get();
         let batch_size = if config.accelerate && engine.is_local() {
             config.check_batch.max(1) as usize
@@ -362,10 +366,27 @@ impl Checker {
     }
 }
 
+/// Landing zones read through [`zone::CheckZone`]: DataFusion's listing table, listing only
+/// the top-level directories a scan's filters accept.
+fn narrow_listings(
+    ctx: &SessionContext,
+    zones: &[Arc<crate::pipeline::landing::LandingZone>],
+) -> Result<()> {
+    for z in zones {
+        if let Some(t) =
+            zone::CheckZone::new(z.listing_table()?, z.root().clone(), z.partition_columns())
+        {
+            ctx.deregister_table(z.alias.as_str())?;
+            ctx.register_table(z.alias.as_str(), Arc::new(t))?;
+        }
+    }
+    Ok(())
+}
+
 /// A DataFusion session with idemlake's SQL settings and Delta support, reading local files
 /// through object_store's plain local store (no memory maps).
 pub fn plain_session() -> Result<SessionContext> {
-    session::build(true)
+    session::build(true, session::Listings::Cached)
 }
 
 /// The checks' session: [`plain_session`] without Parquet filter pushdown. A check query reads
@@ -375,7 +396,7 @@ pub fn plain_session() -> Result<SessionContext> {
 /// task spent ~80 ms CPU in its check with pushdown. Row-group and page pruning by statistics
 /// stay on (they do not depend on pushdown).
 fn checks_session() -> Result<SessionContext> {
-    session::build(false)
+    session::build(false, session::Listings::Narrow)
 }
 
 /// Whether every output row of `plan` is one input row of a single table, projected,

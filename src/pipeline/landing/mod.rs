@@ -171,6 +171,11 @@ impl LandingZone {
         Ok(Some(zone))
     }
 
+    /// The zone's root location (without a glob's file pattern).
+    pub fn root(&self) -> &ListingTableUrl {
+        &self.url
+    }
+
     /// The partition columns with their types, in directory order.
     pub fn partition_columns(&self) -> &[(String, DataType)] {
         &self.columns

@@ -53,7 +53,11 @@ async fn the_checks_list_a_landing_zone_themselves_not_through_the_runners_pins(
     // A file lands in the second day; then the checks register the zone.
     write_parquet(&day.join("b.parquet"), &[6]);
     assert_eq!(zone.files(&[], Listing::Pinned).await.unwrap().len(), 2);
-    let checks = crate::pipeline::checks::session::build(false).unwrap();
+    let checks = crate::pipeline::checks::session::build(
+        false,
+        crate::pipeline::checks::session::Listings::Narrow,
+    )
+    .unwrap();
     register_pinned(&checks, std::slice::from_ref(&source), &[], &Engine::Local)
         .await
         .unwrap();

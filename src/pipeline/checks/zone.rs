@@ -1,0 +1,182 @@
+//! The checks' table over a landing zone: DataFusion's own `ListingTable`, scanned once per
+//! top-level directory the scan's filters accept.
+//!
+//! DataFusion lists a partitioned table by the longest prefix its *equality* filters name
+//! (`dt = '2026-11-28'` lists `dt=2026-11-28/`); a window's range (`dt >= … AND dt < …`)
+//! names none, so a plain listing table lists the whole history for every window (and its
+//! listing cache, on a miss, always lists the whole table). This table keeps DataFusion's
+//! listing and scan, and narrows them: one delimiter listing of the zone's root (this
+//! module's, not the runner's `landing` walk), the top-level values DataFusion's own
+//! `filter_partitioned_file` accepts, then one `ListingTable` scan per value with the
+//! equality filter added, unioned. Above [`MAX_PRUNED_SCANS`] values (a long backfill's grouped
+//! check) it is one scan of the whole table: listing everything once is cheaper then.
+//!
+//! Shares nothing with the runner's route but the zone's opening (its schema and partition
+//! columns): not `LandingZone::files`, not its pinned listings, not its pruning.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, SchemaRef};
+use async_trait::async_trait;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::{DFSchema, ScalarValue};
+use datafusion::datasource::TableType;
+use datafusion::datasource::listing::helpers::{expr_applicable_for_cols, filter_partitioned_file};
+use datafusion::datasource::listing::{ListingTable, ListingTableUrl, PartitionedFile};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, col, lit};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::union::UnionExec;
+use object_store::path::Path;
+
+/// Above this many accepted top-level values, one scan of the whole table.
+pub const MAX_PRUNED_SCANS: usize = 64;
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct CheckZone {
+    inner: Arc<ListingTable>,
+    root: ListingTableUrl,
+    /// The first partition column (the top directory level) and its type.
+    first: (String, DataType),
+}
+
+impl CheckZone {
+    /// `inner`: DataFusion's listing table over `root`, partitioned by `columns` (top first).
+    pub fn new(
+        inner: ListingTable,
+        root: ListingTableUrl,
+        columns: &[(String, DataType)],
+    ) -> Option<CheckZone> {
+        let first = columns.first()?.clone();
+        Some(CheckZone {
+            inner: Arc::new(inner),
+            root,
+            first,
+        })
+    }
+
+    /// The top-level values `filters` accept, each as an equality filter; `None` when the
+    /// filters say nothing of the top level, or a directory's spelling is not the text of its
+    /// typed value (DataFusion's prefix would then miss it: the whole table is scanned).
+    async fn accepted(&self, state: &dyn Session, filters: &[Expr]) -> Result<Option<Vec<Expr>>> {
+        let (name, ty) = &self.first;
+        let on_first: Vec<Expr> = filters
+            .iter()
+            .filter(|f| expr_applicable_for_cols(&[name.as_str()], f))
+            .cloned()
+            .collect();
+        if on_first.is_empty() {
+            return Ok(None);
+        }
+        let store = state.runtime_env().object_store(&self.root)?;
+        let listed = store
+            .list_with_delimiter(Some(self.root.prefix()))
+            .await
+            .map_err(|e| DataFusionError::ObjectStore(Box::new(e)))?;
+        let schema = DFSchema::from_unqualified_fields(
+            vec![Field::new(name, ty.clone(), true)].into(),
+            Default::default(),
+        )?;
+        let on_first: Vec<Expr> = on_first.into_iter().map(unqualified).collect();
+        let mut out = Vec::new();
+        for dir in &listed.common_prefixes {
+            let Some(value) = top_value(dir, name, ty) else {
+                continue;
+            };
+            let Some(value) = value else {
+                return Ok(None);
+            };
+            let mut probe = PartitionedFile::new(dir.to_string(), 0);
+            probe.partition_values = vec![value.clone()];
+            if filter_partitioned_file(probe, &on_first, &schema)?.is_some() {
+                out.push(col(name.as_str()).eq(lit(value)));
+            }
+            if out.len() > MAX_PRUNED_SCANS {
+                return Ok(None);
+            }
+        }
+        Ok(Some(out))
+    }
+}
+
+/// The typed value a top-level directory `key=value` names: `None` for another key or a
+/// hidden directory (not part of the source), `Some(None)` when its text is not what the
+/// typed value prints as (percent escapes, `007` for 7: no equality prefix can find it).
+fn top_value(dir: &Path, name: &str, ty: &DataType) -> Option<Option<ScalarValue>> {
+    let segment = dir.filename()?;
+    let (key, raw) = segment.split_once('=')?;
+    if key != name || segment.starts_with('.') || segment.starts_with('_') {
+        return None;
+    }
+    let value = ScalarValue::try_from_string(raw.to_string(), ty).ok()?;
+    if value.is_null() {
+        return None;
+    }
+    Some((value.to_string() == raw).then_some(value))
+}
+
+/// `e` with its columns unqualified (evaluated in a schema of the partition column alone).
+fn unqualified(e: Expr) -> Expr {
+    use datafusion::common::tree_node::{Transformed, TreeNode};
+    e.transform(|e| {
+        Ok(match e {
+            Expr::Column(c) if c.relation.is_some() => Transformed::yes(Expr::Column(
+                datafusion::common::Column::new_unqualified(c.name),
+            )),
+            other => Transformed::no(other),
+        })
+    })
+    .map(|t| t.data)
+    .expect("renaming columns cannot fail")
+}
+
+#[async_trait]
+impl TableProvider for CheckZone {
+    fn schema(&self) -> SchemaRef {
+        self.inner.schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        self.inner.supports_filters_pushdown(filters)
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let Some(values) = self.accepted(state, filters).await? else {
+            return self.inner.scan(state, projection, filters, limit).await;
+        };
+        tracing::debug!(
+            table = %self.root,
+            directories = values.len(),
+            "the checks list only the top-level directories the filters accept"
+        );
+        let mut plans = Vec::with_capacity(values.len());
+        for eq in values {
+            let mut narrowed = filters.to_vec();
+            narrowed.push(eq);
+            plans.push(self.inner.scan(state, projection, &narrowed, limit).await?);
+        }
+        if plans.is_empty() {
+            let schema = datafusion::common::project_schema(&self.schema(), projection)?;
+            return Ok(Arc::new(EmptyExec::new(schema)));
+        }
+        UnionExec::try_new(plans)
+    }
+}
+
+#[cfg(test)]
+mod tests;
