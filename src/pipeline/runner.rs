@@ -105,7 +105,7 @@ impl Runner {
         };
         let (sources, zones) = sources::register_with_zones(&ctx, &task.sources, &engine).await?;
         let url = project.table_url(task)?;
-        let checker = Arc::new(Checker::new(task, &sources, &engine, &url).await?);
+        let checker = Arc::new(Checker::new(task, (&sources, &zones), &engine, &url).await?);
         let sources_ms = t0.elapsed().as_millis();
         // The table loads in the background (its log replay is independent of the sources);
         // until then the runner holds it unloaded (no I/O).

@@ -74,17 +74,27 @@ pub async fn register_with_zones(
 
 /// Register every source again in another session (the independent checks' own), Delta
 /// sources at the versions `pins` recorded, so both sessions read the same inputs: landing
-/// zones as DataFusion's listing tables (a listing of their own; returned, so the caller may
-/// narrow their listings, see `checks::zone`), and S3 sources through a client of their own
+/// zones returned for the caller to register (a listing of its own, see `checks::zone`;
+/// those the runner `opened` are not opened again on the local engine, the others are
+/// registered as DataFusion's listing tables), and S3 sources through a client of their own
 /// (no log cache, not the store the task's session reads through).
 pub async fn register_pinned(
     ctx: &SessionContext,
     sources: &[Source],
     pins: &[SourceVersion],
     engine: &Engine,
+    opened: &[Arc<LandingZone>],
 ) -> Result<Vec<Arc<LandingZone>>> {
     let mut zones = Vec::new();
     for s in sources {
+        let reused = opened.iter().find(|z| z.alias == s.alias);
+        if let Some(zone) = reused.filter(|_| engine.is_local()) {
+            // Opened once (partition columns and file schema); read through this session's
+            // own client, registered by the caller.
+            register_client(ctx, s, Client::Own)?;
+            zones.push(zone.clone());
+            continue;
+        }
         let pin = pins
             .iter()
             .find(|p| p.alias == s.alias)
@@ -104,19 +114,7 @@ async fn register_one(
     engine: &Engine,
     (route, client): (Route, Client),
 ) -> Result<(SourceVersion, Option<Arc<LandingZone>>)> {
-    let mut own = None;
-    if s.uri.contains("://") {
-        let url = url::Url::parse(&s.uri)
-            .map_err(|e| Error::input(format!("invalid source URL: {e}")))?;
-        let store = match client {
-            Client::Shared => crate::storage::store_for(&url)?,
-            Client::Own => crate::storage::own_store_for(&url)?,
-        };
-        if let Some((bucket, store)) = store {
-            register_store(ctx, &bucket, store.clone());
-            own = (client == Client::Own).then_some(store);
-        }
-    }
+    let own = register_client(ctx, s, client)?;
     if s.format == Format::Delta {
         return Ok((register_delta(ctx, s, pin, engine, own).await?, None));
     }
@@ -135,6 +133,29 @@ async fn register_one(
         return Ok((v, Some(zone)));
     }
     Ok((register_file_source(ctx, s).await?, None))
+}
+
+/// Register the object store `s` is read through in `ctx` (a remote location's: the process's,
+/// or with [`Client::Own`] a client of the caller's own, returned).
+fn register_client(
+    ctx: &SessionContext,
+    s: &Source,
+    client: Client,
+) -> Result<Option<Arc<dyn ObjectStore>>> {
+    if !s.uri.contains("://") {
+        return Ok(None);
+    }
+    let url =
+        url::Url::parse(&s.uri).map_err(|e| Error::input(format!("invalid source URL: {e}")))?;
+    let store = match client {
+        Client::Shared => crate::storage::store_for(&url)?,
+        Client::Own => crate::storage::own_store_for(&url)?,
+    };
+    let Some((bucket, store)) = store else {
+        return Ok(None);
+    };
+    register_store(ctx, &bucket, store.clone());
+    Ok((client == Client::Own).then_some(store))
 }
 
 /// Register a Delta source, at version `pin` if given (else the latest): through delta-rs on

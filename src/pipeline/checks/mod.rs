@@ -128,10 +128,14 @@ impl Checker {
     /// On a remote `engine` the checks' source side runs on the cluster too (the window may
     /// not fit this machine), window by window; except when the task reads a Delta source:
     /// the cluster reads it as a file list idemlake resolved, so the check reads it through
-    /// delta-rs here, a route that resolution does not touch.
+    /// delta-rs here, a route that resolution does not touch. Landing zones the runner
+    /// `opened` (their partition columns and file schema) are not opened again.
     pub async fn new(
         task: &Task,
-        pins: &[SourceVersion],
+        (pins, opened): (
+            &[SourceVersion],
+            &[Arc<crate::pipeline::landing::LandingZone>],
+        ),
         engine: &crate::engine::Engine,
         table: &url::Url,
     ) -> Result<Checker> {
@@ -152,9 +156,9 @@ impl Checker {
             crate::engine::Engine::Local => checks_session()?,
             remote => crate::engine::session(remote, false, false).await?,
         };
-        let zones = sources::register_pinned(&ctx, &task.sources, pins, engine).await?;
+        let zones = sources::register_pinned(&ctx, &task.sources, pins, engine, opened).await?;
         if engine.is_local() {
-            narrow_listings(&ctx, &zones)?;
+            narrow_listings(&ctx, task, &zones)?;
         }
         let config = crate::config::get();
         let batch_size = if config.accelerate && engine.is_local() {
@@ -370,12 +374,19 @@ impl Checker {
 /// the top-level directories a scan's filters accept.
 fn narrow_listings(
     ctx: &SessionContext,
+    task: &Task,
     zones: &[Arc<crate::pipeline::landing::LandingZone>],
 ) -> Result<()> {
+    use crate::pipeline::landing::listing_options;
     for z in zones {
-        if let Some(t) =
-            zone::CheckZone::new(z.listing_table()?, z.root().clone(), z.partition_columns())
-        {
+        let Some(source) = task.sources.iter().find(|s| s.alias == z.alias) else {
+            continue;
+        };
+        let Some(options) = listing_options(ctx, source) else {
+            continue;
+        };
+        let table = z.listing_table_with(options)?;
+        if let Some(t) = zone::CheckZone::new(table, z.root().clone(), z.partition_columns()) {
             ctx.deregister_table(z.alias.as_str())?;
             ctx.register_table(z.alias.as_str(), Arc::new(t))?;
         }

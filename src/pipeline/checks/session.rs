@@ -17,11 +17,11 @@
 //! statistics steer plan choices such as a join's build side, never an answer). Other users of a plain session ([`Listings::Cached`])
 //! keep a listing cache of [`LIST_FILES_CACHE_BYTES`].
 
-use std::collections::HashMap;
-
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
-use datafusion::prelude::SessionContext;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use deltalake::delta_datafusion::DeltaSessionConfig;
+use deltalake::delta_datafusion::planner::DeltaPlanner;
 
 use crate::error::Result;
 
@@ -46,28 +46,30 @@ pub fn build(pushdown: bool, listings: Listings) -> Result<SessionContext> {
     } else {
         "true"
     };
-    let overrides = HashMap::from(
-        [
-            // The runner's SQL dialect: unquoted names are case-insensitive.
-            ("datafusion.sql_parser.enable_ident_normalization", "true"),
-            ("datafusion.execution.parquet.pushdown_filters", pushdown),
-            ("datafusion.execution.parquet.reorder_filters", "true"),
-            ("datafusion.execution.collect_statistics", statistics),
-        ]
-        .map(|(k, v)| (k.to_string(), v.to_string())),
-    );
-    let ctx =
-        deltalake::delta_datafusion::DeltaSessionContext::new_with_session_overrides(&overrides)?
-            .into_inner();
+    let mut config: SessionConfig = DeltaSessionConfig::default().into();
+    for (key, value) in [
+        // The runner's SQL dialect: unquoted names are case-insensitive.
+        ("datafusion.sql_parser.enable_ident_normalization", "true"),
+        ("datafusion.execution.parquet.pushdown_filters", pushdown),
+        ("datafusion.execution.parquet.reorder_filters", "true"),
+        ("datafusion.execution.collect_statistics", statistics),
+    ] {
+        config.options_mut().set(key, value)?;
+    }
     let limit = match listings {
         Listings::Narrow => 0,
         Listings::Cached => LIST_FILES_CACHE_BYTES,
     };
-    let runtime = RuntimeEnvBuilder::from_runtime_env(&ctx.runtime_env())
+    let runtime = RuntimeEnvBuilder::new()
         .with_object_list_cache_limit(limit)
         .build_arc()?;
-    let state = SessionStateBuilder::from(ctx.state())
+    // As `DeltaSessionContext` builds its sessions (Delta's defaults and planner), with this
+    // runtime.
+    let state = SessionStateBuilder::new()
+        .with_default_features()
+        .with_config(config)
         .with_runtime_env(runtime)
+        .with_query_planner(DeltaPlanner::new())
         .build();
     Ok(SessionContext::new_with_state(state))
 }

@@ -5,10 +5,11 @@
 //! (`dt = '2026-11-28'` lists `dt=2026-11-28/`); a window's range (`dt >= … AND dt < …`)
 //! names none, so a plain listing table lists the whole history for every window (and its
 //! listing cache, on a miss, always lists the whole table). This table keeps DataFusion's
-//! listing and scan, and narrows them: one delimiter listing of the zone's root (this
-//! module's, not the runner's `landing` walk), the top-level values DataFusion's own
-//! `filter_partitioned_file` accepts, then one `ListingTable` scan per value with the
-//! equality filter added, unioned. Above [`MAX_PRUNED_SCANS`] values (a long backfill's grouped
+//! listing and scan, and narrows them: the top-level values the scan's bounds name (a DATE or
+//! BIGINT level bounded on both sides: every value between, see `bounded`) or else those one
+//! delimiter listing of the zone's root finds (this module's, not the runner's `landing`
+//! walk), kept if DataFusion's own `filter_partitioned_file` accepts them; then one
+//! `ListingTable` scan per value with the equality filter added, unioned. Above [`MAX_PRUNED_SCANS`] values (a long backfill's grouped
 //! check) it is one scan of the whole table: listing everything once is cheaper then.
 //!
 //! Shares nothing with the runner's route but the zone's opening (its schema and partition
@@ -60,41 +61,66 @@ impl CheckZone {
     /// The top-level values `filters` accept, each as an equality filter; `None` when the
     /// filters say nothing of the top level, or a directory's spelling is not the text of its
     /// typed value (DataFusion's prefix would then miss it: the whole table is scanned).
+    ///
+    /// A DATE or BIGINT top level bounded on both sides (a window's range) names its values
+    /// without a listing: each value in the bounds is a candidate, and DataFusion lists the
+    /// directory it spells (`dt=2026-11-28/`; nothing if there is none). A directory spelled
+    /// otherwise (`n=007`) is then not read here while the runner reads it: the window fails
+    /// its check rather than pass with rows missing on both sides.
     async fn accepted(&self, state: &dyn Session, filters: &[Expr]) -> Result<Option<Vec<Expr>>> {
         let (name, ty) = &self.first;
         let on_first: Vec<Expr> = filters
             .iter()
             .filter(|f| expr_applicable_for_cols(&[name.as_str()], f))
-            .cloned()
+            .map(|f| unqualified(f.clone()))
             .collect();
         if on_first.is_empty() {
             return Ok(None);
         }
-        let store = state.runtime_env().object_store(&self.root)?;
-        let listed = store
-            .list_with_delimiter(Some(self.root.prefix()))
-            .await
-            .map_err(|e| DataFusionError::ObjectStore(Box::new(e)))?;
+        let candidates = match bounded::values(&on_first, name, ty) {
+            Some(values) => values,
+            None => match self.listed(state, name, ty).await? {
+                Some(values) => values,
+                None => return Ok(None),
+            },
+        };
         let schema = DFSchema::from_unqualified_fields(
             vec![Field::new(name, ty.clone(), true)].into(),
             Default::default(),
         )?;
-        let on_first: Vec<Expr> = on_first.into_iter().map(unqualified).collect();
         let mut out = Vec::new();
-        for dir in &listed.common_prefixes {
-            let Some(value) = top_value(dir, name, ty) else {
-                continue;
-            };
-            let Some(value) = value else {
-                return Ok(None);
-            };
-            let mut probe = PartitionedFile::new(dir.to_string(), 0);
+        for value in candidates {
+            let mut probe = PartitionedFile::new(format!("{name}={value}"), 0);
             probe.partition_values = vec![value.clone()];
             if filter_partitioned_file(probe, &on_first, &schema)?.is_some() {
                 out.push(col(name.as_str()).eq(lit(value)));
             }
             if out.len() > MAX_PRUNED_SCANS {
                 return Ok(None);
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// The values of the top-level directories, from one delimiter listing of the root;
+    /// `None` if one is spelled otherwise than its typed value prints.
+    async fn listed(
+        &self,
+        state: &dyn Session,
+        name: &str,
+        ty: &DataType,
+    ) -> Result<Option<Vec<ScalarValue>>> {
+        let store = state.runtime_env().object_store(&self.root)?;
+        let listed = store
+            .list_with_delimiter(Some(self.root.prefix()))
+            .await
+            .map_err(|e| DataFusionError::ObjectStore(Box::new(e)))?;
+        let mut out = Vec::new();
+        for dir in &listed.common_prefixes {
+            match top_value(dir, name, ty) {
+                None => continue,
+                Some(None) => return Ok(None),
+                Some(Some(v)) => out.push(v),
             }
         }
         Ok(Some(out))
@@ -118,7 +144,7 @@ fn top_value(dir: &Path, name: &str, ty: &DataType) -> Option<Option<ScalarValue
 }
 
 /// `e` with its columns unqualified (evaluated in a schema of the partition column alone).
-fn unqualified(e: Expr) -> Expr {
+pub(super) fn unqualified(e: Expr) -> Expr {
     use datafusion::common::tree_node::{Transformed, TreeNode};
     e.transform(|e| {
         Ok(match e {
@@ -177,6 +203,8 @@ impl TableProvider for CheckZone {
         UnionExec::try_new(plans)
     }
 }
+
+mod bounded;
 
 #[cfg(test)]
 mod tests;

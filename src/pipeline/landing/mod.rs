@@ -29,10 +29,11 @@ mod pins;
 mod provider;
 mod prune;
 mod register;
+mod whole;
 
 pub use pins::{describe, differences, scan_filters};
 pub use provider::ZoneTable;
-pub use register::{Route, register};
+pub use register::{Route, listing_options, register};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -209,10 +210,12 @@ impl LandingZone {
     /// DataFusion's own listing table over the same location, partition columns and schema:
     /// the plain twin, and the independent checks' route (a listing of its own).
     pub fn listing_table(&self) -> Result<ListingTable> {
-        let options = self
-            .options
-            .clone()
-            .with_table_partition_cols(self.columns.clone());
+        self.listing_table_with(self.options.clone())
+    }
+
+    /// [`LandingZone::listing_table`] with another session's `options` (its format settings).
+    pub fn listing_table_with(&self, options: ListingOptions) -> Result<ListingTable> {
+        let options = options.with_table_partition_cols(self.columns.clone());
         // DataFusion matches a glob against the file names, `key=value` levels left out.
         let url = match &self.glob {
             Some(g) => self.url.clone().with_glob(g.file.as_str())?,

@@ -1,5 +1,6 @@
 //! A landing zone as a DataFusion table: each scan reads the files [`LandingZone::files`]
-//! selects for its filters from the run's pinned listings.
+//! selects for its filters from the run's pinned listings (on an object store, small Parquet
+//! files with one request each, see `whole`).
 
 use std::sync::Arc;
 
@@ -8,13 +9,17 @@ use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::project_schema;
 use datafusion::datasource::TableType;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::helpers::expr_applicable_for_cols;
+use datafusion::datasource::physical_plan::ParquetSource;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
+use datafusion::datasource::source::DataSourceExec;
 use datafusion::datasource::table_schema::TableSchemaBuilder;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
 
+use super::whole::WholeSmallFiles;
 use super::{LandingZone, Listing};
 
 /// The table a runner's session reads a landing zone through (see the module documentation).
@@ -102,14 +107,32 @@ impl TableProvider for ZoneTable {
             .with_table_partition_cols(self.zone.partition_fields())
             .build();
         let format = &self.zone.options.format;
-        let config = FileScanConfigBuilder::new(
-            self.zone.url.object_store(),
-            format.file_source(table_schema),
-        )
-        .with_file_groups(groups)
-        .with_projection_indices(projection.cloned())?
-        .with_limit(limit)
-        .build();
+        let remote_parquet = format
+            .downcast_ref::<ParquetFormat>()
+            .filter(|_| self.zone.url.scheme() != "file");
+        let source = match remote_parquet {
+            Some(parquet) => {
+                let mut source = ParquetSource::new(table_schema)
+                    .with_table_parquet_options(parquet.options().clone())
+                    .with_parquet_file_reader_factory(Arc::new(WholeSmallFiles::new(
+                        self.zone.store.clone(),
+                    )));
+                if let Some(hint) = parquet.metadata_size_hint() {
+                    source = source.with_metadata_size_hint(hint);
+                }
+                Arc::new(source)
+            }
+            None => format.file_source(table_schema),
+        };
+        let config = FileScanConfigBuilder::new(self.zone.url.object_store(), source)
+            .with_file_groups(groups)
+            .with_projection_indices(projection.cloned())?
+            .with_limit(limit)
+            .build();
+        if remote_parquet.is_some() {
+            // Not `create_physical_plan`: it would put DataFusion's reader factory back.
+            return Ok(DataSourceExec::from_data_source(config));
+        }
         format.create_physical_plan(state, config).await
     }
 }

@@ -50,7 +50,7 @@ pub async fn register(
 
 /// The listing options of a directory of `s`'s format (the session's defaults, the source's
 /// CSV options); `None` for a Delta source.
-fn listing_options(ctx: &SessionContext, s: &Source) -> Option<ListingOptions> {
+pub fn listing_options(ctx: &SessionContext, s: &Source) -> Option<ListingOptions> {
     use datafusion::datasource::file_format::options::ReadOptions;
     let config = ctx.copied_config();
     let table = ctx.copied_table_options();

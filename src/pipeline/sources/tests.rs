@@ -58,9 +58,15 @@ async fn the_checks_list_a_landing_zone_themselves_not_through_the_runners_pins(
         crate::pipeline::checks::session::Listings::Narrow,
     )
     .unwrap();
-    register_pinned(&checks, std::slice::from_ref(&source), &[], &Engine::Local)
-        .await
-        .unwrap();
+    register_pinned(
+        &checks,
+        std::slice::from_ref(&source),
+        &[],
+        &Engine::Local,
+        &[],
+    )
+    .await
+    .unwrap();
     let count = |sql: &'static str| {
         let checks = checks.clone();
         async move {
