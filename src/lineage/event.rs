@@ -4,10 +4,10 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::lineage::assertions;
 use crate::lineage::names::{DatasetName, dataset};
 use crate::lineage::settings::RunRef;
-use crate::report::record::{Check, DataCheckResult, Report, SourceVersion, Status};
-use crate::task::checks::CheckKind;
+use crate::report::record::{Report, SourceVersion, Status};
 use crate::task::{Format, Task};
 
 /// The OpenLineage spec version the events follow.
@@ -241,7 +241,7 @@ pub fn window_event(
         json!({"runId": run_uuid(report.run_id.as_deref()), "facets": run_facets}),
         json!({"namespace": at.namespace, "name": task.name, "facets": job_facets}),
     );
-    let assertions = (kind != Kind::Start).then(|| assertions(task, report));
+    let assertions = (kind != Kind::Start).then(|| assertions::of(task, report));
     let inputs: Vec<Value> = task
         .sources
         .iter()
@@ -399,68 +399,6 @@ fn output(kind: Kind, report: &Report, table: &DatasetName) -> Value {
     d
 }
 
-/// The window's reconciliation and `[checks]` results as data-quality assertions.
-fn assertions(task: &Task, report: &Report) -> Value {
-    let mut out: Vec<Value> = report.reconciliation.iter().map(reconciliation).collect();
-    out.extend(report.data_checks.iter().map(|c| data_check(task, c)));
-    json!({"assertions": out})
-}
-
-fn reconciliation(c: &Check) -> Value {
-    let mut a = json!({
-        "assertion": c.check,
-        "name": c.check,
-        "success": c.ok,
-        "expected": c.source,
-        "actual": c.output,
-        "description": "reconciliation: the independent source side (expected) against the window's output (actual)",
-    });
-    if let Some(t) = c.tolerance {
-        a["params"] = json!({"tolerance": t});
-    }
-    a
-}
-
-fn data_check(task: &Task, c: &DataCheckResult) -> Value {
-    let kind = task
-        .checks
-        .iter()
-        .find(|d| d.name == c.check)
-        .map(|d| &d.kind);
-    let (assertion, column, content) = match kind {
-        Some(CheckKind::NotNull(col)) => ("not_null", Some(col.as_str()), None),
-        Some(CheckKind::Unique(cols)) if cols.len() == 1 => {
-            ("unique", Some(cols[0].as_str()), None)
-        }
-        Some(CheckKind::Unique(_)) => ("unique", None, None),
-        Some(CheckKind::AcceptedValues(col, _)) => ("accepted_values", Some(col.as_str()), None),
-        Some(CheckKind::Range { column, .. }) => ("range", Some(column.as_str()), None),
-        Some(CheckKind::RowCount { .. }) => ("row_count", None, None),
-        Some(CheckKind::Relationship { column, .. }) => {
-            ("relationships", Some(column.as_str()), None)
-        }
-        Some(CheckKind::Sql(sql)) => ("custom_sql", None, Some(sql.as_str())),
-        None => ("custom_sql", None, None),
-    };
-    let mut a = json!({
-        "assertion": assertion,
-        "name": c.check,
-        "success": c.ok,
-        "severity": c.severity,
-        "expected": "0",
-        "actual": c.failing_rows.to_string(),
-        "description": "[checks]: the rows (for unique, the key groups) that fail the check",
-    });
-    if let Some(col) = column {
-        a["column"] = json!(col);
-    }
-    if let Some(sql) = content {
-        a["content"] = json!(sql);
-        a["contentType"] = json!("sql");
-    }
-    a
-}
-
 /// The event of an invocation's run (a backfill): job `name`, run `run_id`, under the
 /// orchestrator's run if any; `error` for a FAIL.
 pub fn invocation_event(
@@ -487,4 +425,29 @@ pub fn invocation_event(
         json!({"namespace": at.namespace, "name": name, "facets": job_facets}),
     );
     Value::Object(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_id_that_is_a_uuid_is_the_runs_and_another_is_derived_the_same_way_each_time() {
+        let id = "B462EE4C-5FF8-4B2C-9B5C-83F13159F72B";
+        assert_eq!(run_uuid(Some(id)), id.to_lowercase());
+        let derived = run_uuid(Some("run-7"));
+        assert_eq!(derived, run_uuid(Some("run-7")));
+        assert_ne!(derived, run_uuid(Some("run-8")));
+        assert!(uuid::Uuid::parse_str(&derived).is_ok());
+    }
+
+    #[test]
+    fn every_exit_code_has_a_class() {
+        for code in 1..=6 {
+            let kind = crate::error::ErrorKind::from_exit_code(code).unwrap();
+            assert_eq!(kind.exit_code(), code);
+            assert!(!kind.name().is_empty());
+        }
+        assert_eq!(crate::error::ErrorKind::from_exit_code(0), None);
+    }
 }

@@ -3,13 +3,15 @@
 //! OpenLineage run per window (its run id), under the invocation's run (a backfill's) and the
 //! orchestrator's (`OPENLINEAGE_PARENT_ID`, `--lineage-parent`).
 //!
-//! `event` builds the events from what a run knows, `names` names the datasets, `settings`
-//! resolves where they go, `transport` sends them. Sending never fails a window, and delays
-//! it at most the timeout per event; what became of a window's events is in its report
-//! (`lineage`). The pipeline calls [`TaskLineage`] at a window's start and end.
+//! `event` builds the events from what a run knows (`assertions` its checks), `names` names
+//! the datasets, `settings` resolves where they go, `transport` sends them. Sending never
+//! fails a window, and delays it at most the timeout per event; what became of a window's
+//! events is in its report (`lineage`). The pipeline calls [`TaskLineage`] at a window's start
+//! and end.
 //!
 //! May import `task`, `report`, `config`, `error`.
 
+pub mod assertions;
 pub mod event;
 pub mod names;
 pub mod settings;

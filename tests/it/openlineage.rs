@@ -356,6 +356,74 @@ fn a_failed_window_sends_fail_with_its_error_and_exit_class() {
 }
 
 #[test]
+fn windows_that_run_together_or_never_start_are_runs_too() {
+    let p = TestProject::new();
+    project_file(&p, "[lineage]\npath = \"lineage.jsonl\"\n");
+    let events_file = p.path().join("lineage.jsonl");
+    // `run` with a lookback window: two windows published together, a run each.
+    let toml = std::fs::read_to_string(p.path().join("tables/lineitem_by_ship_day.toml")).unwrap();
+    p.task(
+        "late",
+        &toml.replace("[window]\n", "[window]\nlookback = 1\n"),
+    );
+    let out = p.run(&["--output", "json", "run", "late", "--window", "1995-06-02"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let reports = json_lines(&out);
+    assert_eq!(reports.len(), 2);
+    let events = file_events(&events_file);
+    assert_eq!(events.len(), 4, "{events:#?}");
+    for r in &reports {
+        let mine: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["run"]["runId"] == r["run_id"])
+            .collect();
+        let kinds: Vec<&str> = mine
+            .iter()
+            .map(|e| e["eventType"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["START", "COMPLETE"], "{r}");
+        let version = &mine[1]["outputs"][0]["facets"]["version"]["datasetVersion"];
+        assert_eq!(version, &r["table_version"].to_string());
+        assert_eq!(
+            mine[0]["run"]["facets"].get("parent"),
+            None,
+            "no orchestrator, no backfill"
+        );
+    }
+    // A window whose runner cannot start (its source does not exist): START and FAIL.
+    p.task(
+        "nowhere",
+        &toml.replace("data/lineitem.parquet", "data/missing.parquet"),
+    );
+    let out = p.run(&[
+        "--output",
+        "json",
+        "run",
+        "nowhere",
+        "--window",
+        "1995-06-02",
+    ]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    let events = file_events(&events_file);
+    let mine: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["job"]["name"] == "nowhere")
+        .collect();
+    let kinds: Vec<&str> = mine
+        .iter()
+        .map(|e| e["eventType"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["START", "FAIL"]);
+    let own = &mine[1]["run"]["facets"]["idemlake"];
+    assert_eq!(
+        (own["exitCode"].as_u64(), own["exitClass"].as_str()),
+        (Some(2), Some("input"))
+    );
+    assert_eq!(mine[1]["run"]["runId"], json_lines(&out)[0]["run_id"]);
+    assert_valid(&events);
+}
+
+#[test]
 fn a_backfill_is_one_run_with_a_run_per_window_under_it() {
     let p = TestProject::new();
     let r = Receiver::start();
@@ -479,8 +547,8 @@ task = "lineitem_by_ship_day"
     assert_valid(&events);
     let upstream = events
         .iter()
-        .filter(|e| e["job"]["name"] == TASK && e["eventType"] == "COMPLETE")
-        .last()
+        .rev()
+        .find(|e| e["job"]["name"] == TASK && e["eventType"] == "COMPLETE")
         .unwrap();
     let written = &upstream["outputs"][0];
     let downstream: Vec<&Value> = events
@@ -657,7 +725,8 @@ fn the_validator_resolves_facet_schemas_and_refuses_broken_events() {
     let events = file_events(&p.path().join("lineage.jsonl"));
     assert_valid(&events);
     let complete = events[1].clone();
-    let broken: [(&str, fn(&mut Value)); 5] = [
+    type Break = fn(&mut Value);
+    let broken: [(&str, Break); 5] = [
         ("not a 'uuid'", |e| e["run"]["runId"] = "run-1".into()),
         ("'job' is a required property", |e| {
             e["run"]["facets"]["parent"] = serde_json::json!({
