@@ -571,6 +571,40 @@ task = "lineitem_by_ship_day"
     }
 }
 
+#[test]
+fn a_landing_zone_input_lists_the_files_its_window_read() {
+    let p = crate::landing::landing_project(3, 2);
+    project_file(&p, "[lineage]\npath = \"lineage.jsonl\"\n");
+    let day = crate::landing::day(1).to_string();
+    let out = p.run(&["--output", "json", "run", "events", "--window", &day]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let events = file_events(&p.path().join("lineage.jsonl"));
+    assert_eq!(events.len(), 2);
+    assert_valid(&events);
+    let input = &events[1]["inputs"][0];
+    let zone = p.path().join("events");
+    assert_eq!(input["name"], zone.to_str().unwrap());
+    let facets = &input["inputFacets"];
+    assert_eq!(facets["inputStatistics"]["fileCount"], 2, "{input}");
+    assert!(facets["inputStatistics"]["size"].as_u64().unwrap() > 0);
+    let condition = &facets["subset"]["inputCondition"];
+    assert_eq!(condition["type"], "location");
+    let locations: Vec<&str> = condition["locations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert_eq!(locations.len(), 2, "{locations:?}");
+    for l in locations {
+        assert!(
+            l.starts_with(zone.to_str().unwrap()) && l.contains(&day),
+            "{l}"
+        );
+        assert!(Path::new(l).is_file(), "{l}");
+    }
+}
+
 /// The duration of `idemlake <args>` in `p`, with `env` set; its output.
 fn timed(p: &TestProject, env: &[(&str, &str)], args: &[&str]) -> (Duration, std::process::Output) {
     let mut cmd = p.cmd();
