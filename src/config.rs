@@ -55,6 +55,59 @@ pub struct Config {
     /// `--engine` (or `IDEMLAKE_ENGINE`, read with the flags): where every task's queries
     /// execute, instead of each task's `[engine]`: `local`, or `df://host:port` (Ballista).
     pub engine: Option<String>,
+    /// The OpenLineage client settings of the environment (see `lineage`).
+    pub lineage: LineageEnv,
+}
+
+/// What the environment says about OpenLineage, read as OpenLineage's own clients read it
+/// (the `[lineage]` section of the project file fills in what it leaves unset; see `lineage`).
+/// Values are kept as written: a malformed one is reported, and ignored, by `lineage`, whose
+/// events never fail a window.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LineageEnv {
+    /// `OPENLINEAGE_URL`: send events over HTTP to this Marquez-compatible server.
+    pub url: Option<String>,
+    /// `OPENLINEAGE_ENDPOINT`: the path under `url` (OpenLineage's default `api/v1/lineage`).
+    pub endpoint: Option<String>,
+    /// `OPENLINEAGE_API_KEY`: sent as `Authorization: Bearer <key>` (redacted from output).
+    pub api_key: Option<String>,
+    /// `OPENLINEAGE_NAMESPACE`: the namespace of idemlake's jobs.
+    pub namespace: Option<String>,
+    /// `OPENLINEAGE_DISABLED=true`: no events, whatever else is configured.
+    pub disabled: bool,
+    /// The orchestrator's run this process runs under, `NAMESPACE/JOB/RUN_ID`: `--lineage-parent`,
+    /// else `OPENLINEAGE_PARENT_ID` (what dbt-ol reads; Airflow's `lineage_parent_id` macro
+    /// gives it), else `OPENLINEAGE_PARENT_JOB_NAMESPACE` / `_JOB_NAME` / `_RUN_ID` together.
+    pub parent: Option<String>,
+    /// `OPENLINEAGE_ROOT_PARENT_ID`: the root of the orchestrator's runs, `NAMESPACE/JOB/RUN_ID`
+    /// (Airflow's `lineage_root_parent_id` macro); the parent is its own root when unset.
+    pub root_parent: Option<String>,
+}
+
+impl LineageEnv {
+    fn read() -> LineageEnv {
+        let set = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+        let parts = [
+            "OPENLINEAGE_PARENT_JOB_NAMESPACE",
+            "OPENLINEAGE_PARENT_JOB_NAME",
+            "OPENLINEAGE_PARENT_RUN_ID",
+        ]
+        .map(set);
+        let parent = set("OPENLINEAGE_PARENT_ID").or_else(|| match parts {
+            [Some(ns), Some(job), Some(run)] => Some(format!("{ns}/{job}/{run}")),
+            _ => None,
+        });
+        LineageEnv {
+            url: set("OPENLINEAGE_URL"),
+            endpoint: set("OPENLINEAGE_ENDPOINT"),
+            api_key: set("OPENLINEAGE_API_KEY"),
+            namespace: set("OPENLINEAGE_NAMESPACE"),
+            disabled: set("OPENLINEAGE_DISABLED")
+                .is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "true" | "1")),
+            parent,
+            root_parent: set("OPENLINEAGE_ROOT_PARENT_ID"),
+        }
+    }
 }
 
 /// Windows per grouped check query unless `IDEMLAKE_CHECK_BATCH` says otherwise.
@@ -64,10 +117,11 @@ pub const DEFAULT_CHECK_BATCH: u64 = 100_000;
 pub const DEFAULT_PROBE_MAX_AGE_SECS: u64 = 7 * 24 * 3600;
 
 /// Environment variables holding credentials: their values are redacted from output.
-const SECRET_VARS: [&str; 3] = [
+const SECRET_VARS: [&str; 4] = [
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
     "AWS_ACCESS_KEY_ID",
+    "OPENLINEAGE_API_KEY",
 ];
 
 fn var(name: &str) -> Option<String> {
@@ -260,6 +314,7 @@ impl Config {
             host,
             log_filter: log_filter(strict)?,
             engine: None,
+            lineage: LineageEnv::read(),
         })
     }
 
@@ -320,6 +375,15 @@ impl fmt::Display for Config {
             self.engine
                 .as_deref()
                 .unwrap_or("per task ([engine], default local)")
+        )?;
+        writeln!(
+            f,
+            "openlineage = {}",
+            match (&self.lineage.url, self.lineage.disabled) {
+                (_, true) => "disabled (OPENLINEAGE_DISABLED)",
+                (Some(_), false) => "http (OPENLINEAGE_URL)",
+                (None, false) => "per project file ([lineage], default off)",
+            }
         )?;
         write!(f, "secrets_redacted = {}", self.secrets.len())
     }

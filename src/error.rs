@@ -40,6 +40,32 @@ impl ErrorKind {
             ErrorKind::Rejected => 6,
         }
     }
+
+    /// The kind whose exit code is `code` (`None` for 0 or an unknown code).
+    pub fn from_exit_code(code: u8) -> Option<ErrorKind> {
+        [
+            ErrorKind::Runtime,
+            ErrorKind::Input,
+            ErrorKind::Mismatch,
+            ErrorKind::Divergence,
+            ErrorKind::Unverified,
+            ErrorKind::Rejected,
+        ]
+        .into_iter()
+        .find(|k| k.exit_code() == code)
+    }
+
+    /// The kind's name, as reports outside idemlake (OpenLineage events) give the exit class.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Runtime => "runtime",
+            ErrorKind::Input => "input",
+            ErrorKind::Mismatch => "mismatch",
+            ErrorKind::Divergence => "divergence",
+            ErrorKind::Unverified => "unverified",
+            ErrorKind::Rejected => "rejected",
+        }
+    }
 }
 
 /// An idemlake error: a kind, a human message that names the problem, and the library error

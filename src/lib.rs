@@ -11,6 +11,7 @@
 //! | [`engine`] | where queries execute: this process, or a Ballista cluster (`--features ballista`) |
 //! | [`accel`] | what only makes windows cheaper: shared scans, prepared/derived plans, memory maps |
 //! | [`delta`] | the target table: open/create, overwrite commit, merge, read-back, upkeep, file map |
+//! | [`lineage`] | OpenLineage run events per window: building them, and their transports |
 //! | [`report`] | run records, the run log, alerts, the status picture, output rendering |
 //! | [`storage`] | object stores per location |
 //! | [`task`] | what a task *is*: spec, window and grain, project, lint, logical plan |
@@ -24,6 +25,7 @@ pub mod delta;
 pub mod engine;
 pub mod error;
 pub mod fault;
+pub mod lineage;
 pub mod pipeline;
 pub mod report;
 pub mod storage;

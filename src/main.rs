@@ -135,12 +135,17 @@ fn main() -> ExitCode {
 }
 
 /// The configuration: the environment's settings, then the flags that override them (the
-/// engine, checked here).
+/// engine and the OpenLineage parent run, checked here).
 fn resolve_config(cli: &idemlake::cli::Cli) -> idemlake::Result<idemlake::config::Config> {
     idemlake::config::Config::from_env().and_then(|mut c| {
         if let Some(e) = &cli.engine {
             idemlake::task::engine::Engine::parse(e)?;
             c.engine = Some(e.clone());
+        }
+        if let Some(p) = &cli.lineage_parent {
+            idemlake::lineage::RunRef::parse(p)
+                .map_err(|why| idemlake::Error::input(format!("--lineage-parent: {why}")))?;
+            c.lineage.parent = Some(p.clone());
         }
         Ok(c)
     })

@@ -92,10 +92,16 @@ async fn backfill_windows(
     for r in &blocked {
         print_report(format, r);
     }
+    // The backfill is an OpenLineage run of its own, its windows' runs under it.
+    let _ = runner.lineage_invocation_started("backfill").await;
     let mut reports =
-        crate::commands::backfill::run(runner, ready, opts, |r| print_report(format, r)).await;
+        crate::commands::backfill::run(runner.clone(), ready, opts, |r| print_report(format, r))
+            .await;
     reports.append(&mut blocked);
     let (summary, code) = crate::commands::backfill::summarize(task, opts.shard, &reports);
+    let _ = runner
+        .lineage_invocation_ended((code != 0).then_some(summary.as_str()))
+        .await;
     if cli.output == OutputFormat::Text {
         println!("{}", redact(&summary));
     } else {

@@ -68,6 +68,10 @@ pub struct Cli {
     /// scheduler as df://host:port (a build with --features ballista) [env: IDEMLAKE_ENGINE]
     #[arg(long, global = true, env = "IDEMLAKE_ENGINE", hide_env = true)]
     pub engine: Option<String>,
+    /// The orchestrator's OpenLineage run this command's windows run under, as Airflow's
+    /// `lineage_parent_id` macro writes it (overrides OPENLINEAGE_PARENT_ID)
+    #[arg(long, global = true, value_name = "NAMESPACE/JOB/RUN_ID")]
+    pub lineage_parent: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }

@@ -419,7 +419,18 @@ pub async fn repair(
         shard: None,
         progress: false,
     };
-    let reports = crate::commands::backfill::run(runner.clone(), damaged, &opts, |_| {}).await;
+    let reports = if damaged.is_empty() {
+        Vec::new()
+    } else {
+        let _ = runner.lineage_invocation_started("repair").await;
+        let reports = crate::commands::backfill::run(runner.clone(), damaged, &opts, |_| {}).await;
+        let failed = reports.iter().filter(|r| r.exit_code.is_some()).count();
+        let why = format!("{failed} of {} repaired windows failed", reports.len());
+        let _ = runner
+            .lineage_invocation_ended((failed > 0).then_some(why.as_str()))
+            .await;
+        reports
+    };
     runner.refresh().await?;
     let after = audit(&runner, from, to, with_reconcile).await?;
     Ok((before, reports, after))

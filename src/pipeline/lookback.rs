@@ -46,6 +46,7 @@ impl Runner {
         let overwrite = self.task().mode == crate::task::Mode::Overwrite;
         for report in &mut reports {
             report.duration_ms = started.elapsed().as_millis() as u64;
+            self.lineage_end(report).await;
             crate::report::runlog::record(&store, report, overwrite).await;
         }
         reports
@@ -55,6 +56,7 @@ impl Runner {
     async fn prepare_one(&self, window: &Window) -> (Report, Result<Option<Ready>>) {
         let run_id = uuid::Uuid::new_v4().to_string();
         let mut report = Report::new(self.task(), window, &run_id);
+        self.lineage_start(&mut report).await;
         let ready = match self.permit().await {
             Ok(_permit) => self.prepare(window, &run_id, &mut report).await,
             Err(e) => Err(e),

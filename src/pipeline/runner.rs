@@ -42,7 +42,17 @@ pub async fn run_window(project: &Project, task: &Task, window: &Window) -> Vec<
     };
     match Runner::new(project, task).await {
         Ok(runner) => runner.run_together(&windows).await,
-        Err(e) => windows.iter().map(|w| failed(w, &e)).collect(),
+        Err(e) => {
+            let mut reports: Vec<Report> = windows.iter().map(|w| failed(w, &e)).collect();
+            // Windows that could not start are runs that failed: START and FAIL each.
+            if let Some(l) = crate::lineage::TaskLineage::new(project, task) {
+                for r in &mut reports {
+                    l.window_started(r).await;
+                    l.window_ended(r).await;
+                }
+            }
+            reports
+        }
     }
 }
 
@@ -71,6 +81,8 @@ pub struct Runner {
     pub(super) references: crate::pipeline::checks::data::References,
     /// The `[checks]` planned once against the query's columns (see `data::validate`).
     pub(super) checks_valid: tokio::sync::OnceCell<()>,
+    /// Where the windows' OpenLineage events go (`None`: lineage is off).
+    pub(super) lineage: Option<crate::lineage::TaskLineage>,
 }
 
 /// Permits of a runner before `set_parallel`.
@@ -131,6 +143,7 @@ impl Runner {
             announced: AtomicUsize::new(1),
             references: Default::default(),
             checks_valid: tokio::sync::OnceCell::new(),
+            lineage: crate::lineage::TaskLineage::new(project, task),
         })
     }
 

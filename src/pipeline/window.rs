@@ -36,10 +36,12 @@ impl Runner {
         let started = Instant::now();
         let run_id = uuid::Uuid::new_v4().to_string();
         let mut report = Report::new(self.task(), window, &run_id);
+        self.lineage_start(&mut report).await;
         if let Err(e) = self.run_inner(window, &run_id, &mut report).await {
             report.fail(&e);
         }
         report.duration_ms = started.elapsed().as_millis() as u64;
+        self.lineage_end(&mut report).await;
         let store = self.target.view().log_store().object_store(None);
         crate::report::runlog::record(&store, &report, self.task().mode == Mode::Overwrite).await;
         report
@@ -110,6 +112,7 @@ impl Runner {
         crate::fault::shrink_staged(&staged.store, &paths).await?;
         let mut record = RunRecord::new(self.task(), window, run_id, &plan.planned.sql_hash);
         record.sources = self.window_sources(&pins);
+        report.io.sources = record.sources.clone();
         record.rows_written = reconciled.window.staged.rows;
         record.reconciliation = reconciled.checks.clone();
         // Offending rows stay in the report and the run log, out of the Delta log, which
@@ -137,6 +140,7 @@ impl Runner {
         committed: std::result::Result<Committed, CommitError>,
         report: &mut Report,
     ) -> Result<()> {
+        Self::note_written(&ready, report);
         let rows = ready.reconciled.window.staged.rows;
         let mut checks = ready.reconciled.checks;
         match committed {

@@ -139,6 +139,33 @@ pub struct Report {
     /// invalid input (2) or a reconciliation mismatch (3), which need a change first.
     #[serde(default)]
     pub retryable: bool,
+    /// What became of the window's OpenLineage events (absent when lineage is off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lineage: Option<LineageOutcome>,
+    /// What the run read and wrote, for its lineage events (not printed: the commit's run
+    /// record holds the sources).
+    #[serde(skip)]
+    pub io: WindowIo,
+}
+
+/// A window's OpenLineage events: how many reached their transport, how many did not, and
+/// the first error. Sending them never fails, nor long delays, the window.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct LineageOutcome {
+    pub sent: u32,
+    pub failed: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What a window read and wrote, as far as its run got.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WindowIo {
+    /// The sources as read (Delta versions; a landing zone's files); empty before stage 1.
+    pub sources: Vec<SourceVersion>,
+    /// Data files the window's commit added, and their bytes.
+    pub files_written: u64,
+    pub bytes_written: u64,
 }
 
 impl Report {
@@ -160,6 +187,8 @@ impl Report {
             sql_hash: None,
             exit_code: None,
             retryable: false,
+            lineage: None,
+            io: WindowIo::default(),
         }
     }
 

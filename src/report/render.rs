@@ -168,6 +168,14 @@ pub fn print_report(format: OutputFormat, r: &Report) {
                     c.check, c.source, c.output
                 );
             }
+            if let Some(l) = r.lineage.as_ref().filter(|l| l.failed > 0) {
+                let why = l.error.as_deref().unwrap_or("unknown error");
+                println!(
+                    "         lineage: {} event(s) not sent: {}",
+                    l.failed,
+                    redact(why)
+                );
+            }
             if let Some(e) = &r.error {
                 diag("ERROR", e, r.exit_code);
             }

@@ -43,13 +43,15 @@ fn status_name(s: Status) -> &'static str {
 /// commit's `commitInfo` holding the run's record (not the read-back after the commit, nor
 /// the duration; and only as long as the log's retention keeps the commit file). Skipping
 /// these entries saves a load one file-system object per window (a fifth of the objects a
-/// 6-column load creates).
+/// 6-column load creates). A window whose OpenLineage events were not all sent gets its entry
+/// (the report says what became of them).
 pub fn recorded_by_table(report: &Report, overwrite: bool) -> bool {
     overwrite
         && report.status == Status::Ok
         && report.published
         && report.exit_code.is_none()
         && report.rows_written > 0
+        && report.lineage.as_ref().is_none_or(|l| l.failed == 0)
 }
 
 /// Record one attempt (best effort), unless the table records it (`recorded_by_table`;

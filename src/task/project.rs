@@ -1,9 +1,10 @@
 //! Project layout and configuration resolution.
 //!
 //! Configuration flows defaults → environment → flags (clap folds the environment variables
-//! `IDEMLAKE_PROJECT` / `IDEMLAKE_LAKE` into the flags). The project directory holds `tables/`;
-//! the lake defaults to `<project>/lake`, a local directory (embedded, zero set-up). Tasks are
-//! looked up by table name. Resolution is cheap and reads no data.
+//! `IDEMLAKE_PROJECT` / `IDEMLAKE_LAKE` into the flags). The project directory holds `tables/`
+//! and, optionally, the project file `idemlake.toml` (see `project_file`); the lake defaults to
+//! `<project>/lake`, a local directory (embedded, zero set-up). Tasks are looked up by table
+//! name. Resolution is cheap and reads no data.
 
 use std::path::{Path, PathBuf};
 
@@ -18,6 +19,8 @@ pub struct Project {
     pub dir: PathBuf,
     /// The lake root as a URL (`file:///…/lake/` or `s3://bucket/prefix/`), always ending in `/`.
     pub lake: Url,
+    /// The project file (`idemlake.toml`), defaults if there is none.
+    pub file: crate::task::project_file::ProjectFile,
 }
 
 /// Parse a location (URL or local path, relative to `base`) into a directory URL.
@@ -79,7 +82,8 @@ impl Project {
             Some(l) if !l.trim().is_empty() => location_url(l, &cwd)?,
             _ => location_url("lake", &dir)?,
         };
-        Ok(Project { dir, lake })
+        let file = crate::task::project_file::ProjectFile::read(&dir)?;
+        Ok(Project { dir, lake, file })
     }
 
     pub fn tables_dir(&self) -> PathBuf {

@@ -26,6 +26,22 @@ pub fn tpch_dir() -> &'static Path {
     })
 }
 
+/// The OpenLineage variables a test's environment might hold, removed from every command (a
+/// test that wants lineage sets its own).
+pub const LINEAGE_VARS: [&str; 11] = [
+    "OPENLINEAGE_URL",
+    "OPENLINEAGE_ENDPOINT",
+    "OPENLINEAGE_API_KEY",
+    "OPENLINEAGE_NAMESPACE",
+    "OPENLINEAGE_DISABLED",
+    "OPENLINEAGE_PARENT_ID",
+    "OPENLINEAGE_ROOT_PARENT_ID",
+    "OPENLINEAGE_PARENT_RUN_ID",
+    "OPENLINEAGE_PARENT_JOB_NAME",
+    "OPENLINEAGE_PARENT_JOB_NAMESPACE",
+    "OPENLINEAGE_CONFIG",
+];
+
 /// A temporary project: the repository's sample tasks plus the shared TPC-H data.
 pub struct TestProject {
     pub dir: tempfile::TempDir,
@@ -34,8 +50,11 @@ pub struct TestProject {
 impl TestProject {
     /// Start `idemlake <args>` in this project (lake `lake`) without waiting, output piped.
     pub fn spawn(&self, lake: &Path, args: &[&str]) -> std::process::Child {
-        std::process::Command::new(assert_cmd::cargo::cargo_bin!("idemlake"))
-            .arg("--project")
+        let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin!("idemlake"));
+        for v in LINEAGE_VARS {
+            cmd.env_remove(v);
+        }
+        cmd.arg("--project")
             .arg(self.path())
             .arg("--lake")
             .arg(lake)
@@ -90,6 +109,9 @@ impl TestProject {
             .env_remove("IDEMLAKE_PROJECT")
             .env_remove("IDEMLAKE_TEST_FAULT")
             .env_remove("IDEMLAKE_RUN_LOG");
+        for v in LINEAGE_VARS {
+            c.env_remove(v);
+        }
         c
     }
 

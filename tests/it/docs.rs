@@ -148,7 +148,12 @@ fn links_and_anchors_in_the_docs_resolve() {
 
 /// The keys a section of the task-file reference documents: the first column of its tables.
 fn documented_keys() -> BTreeMap<String, BTreeSet<String>> {
-    let text = std::fs::read_to_string(docs_src().join("reference").join("task-file.md")).unwrap();
+    documented_keys_in("task-file.md")
+}
+
+/// The keys each section of the reference page `page` documents.
+fn documented_keys_in(page: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let text = std::fs::read_to_string(docs_src().join("reference").join(page)).unwrap();
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut section = String::new();
     for line in prose_lines(&text) {
@@ -170,8 +175,13 @@ fn documented_keys() -> BTreeMap<String, BTreeSet<String>> {
 fn accepted_keys(p: &TestProject, toml: &str) -> BTreeSet<String> {
     p.task("keys_probe", toml);
     let out = p.run(&["validate", "keys_probe"]);
-    assert_eq!(code(&out), 2, "{}", text(&out));
-    let t = text(&out);
+    expected_keys(&out, toml)
+}
+
+/// The keys serde's error for the unknown key `zz_unknown` in `toml` says it expected.
+fn expected_keys(out: &std::process::Output, toml: &str) -> BTreeSet<String> {
+    assert_eq!(code(out), 2, "{}", text(out));
+    let t = text(out);
     let Some(at) = t.find("unknown field `zz_unknown`, expected") else {
         panic!("no unknown-field error for\n{toml}\n{t}");
     };
@@ -276,6 +286,36 @@ fn every_task_file_key_is_documented_and_exists() {
         "docs/src/reference/task-file.md and the parser disagree:\n{}",
         problems.join("\n")
     );
+}
+
+#[test]
+fn every_project_file_key_is_documented_and_exists() {
+    let p = TestProject::new();
+    let documented = documented_keys_in("project-file.md");
+    let probe = |toml: &str| {
+        std::fs::write(p.path().join("idemlake.toml"), toml).unwrap();
+        expected_keys(&p.run(&["validate"]), toml)
+    };
+    // The top level holds the sections.
+    let sections: BTreeSet<String> = documented
+        .keys()
+        .map(|h| h.trim_matches(['[', ']']).to_string())
+        .collect();
+    assert_eq!(
+        probe("zz_unknown = 1\n"),
+        sections,
+        "the project file's sections"
+    );
+    for (section, keys) in &documented {
+        let accepted = probe(&format!("{section}\nzz_unknown = 1\n"));
+        assert_eq!(
+            &accepted, keys,
+            "docs/src/reference/project-file.md {section}"
+        );
+    }
+    std::fs::remove_file(p.path().join("idemlake.toml")).unwrap();
+    let out = p.run(&["validate"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
 }
 
 /// Example tasks in the docs: a ```toml block right after `<!-- validate: NAME -->`.

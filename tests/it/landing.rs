@@ -89,7 +89,7 @@ pub(crate) fn write_file(root: &Path, d: jiff::civil::Date, n: usize) -> PathBuf
 }
 
 /// A project with the `events` task over a landing zone of `days` days × `files` files.
-fn landing_project(days: i64, files: usize) -> TestProject {
+pub(crate) fn landing_project(days: i64, files: usize) -> TestProject {
     let p = TestProject::new();
     let root = p.path().join("events");
     for d in 0..days {

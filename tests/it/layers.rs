@@ -14,6 +14,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("fault", &["config", "error", "storage"]),
     ("task", &["config", "error"]),
     ("report", &["task", "config", "error"]),
+    ("lineage", &["task", "report", "config", "error"]),
     (
         "delta",
         &["task", "storage", "report", "config", "error", "fault"],
@@ -23,21 +24,22 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "pipeline",
         &[
-            "engine", "accel", "delta", "report", "storage", "task", "config", "error", "fault",
+            "engine", "accel", "delta", "lineage", "report", "storage", "task", "config", "error",
+            "fault",
         ],
     ),
     (
         "commands",
         &[
-            "pipeline", "engine", "accel", "delta", "report", "storage", "task", "config", "error",
-            "fault",
+            "pipeline", "engine", "accel", "delta", "lineage", "report", "storage", "task",
+            "config", "error", "fault",
         ],
     ),
     (
         "cli",
         &[
-            "commands", "pipeline", "engine", "accel", "delta", "report", "storage", "task",
-            "config", "error", "fault",
+            "commands", "pipeline", "engine", "accel", "delta", "lineage", "report", "storage",
+            "task", "config", "error", "fault",
         ],
     ),
 ];

@@ -17,6 +17,7 @@ mod layers;
 mod lineage;
 mod lookback;
 mod mutations;
+mod openlineage;
 mod python_reader;
 mod rejections;
 mod rerun;
