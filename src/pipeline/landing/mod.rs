@@ -25,6 +25,7 @@
 //! their own that shares nothing with this one.
 
 mod glob;
+mod local;
 mod pins;
 mod provider;
 mod prune;
@@ -293,12 +294,24 @@ impl LandingZone {
             return Ok(d.clone());
         }
         let prefix = (!path.as_ref().is_empty()).then_some(path);
-        let listed = self.store.list_with_delimiter(prefix).await.map_err(|e| {
-            Error::runtime(format!(
-                "cannot list {} of source `{}`: {e}",
-                path, self.alias
-            ))
-        })?;
+        let fast = match self.url.scheme() {
+            "file" => {
+                let p = path.clone();
+                tokio::task::spawn_blocking(move || local::list(&p))
+                    .await
+                    .unwrap_or(None)
+            }
+            _ => None,
+        };
+        let listed = match fast {
+            Some(l) => l,
+            None => self.store.list_with_delimiter(prefix).await.map_err(|e| {
+                Error::runtime(format!(
+                    "cannot list {} of source `{}`: {e}",
+                    path, self.alias
+                ))
+            })?,
+        };
         let visible = |p: &Path| {
             p.filename()
                 .is_some_and(|n| !n.starts_with('.') && !n.starts_with('_'))
