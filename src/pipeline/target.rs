@@ -20,6 +20,7 @@ use crate::delta::partition::{WindowFile, window_files};
 use crate::delta::{overwrite, readback, table};
 use crate::error::{Error, ErrorKind, Result};
 use crate::task::Task;
+use crate::task::range::WindowRange;
 
 mod background;
 use background::open_in_background;
@@ -413,7 +414,7 @@ impl Target {
         // this version; not the file map the commit was built from): every live file of each
         // window must be one this run added (their footers give the rows committed, read by
         // each window: `Runner::overwrite_landed`).
-        let ranges: Vec<_> = windows.iter().map(|w| w.range).collect();
+        let ranges: Vec<_> = windows.iter().map(|w| &w.range).collect();
         let live = self.live_at(target, committed.version, &ranges).await;
         for ((w, tx), i) in windows.iter().zip(senders.take()).zip(0..) {
             let readback = match &live {
@@ -445,11 +446,11 @@ impl Target {
         &self,
         state: &mut State,
         version: i64,
-        ranges: &[crate::delta::partition::PartitionRange],
+        ranges: &[&WindowRange],
     ) -> Result<Vec<Vec<WindowFile>>> {
         if crate::config::get().accelerate {
             match self.replay_to(state, version, ranges[0]).await {
-                Ok(r) => return Ok(ranges.iter().map(|rg| r.window_files(*rg)).collect()),
+                Ok(r) => return Ok(ranges.iter().map(|rg| r.window_files(rg)).collect()),
                 Err(e) => {
                     tracing::debug!(
                         "read-back by log replay failed ({}); loading version {version}",
@@ -461,10 +462,7 @@ impl Target {
         }
         let t = readback::snapshot_at(&mut state.table, version).await?;
         *self.view.lock().expect("not poisoned") = t.clone();
-        ranges
-            .iter()
-            .map(|rg| window_files(&t, &self.partition_by, *rg))
-            .collect()
+        ranges.iter().map(|rg| window_files(&t, rg)).collect()
     }
 
     /// The read-back's replay advanced to `version` (built from the table's snapshot first).
@@ -472,13 +470,13 @@ impl Target {
         &self,
         state: &'a mut State,
         version: i64,
-        kind: crate::delta::partition::PartitionRange,
+        kind: &WindowRange,
     ) -> Result<&'a readback::LogReplay> {
         if state.replay.as_ref().is_none_or(|r| r.version > version) {
             state.replay = Some(readback::LogReplay::from_table(
                 &state.table,
                 &self.partition_by,
-                kind,
+                kind.clone(),
             )?);
         }
         let replay = state.replay.as_mut().expect("just set");

@@ -9,6 +9,7 @@ pub mod names;
 pub mod overlap;
 pub mod plan;
 pub mod project;
+pub mod range;
 pub mod spec;
 pub mod window;
 

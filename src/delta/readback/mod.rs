@@ -4,15 +4,18 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use delta_kernel::expressions::Scalar;
 use deltalake::DeltaTable;
 use deltalake::kernel::{Add, Remove};
 
 use crate::delta::partition::{
-    PartitionRange, WindowFile, bounds, partition_key, partition_value, window_files, window_rows,
+    WindowFile, keys, partition_key, partition_value, scalar_key, window_files, window_rows,
 };
 use crate::delta::table::open_at;
 use crate::error::{Error, Result};
+use crate::task::range::WindowRange;
+
+mod footer;
+pub use footer::footer_rows;
 
 /// The read-back's own client for the table at `url` (`table`), rooted at the table: on S3 a
 /// new one (counted, without the Delta log cache, shared with no session and no other table
@@ -40,79 +43,6 @@ pub fn own_root(url: &url::Url) -> Result<Option<std::sync::Arc<dyn object_store
     Ok(Some(std::sync::Arc::new(
         object_store::prefix::PrefixStore::new(store, root),
     )))
-}
-
-/// Does a commitInfo entry name `run_id` (alone or among the runs of a group commit)?
-pub(crate) fn names_run(info: &serde_json::Value, run_id: &str) -> bool {
-    let Some(entry) = info.get(crate::report::record::COMMIT_INFO_KEY) else {
-        return false;
-    };
-    let is =
-        |r: &serde_json::Value| r.get("run_id").and_then(serde_json::Value::as_str) == Some(run_id);
-    is(entry)
-        || entry
-            .get("runs")
-            .and_then(serde_json::Value::as_array)
-            .is_some_and(|runs| runs.iter().any(is))
-}
-
-/// The run record (commitInfo) of `run_id` in commit `version`, alone or among the runs of a
-/// group commit; `None` if that commit does not name the run.
-pub async fn run_record(
-    table: &DeltaTable,
-    version: i64,
-    run_id: &str,
-) -> Result<Option<serde_json::Value>> {
-    let Some(bytes) = table.log_store().read_commit_entry(version as u64).await? else {
-        return Ok(None);
-    };
-    let is =
-        |r: &serde_json::Value| r.get("run_id").and_then(serde_json::Value::as_str) == Some(run_id);
-    for line in bytes.split(|b| *b == b'\n') {
-        let Ok(action) = serde_json::from_slice::<serde_json::Value>(line) else {
-            continue;
-        };
-        let Some(entry) = action
-            .get("commitInfo")
-            .and_then(|c| c.get(crate::report::record::COMMIT_INFO_KEY))
-        else {
-            continue;
-        };
-        if is(entry) {
-            return Ok(Some(entry.clone()));
-        }
-        if let Some(r) = entry
-            .get("runs")
-            .and_then(serde_json::Value::as_array)
-            .and_then(|runs| runs.iter().find(|r| is(r)))
-        {
-            return Ok(Some(r.clone()));
-        }
-    }
-    Ok(None)
-}
-
-/// The version after `base` whose commitInfo names `run_id`.
-pub async fn find_run_commit(table: &DeltaTable, base: i64, run_id: &str) -> Result<Option<i64>> {
-    let latest = table.version().unwrap_or(0) as i64;
-    let log_store = table.log_store();
-    for v in (base + 1..=latest).rev() {
-        let Some(bytes) = log_store.read_commit_entry(v as u64).await? else {
-            continue;
-        };
-        for line in bytes.split(|b| *b == b'\n') {
-            let Ok(action) = serde_json::from_slice::<serde_json::Value>(line) else {
-                continue;
-            };
-            if action
-                .get("commitInfo")
-                .is_some_and(|c| names_run(c, run_id))
-            {
-                return Ok(Some(v));
-            }
-        }
-    }
-    Ok(None)
 }
 
 /// `table` brought to exactly `version` by replaying the log from storage (delta-rs's own
@@ -146,7 +76,7 @@ pub struct LogReplay {
     pub version: i64,
     partition_by: String,
     /// What the partition values are (dates or instants), to order them.
-    kind: PartitionRange,
+    kind: WindowRange,
     /// Live files by path: their partition key (`None`: not a window value) and rows.
     files: HashMap<String, (Option<i64>, Option<u64>)>,
     /// Paths by partition key, for a window's files without scanning the table.
@@ -158,7 +88,7 @@ impl LogReplay {
     pub fn from_table(
         table: &DeltaTable,
         partition_by: &str,
-        kind: PartitionRange,
+        kind: WindowRange,
     ) -> Result<LogReplay> {
         let state = table.snapshot()?;
         let mut replay = LogReplay {
@@ -169,11 +99,7 @@ impl LogReplay {
             by_key: BTreeMap::new(),
         };
         for view in state.snapshot().log_data().iter() {
-            let key = partition_value(&view, partition_by).and_then(|v| match v {
-                Scalar::Date(d) => Some(i64::from(d)),
-                Scalar::Timestamp(t) | Scalar::TimestampNtz(t) => Some(t),
-                _ => None,
-            });
+            let key = partition_value(&view, partition_by).and_then(|v| scalar_key(&v));
             let rows = view.num_records().map(|n| n as u64);
             replay.insert(view.path().to_string(), key, rows);
         }
@@ -244,7 +170,7 @@ impl LogReplay {
             // is an error: the caller reads the snapshot through delta-rs instead.
             let key = match add.partition_values.get(&self.partition_by) {
                 Some(None) => None,
-                Some(Some(raw)) => Some(partition_key(self.kind, raw).ok_or_else(|| {
+                Some(Some(raw)) => Some(partition_key(&self.kind, raw).ok_or_else(|| {
                     Error::runtime(format!("commit {v}: partition value {raw:?} does not read"))
                 })?),
                 None => {
@@ -263,8 +189,8 @@ impl LogReplay {
     }
 
     /// The live files whose partition value lies in `range`.
-    pub fn window_files(&self, range: PartitionRange) -> Vec<WindowFile> {
-        let (lo, hi) = bounds(range);
+    pub fn window_files(&self, range: &WindowRange) -> Vec<WindowFile> {
+        let (lo, hi) = keys(range);
         self.by_key
             .range(lo..hi)
             .flat_map(|(_, paths)| paths.iter())
@@ -282,13 +208,12 @@ impl LogReplay {
 /// the sum of their `numRecords` statistics.
 pub fn read_back(
     table: &DeltaTable,
-    partition_by: &str,
-    range: PartitionRange,
+    range: &WindowRange,
     adds: &[Add],
     window: &str,
 ) -> Result<u64> {
     let version = table.version().map(|v| v as i64).unwrap_or(-1);
-    let live = window_files(table, partition_by, range)?;
+    let live = window_files(table, range)?;
     window_rows(&check_window(live, version, adds, window)?)
 }
 
@@ -324,86 +249,26 @@ pub fn check_window(
     Ok(live)
 }
 
-/// Files whose footers are read at once.
-const FOOTERS_AT_ONCE: usize = 16;
-/// The bytes read from a file's end at first: its footer, unless the metadata is larger.
-const FOOTER_GUESS: u64 = 64 * 1024;
-
-/// The rows `files` hold as each one's own Parquet footer says, read from `store` (the table's
-/// root): what a reader of the committed files gets, not the `numRecords` statistics this
-/// run's writer put in its adds (which `rows_staged` already compared with the rows produced).
-pub async fn footer_rows(
-    store: &std::sync::Arc<dyn object_store::ObjectStore>,
-    files: &[WindowFile],
-) -> Result<u64> {
-    use futures::{StreamExt, TryStreamExt};
-    let paths: Vec<String> = files.iter().map(|f| f.path.clone()).collect();
-    let counts: Vec<u64> = futures::stream::iter(paths.into_iter().map(|p| {
-        let store = store.clone();
-        async move { file_rows(store, p).await }
-    }))
-    .buffer_unordered(FOOTERS_AT_ONCE)
-    .try_collect()
-    .await?;
-    Ok(counts.iter().sum())
-}
-
-/// The number of rows in the footer of the Parquet file at `path`.
-async fn file_rows(
-    store: std::sync::Arc<dyn object_store::ObjectStore>,
-    path: String,
-) -> Result<u64> {
-    use object_store::{GetOptions, GetRange};
-    let bad =
-        |e: &dyn std::fmt::Display| Error::runtime(format!("read-back: the footer of {path}: {e}"));
-    let location = object_store::path::Path::parse(&path).map_err(|e| bad(&e))?;
-    let get = |range: GetRange| {
-        let (store, location) = (store.clone(), location.clone());
-        async move {
-            let options = GetOptions {
-                range: Some(range),
-                ..Default::default()
-            };
-            let got = store.get_opts(&location, options).await?;
-            let size = got.meta.size;
-            Ok::<_, object_store::Error>((got.bytes().await?, size))
-        }
-    };
-    let (tail, size) = get(GetRange::Suffix(FOOTER_GUESS))
-        .await
-        .map_err(|e| bad(&e))?;
-    let n = tail.len();
-    if n < 8 || &tail[n - 4..] != b"PAR1" {
-        return Err(bad(&"not a Parquet file"));
-    }
-    let len = u64::from(u32::from_le_bytes(
-        tail[n - 8..n - 4].try_into().expect("4 bytes"),
-    ));
-    let metadata = if len + 8 <= n as u64 {
-        tail.slice(n - 8 - len as usize..n - 8)
-    } else {
-        let start = size
-            .checked_sub(len + 8)
-            .ok_or_else(|| bad(&"a footer longer than the file"))?;
-        get(GetRange::Bounded(start..size - 8))
-            .await
-            .map_err(|e| bad(&e))?
-            .0
-    };
-    let md = parquet::file::metadata::ParquetMetaDataReader::decode_metadata(&metadata)
-        .map_err(|e| bad(&e))?;
-    u64::try_from(md.file_metadata().num_rows()).map_err(|e| bad(&e))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::task::window::{Grain, Window};
+
+    fn day(n: i32) -> WindowRange {
+        let text = crate::task::range::civil_date(n).to_string();
+        let tz = jiff::tz::TimeZone::UTC;
+        WindowRange::new(
+            Grain::Day,
+            "d",
+            &Window::parse(&text, Grain::Day, &tz).unwrap(),
+        )
+    }
 
     fn replay() -> LogReplay {
         LogReplay {
             version: 3,
             partition_by: "d".into(),
-            kind: PartitionRange::Date(0, 0),
+            kind: day(0),
             files: HashMap::new(),
             by_key: BTreeMap::new(),
         }
@@ -423,10 +288,10 @@ mod tests {
         let mut r = replay();
         r.apply(4, &add(serde_json::json!({"d": "1970-01-02"})))
             .unwrap();
-        assert_eq!(r.window_files(PartitionRange::Date(1, 2)).len(), 1);
+        assert_eq!(r.window_files(&day(1)).len(), 1);
         let mut r = replay();
         r.apply(4, &add(serde_json::json!({"d": null}))).unwrap();
-        assert!(r.window_files(PartitionRange::Date(-100, 100)).is_empty());
+        assert!(r.window_files(&day(-100).through(&day(99))).is_empty());
         for values in [
             serde_json::json!({"col-5f1a": "1970-01-02"}),
             serde_json::json!({"d": "someday"}),
