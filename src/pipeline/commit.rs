@@ -5,9 +5,7 @@
 use std::sync::Arc;
 
 use datafusion::prelude::{DataFrame, ParquetReadOptions};
-use deltalake::DeltaTable;
 
-use crate::delta::partition;
 use crate::delta::{actions, merge, overwrite, readback, table};
 use crate::error::{Error, Result};
 use crate::pipeline::reconcile::Check;
@@ -15,7 +13,6 @@ use crate::pipeline::runner::Runner;
 use crate::pipeline::stage::check_unique_key;
 use crate::pipeline::stages::{CommitError, Committed, Landed, Ready, Reconciled, WindowPlan};
 use crate::pipeline::target::Published;
-use crate::task::range::WindowRange;
 use crate::task::window::Window;
 
 impl Runner {
@@ -101,8 +98,6 @@ impl Runner {
             .merge_target(&plan.planned.schema)
             .await
             .map_err(|e| (e, None))?;
-        // A private copy at the pre-commit version, to read the commit back from storage.
-        let mut before = table.clone();
         let source = self.merge_source(plan, r).await.map_err(|e| (e, None))?;
         let columns: Vec<String> = plan
             .planned
@@ -148,10 +143,15 @@ impl Runner {
                 landed(vec![upserted]),
             ));
         }
-        // Read the window back: the log on storage, the files' footers.
-        let committed_rows = read_window(&mut before, v, range)
-            .await
-            .map_err(|e| (e, landed(vec![upserted.clone()])))?;
+        // Read the window back by the read-back's own route: the log on storage, the
+        // window's files by its replaceWhere, their footers.
+        let label = window_label(ready);
+        let committed_rows = async {
+            let files = self.target.read_back_merge(v, range, &label).await?;
+            readback::footer_rows(&self.target.readback, &files).await
+        }
+        .await
+        .map_err(|e| (e, landed(vec![upserted.clone()])))?;
         Ok(Committed {
             version: v,
             checks: vec![upserted],
@@ -209,13 +209,7 @@ impl Runner {
     }
 }
 
-/// Rows the window holds at `version`: its live files as the log replayed from storage
-/// says (`table` brought there), each counted by its own Parquet footer.
-async fn read_window(table: &mut DeltaTable, version: i64, range: &WindowRange) -> Result<u64> {
-    if table.version().is_none_or(|b| (b as i64) < version) {
-        table.update_incremental(Some(version as u64)).await?;
-    }
-    let files = partition::window_files(table, range)?;
-    let store = readback::own_store(table.table_url(), table)?;
-    readback::footer_rows(&store, &files).await
+/// The label of the window `ready` is for (its run record's).
+fn window_label(ready: &Ready) -> String {
+    ready.record.window.label.clone()
 }

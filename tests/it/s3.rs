@@ -877,3 +877,43 @@ default = "content"
     // The task's load: once through the log cache; the check's own load: from storage.
     assert!(gets >= 2, "{commit} read {gets} time(s): {requests:?}");
 }
+
+/// Issue 37 ("the checker owns its route"): the read-back started its own replay of the log
+/// from the task's table state — loaded through the process's store, whose log cache the
+/// task's own load had filled — so the commits before the run's own reached the read-back by
+/// the task's path (each read once in the whole run). The read-back now loads its starting
+/// snapshot through its own S3 client (no log cache): those commit files are read from
+/// storage by the read-back too.
+#[tokio::test(flavor = "multi_thread")]
+async fn s3_the_read_back_reads_the_tables_log_from_storage_not_the_log_cache() {
+    let s = S3Project::new().await;
+    let task = "lineitem_by_ship_day";
+    s.run_ok(task, "1995-06-01");
+    let before = s.version(task).await.unwrap();
+    let mut c = s.cmd(None);
+    c.env(
+        "IDEMLAKE_LOG",
+        "idemlake::storage::count=trace,idemlake=info",
+    );
+    let out = c
+        .args(["-v", "run", task, "--window", "1995-06-02"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let requests = traced_requests(&String::from_utf8_lossy(&out.stderr));
+    let gets = |v: u64| {
+        let commit = format!("{}/lake/{task}/_delta_log/{v:020}.json", s.prefix);
+        requests
+            .iter()
+            .filter(|(k, l)| k == "GET" && *l == commit)
+            .count()
+    };
+    // The task's load: once through the log cache; the read-back's own snapshot: from storage.
+    assert!(
+        gets(before) >= 2,
+        "{before} read {} time(s): {requests:?}",
+        gets(before)
+    );
+    // The run's own commit is read back from storage.
+    assert!(gets(before + 1) >= 1, "{requests:?}");
+}
