@@ -70,7 +70,7 @@ impl Runner {
             .readback
             .map_err(|e| (Error::unverified(e), landed()))?;
         // The rows committed, from the committed files' own footers (read-back's own client).
-        let store = self.target.readback.clone();
+        let store = self.target.readback.root.clone();
         let committed_rows = readback::footer_rows(&store, &files)
             .await
             .map_err(|e| (Error::unverified(e.message().to_string()), landed()))?;
@@ -148,7 +148,7 @@ impl Runner {
         let label = window_label(ready);
         let committed_rows = async {
             let files = self.target.read_back_merge(v, range, &label).await?;
-            readback::footer_rows(&self.target.readback, &files).await
+            readback::footer_rows(&self.target.readback.root, &files).await
         }
         .await
         .map_err(|e| (e, landed(vec![upserted.clone()])))?;

@@ -29,8 +29,8 @@ pub use background::{background, finish_background};
 /// The target table and its commit queue (one per runner).
 pub struct Target {
     url: url::Url,
-    /// The read-back's own client, rooted at the table (see `readback::own_store`).
-    pub(super) readback: std::sync::Arc<dyn object_store::ObjectStore>,
+    /// The read-back's own route to the table (see `readback::Route`).
+    pub(super) readback: readback::Route,
     partition_by: String,
     name: String,
     /// The table and its live files by window, for commits (one committer at a time).
@@ -114,7 +114,7 @@ impl Target {
         let table = table::builder(url)?.build()?;
         Ok(Target {
             url: url.clone(),
-            readback: readback::own_store(url, &table)?,
+            readback: readback::Route::new(url, &table)?,
             partition_by: task.partition_by.clone(),
             name: task.name.clone(),
             view: std::sync::Mutex::new(table.clone()),
@@ -450,8 +450,14 @@ impl Target {
         version: i64,
         expected: &[readback::Expected<'_>],
     ) -> Result<Vec<std::result::Result<Vec<WindowFile>, String>>> {
-        let route = (&self.url, self.readback.as_ref());
-        readback::read_back(replay, route, &self.partition_by, version, expected).await
+        readback::read_back(
+            replay,
+            &self.readback,
+            &self.partition_by,
+            version,
+            expected,
+        )
+        .await
     }
 
     /// Read a merge's commit `version` back: the live files of the window `range` (the

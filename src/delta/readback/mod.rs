@@ -21,21 +21,6 @@ mod windows;
 pub use footer::footer_rows;
 pub use replay::{LogReplay, LoggedFile};
 
-/// The read-back's own client for the table at `url` (`table`), rooted at the table: on S3 a
-/// new one (counted, without the Delta log cache, shared with no session and no other table
-/// handle), so that commits and footers are read from storage by a route the task's reads
-/// and commits do not use; for a local table, the table's own local store (which keeps
-/// nothing between reads).
-pub fn own_store(
-    url: &url::Url,
-    table: &DeltaTable,
-) -> Result<std::sync::Arc<dyn object_store::ObjectStore>> {
-    Ok(match own_root(url)? {
-        Some(store) => store,
-        None => table.log_store().object_store(None),
-    })
-}
-
 /// A new S3 client (see `storage::own_store_for`) rooted at the table at `url`; `None` for
 /// a local table.
 pub fn own_root(url: &url::Url) -> Result<Option<std::sync::Arc<dyn object_store::ObjectStore>>> {
@@ -47,6 +32,36 @@ pub fn own_root(url: &url::Url) -> Result<Option<std::sync::Arc<dyn object_store
     Ok(Some(std::sync::Arc::new(
         object_store::prefix::PrefixStore::new(store, root),
     )))
+}
+
+/// The read-back's own route to the table at `url`: on S3 a new client (counted, with a log
+/// cache of its own — see `storage::own_cached_store_for` — and not the store the task's
+/// session and commits use), for delta-rs's loads (`bucket`) and rooted at the table for
+/// commit files and footers (`root`); for a local table, delta-rs's own local store and the
+/// table's (neither keeps anything between reads).
+pub struct Route {
+    pub url: url::Url,
+    pub bucket: Option<std::sync::Arc<dyn object_store::ObjectStore>>,
+    pub root: std::sync::Arc<dyn object_store::ObjectStore>,
+}
+
+impl Route {
+    pub fn new(url: &url::Url, table: &DeltaTable) -> Result<Route> {
+        let Some((_, bucket)) = crate::storage::own_cached_store_for(url)? else {
+            return Ok(Route {
+                url: url.clone(),
+                bucket: None,
+                root: table.log_store().object_store(None),
+            });
+        };
+        let path = object_store::path::Path::from_url_path(url.path())
+            .map_err(|e| Error::runtime(format!("the table location {url}: {e}")))?;
+        Ok(Route {
+            url: url.clone(),
+            bucket: Some(bucket.clone()),
+            root: std::sync::Arc::new(object_store::prefix::PrefixStore::new(bucket, path)),
+        })
+    }
 }
 
 /// What the read-back expects of one window of a commit.
@@ -71,14 +86,14 @@ pub struct Expected<'a> {
 /// compares them.
 pub async fn read_back(
     replay: &mut Option<LogReplay>,
-    (url, store): (&url::Url, &dyn object_store::ObjectStore),
+    route: &Route,
     column: &str,
     version: i64,
     windows: &[Expected<'_>],
 ) -> Result<Vec<std::result::Result<Vec<WindowFile>, String>>> {
     let mut followed = None;
     if crate::config::get().accelerate {
-        match follow(replay, (url, store), column, version).await {
+        match follow(replay, route, column, version).await {
             Ok(removed) => followed = Some(removed),
             Err(e) => {
                 tracing::debug!(
@@ -92,10 +107,10 @@ pub async fn read_back(
     let (live, removed, ty) = match (followed, replay.as_ref()) {
         (Some(removed), Some(r)) => (r.files(), removed, r.column_type.clone()),
         _ => {
-            let after = LogReplay::open(url, column, version).await?;
+            let after = LogReplay::open(route, column, version).await?;
             let removed = match version {
                 0 => Vec::new(),
-                v => gone(&LogReplay::open(url, column, v - 1).await?, &after),
+                v => gone(&LogReplay::open(route, column, v - 1).await?, &after),
             };
             (after.files(), removed, after.column_type.clone())
         }
@@ -131,18 +146,18 @@ pub async fn read_back(
 /// it is past `version`): the files commit `version` removed.
 async fn follow(
     replay: &mut Option<LogReplay>,
-    (url, store): (&url::Url, &dyn object_store::ObjectStore),
+    route: &Route,
     column: &str,
     version: i64,
 ) -> Result<Vec<LoggedFile>> {
     if replay.as_ref().is_none_or(|r| r.version >= version) {
-        *replay = Some(LogReplay::open(url, column, (version - 1).max(0)).await?);
+        *replay = Some(LogReplay::open(route, column, (version - 1).max(0)).await?);
     }
     let r = replay.as_mut().expect("just set");
     if r.version == version {
         return Ok(Vec::new());
     }
-    r.advance(store, version).await
+    r.advance(route.root.as_ref(), version).await
 }
 
 /// The files live in `before` and not in `after`, with their values in `before`.

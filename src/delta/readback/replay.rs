@@ -4,7 +4,6 @@
 //! a parser of its own.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use delta_kernel::engine::arrow_conversion::TryIntoArrow;
 use deltalake::{DeltaTable, DeltaTableBuilder};
@@ -42,8 +41,8 @@ impl LogReplay {
     /// The live files of the table at `url` as of `version`, loaded by delta-rs through the
     /// read-back's own client (a new S3 client without the log cache; delta-rs's local store
     /// for a local table) — never through the store the task's session and commits use.
-    pub async fn open(url: &url::Url, column: &str, version: i64) -> Result<LogReplay> {
-        let table = open_own(url, version).await?;
+    pub async fn open(route: &super::Route, column: &str, version: i64) -> Result<LogReplay> {
+        let table = open_own(route, version).await?;
         let state = table.snapshot()?;
         let field = state.schema().field(column).cloned().ok_or_else(|| {
             Error::runtime(format!("read-back: the table has no column {column}"))
@@ -82,7 +81,7 @@ impl LogReplay {
     }
 
     /// Apply every commit after `self.version` up to `version`, each read from storage
-    /// through `store` (the read-back's own, rooted at the table: `readback::own_store`).
+    /// through `store` (the read-back's own, rooted at the table: `readback::Route`).
     /// Returns the live files the last of them removed.
     pub async fn advance(
         &mut self,
@@ -176,13 +175,11 @@ fn decoded_path(action: &serde_json::Value) -> std::result::Result<String, Strin
         .map_err(|e| format!("the path {raw:?}: {e}"))
 }
 
-/// The table at `url` as of `version`, loaded through the read-back's own client.
-pub async fn open_own(url: &url::Url, version: i64) -> Result<DeltaTable> {
-    let builder = DeltaTableBuilder::from_url(url.clone())?;
-    let builder = match crate::storage::own_store_for(url)? {
-        Some((_, store)) => {
-            builder.with_storage_backend(store as Arc<dyn ObjectStore>, url.clone())
-        }
+/// The table as of `version`, loaded through the read-back's own client (`route`).
+async fn open_own(route: &super::Route, version: i64) -> Result<DeltaTable> {
+    let builder = DeltaTableBuilder::from_url(route.url.clone())?;
+    let builder = match &route.bucket {
+        Some(store) => builder.with_storage_backend(store.clone(), route.url.clone()),
         None => builder,
     };
     let mut table = builder.build()?;
