@@ -1,5 +1,5 @@
 //! Reading a commit back, by the read-back's own route: the committed version replayed from
-//! storage through a client of its own ([`own_store`]; `replay`: a starting snapshot loaded
+//! storage through a client of its own ([`Route`]; `replay`: a starting snapshot loaded
 //! through that client, then every later commit read back and parsed by the read-back
 //! itself), each window's live files found by evaluating its replaceWhere predicate over the
 //! partition values as the log writes them (`windows`, with DataFusion), checked against the
