@@ -226,7 +226,7 @@ fn log_filter(strict: bool) -> Result<Option<String>> {
 
 /// The faults and mutations `IDEMLAKE_TEST_FAULT` may name (see `fault`), beside
 /// `batch:N` and `pause-before-inputs-check:MS`.
-pub const TEST_FAULTS: [&str; 13] = [
+pub const TEST_FAULTS: [&str; 14] = [
     "before-commit",
     "abort-before-commit",
     "after-commit",
@@ -237,6 +237,7 @@ pub const TEST_FAULTS: [&str; 13] = [
     "slice-move-row",
     "derived-keep-literal",
     "skip-remove",
+    "partition-shift",
     "output-drop-row",
     "output-repeat-row",
     "staged-file-shrunk",

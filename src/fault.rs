@@ -19,6 +19,10 @@
 //! - `derived-keep-literal`: physical plans derived from the template keep the template's
 //!   literals (after the first derived plan was checked);
 //! - `skip-remove`: the file map forgets one file of each window it replaces.
+//! - `partition-shift`: the published path's window→partition mapping (`delta::partition`)
+//!   is one day off (one hour for timestamps): a window's range and each partition value a
+//!   commit serialises are keyed one day later, a loaded snapshot's typed values are not —
+//!   so the file map replaces the next day's files instead of the window's own.
 //!
 //! Mutations of a window's staged output, whatever the task's shape (the default
 //! independent check must catch them):

@@ -43,6 +43,7 @@ use crate::accel::reuse::{Reuse, same_columns};
 use crate::error::Result;
 use crate::task::Task;
 use crate::task::plan::{self, OUTPUT_TABLE, Planned};
+use crate::task::range::WindowRange;
 use crate::task::window::Window;
 
 /// A task's queries, optimised with the window parameters unbound.
@@ -131,7 +132,8 @@ impl Prepared {
         task: &Task,
         window: &Window,
     ) -> Result<Option<(Planned, WindowPlans)>> {
-        let params = plan::window_params(task.grain, window);
+        let range = WindowRange::of(task, window);
+        let params = range.params();
         let mut providers = HashMap::new();
         {
             for (name, schema) in scans(&self.main) {
@@ -161,7 +163,7 @@ impl Prepared {
         let planned = Planned {
             df: DataFrame::new(state.clone(), main),
             schema: self.schema.clone(),
-            params,
+            range: Some(range),
             sql_hash: self.sql_hash.clone(),
             reconcile_source: None,
         };

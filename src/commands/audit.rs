@@ -29,13 +29,14 @@ use datafusion::functions_aggregate::expr_fn::{count, sum};
 use datafusion::prelude::{DataFrame, Expr, SessionContext, cast, col, lit, when};
 use futures::{StreamExt, TryStreamExt};
 
-use crate::delta::partition::{PartitionRange, PartitionValue};
+use crate::delta::partition::PartitionValue;
 use crate::error::Result;
 use crate::pipeline::reconcile::{self, Check};
 use crate::pipeline::runner::Runner;
 pub use crate::report::states::WindowAudit;
 use crate::task::plan;
 use crate::task::project::Project;
+use crate::task::range::WindowRange;
 use crate::task::window::{Grain, Window};
 use crate::task::{Mode, Task};
 
@@ -64,7 +65,7 @@ async fn table_side(
     }
     table.update_datafusion_session(&ctx.state())?;
     let part = column(&task.partition_by);
-    let range = PartitionRange::of(task, from).through(PartitionRange::of(task, to));
+    let range = WindowRange::of(task, from).through(&WindowRange::of(task, to));
     let key: Vec<Expr> = if task.key.is_empty() {
         columns.iter().map(|c| column(c)).collect()
     } else {
@@ -149,7 +150,7 @@ async fn copies_beyond_source(
     table.update_datafusion_session(&ctx.state())?;
     let published = ctx
         .read_table(table.table_provider().await?)?
-        .filter(PartitionRange::of(task, w).filter(column(&task.partition_by)))?;
+        .filter(WindowRange::of(task, w).filter(column(&task.partition_by)))?;
     let names: Vec<String> = source
         .schema()
         .fields()
@@ -239,7 +240,7 @@ async fn expected(runner: &Runner, w: &Window) -> Result<Expected> {
     let table = runner.table().await?;
     let missing = if table.version().is_some() {
         table.update_datafusion_session(&ctx.state())?;
-        let range = PartitionRange::of(task, w);
+        let range = WindowRange::of(task, w);
         let theirs: Vec<String> = task
             .key
             .iter()
@@ -385,9 +386,9 @@ async fn reconcile_window(runner: &Runner, w: &Window) -> Result<Vec<Check>> {
     table.update_datafusion_session(&ctx.state())?;
     let published = ctx
         .read_table(table.table_provider().await?)?
-        .filter(PartitionRange::of(task, w).filter(column(&task.partition_by)))?;
+        .filter(planned.window_range()?.filter(column(&task.partition_by)))?;
     let out =
-        plan::plan_output_query(ctx, task, published.into_view(), Some(&planned.params)).await?;
+        plan::plan_output_query(ctx, task, published.into_view(), Some(&planned.params())).await?;
     reconcile::compare(&src, &out.collect().await?, &r.tolerance)
 }
 

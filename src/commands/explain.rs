@@ -10,6 +10,7 @@ use crate::report::record::SourceVersion;
 use crate::task::Task;
 use crate::task::plan::{self, Planned};
 use crate::task::project::Project;
+use crate::task::range::WindowRange;
 use crate::task::window::Window;
 
 /// Parse, lint and plan a task without a window and without reading rows; if its table
@@ -64,7 +65,11 @@ fn describe_window(
         task.timezone_name,
         window.hours()
     );
-    let _ = writeln!(s, "replaceWhere:  {}", plan::replace_where(task, window));
+    let _ = writeln!(
+        s,
+        "replaceWhere:  {}",
+        WindowRange::of(task, window).replace_where()
+    );
     let _ = writeln!(s, "sql hash:      {}", planned.sql_hash);
     if !task.lint_allow.is_empty() {
         let _ = writeln!(
@@ -128,7 +133,7 @@ fn describe_checks(s: &mut String, task: &Task, planned: &Planned) {
 /// The bound parameters, the sources as pinned and the SQL.
 fn describe_inputs(s: &mut String, task: &Task, planned: &Planned, versions: &[SourceVersion]) {
     let _ = writeln!(s, "\nparameters (bound by DataFusion, not by text):");
-    for (name, value) in &planned.params {
+    for (name, value) in &planned.params() {
         let _ = writeln!(s, "  ${name:<16} = {value} ({})", value.data_type());
     }
     let _ = writeln!(s, "\nsources:");

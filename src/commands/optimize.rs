@@ -35,13 +35,14 @@ use crate::commands::vacuum::UPKEEP_INFO_KEY;
 use crate::commands::verify::diff;
 use crate::delta::overwrite::TAG_VERSION;
 use crate::delta::partition::{
-    PartitionRange, PartitionValue, file_window, partition_value, window_files, window_rows,
+    PartitionValue, file_window, partition_value, window_files, window_rows,
 };
 use crate::delta::table;
 use crate::error::{Error, Result};
 use crate::report::record::WindowRecord;
 use crate::task::Task;
 use crate::task::project::Project;
+use crate::task::range::WindowRange;
 use crate::task::window::Window;
 
 /// What `optimize` did to one window.
@@ -173,8 +174,8 @@ fn live_windows(
 
 /// Compact one window (see the module documentation); the outcome goes into `report`.
 async fn compact(table: &mut DeltaTable, task: &Task, w: &Live, report: &mut WindowOptimize) {
-    let range = PartitionRange::of(task, &w.window);
-    let adds = match rewrite(table, task, range).await {
+    let range = &WindowRange::of(task, &w.window);
+    let adds = match rewrite(table, range).await {
         Ok(a) => a,
         Err(e) => {
             report.status = "failed";
@@ -188,7 +189,7 @@ async fn compact(table: &mut DeltaTable, task: &Task, w: &Live, report: &mut Win
             report.table_version = Some(version);
             report.files_after = adds.len();
             let counted = w.counted.then_some(w.rows);
-            match read_back(table, task, range, base, version, &adds, counted).await {
+            match read_back(table, range, base, version, &adds, counted).await {
                 Ok(()) => report.status = "compacted",
                 Err(e) => {
                     report.status = "unverified";
@@ -222,13 +223,13 @@ fn session_for(table: &DeltaTable) -> Result<SessionContext> {
 }
 
 /// Write the window's rows (read from `table`'s snapshot) as new, uncommitted files.
-async fn rewrite(table: &DeltaTable, task: &Task, range: PartitionRange) -> Result<Vec<Add>> {
+async fn rewrite(table: &DeltaTable, range: &WindowRange) -> Result<Vec<Add>> {
     let ctx = session_for(table)?;
     let df = ctx
         .read_table(table.table_provider().await?)?
-        .filter(range.filter(col(Column::from_name(&task.partition_by))))?;
+        .filter(range.filter(col(Column::from_name(range.column()))))?;
     let schema = std::sync::Arc::new(df.schema().as_arrow().clone());
-    let config = table::writer_config(table, schema, &task.partition_by)?;
+    let config = table::writer_config(table, schema, range.column())?;
     let mut writer = DeltaWriter::new(table.log_store().object_store(None), config);
     let mut stream = df.execute_stream().await?;
     while let Some(batch) = stream.next().await {
@@ -301,8 +302,7 @@ async fn commit(
 /// version `base` again.
 async fn read_back(
     table: &DeltaTable,
-    task: &Task,
-    range: PartitionRange,
+    range: &WindowRange,
     base: i64,
     version: i64,
     adds: &[Add],
@@ -311,7 +311,7 @@ async fn read_back(
     let url = table.table_url().clone();
     let before = table::open_at(&url, base as u64).await?;
     let after = table::open_at(&url, version as u64).await?;
-    let files = window_files(&after, &task.partition_by, range)?;
+    let files = window_files(&after, range)?;
     if let Some(rows_before) = rows_before {
         let rows_after = window_rows(&files)?;
         if rows_after != rows_before {
@@ -332,7 +332,7 @@ async fn read_back(
         )));
     }
     let ctx = session_for(&after)?;
-    let filter = range.filter(col(Column::from_name(&task.partition_by)));
+    let filter = range.filter(col(Column::from_name(range.column())));
     for (name, t) in [("before", &before), ("after", &after)] {
         let df = ctx
             .read_table(t.table_provider().await?)?

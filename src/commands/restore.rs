@@ -22,16 +22,16 @@ use deltalake::kernel::{Action, Add, Remove};
 use deltalake::protocol::{DeltaOperation, SaveMode};
 use object_store::{ObjectStore, ObjectStoreExt};
 
+use crate::delta::actions::{find_run_commit, run_record};
 use crate::delta::overwrite::TAG_RESTORED_FROM;
-use crate::delta::partition::{PartitionRange, partition_value, window_files, window_rows};
-use crate::delta::readback::{find_run_commit, run_record};
+use crate::delta::partition::{in_window, window_files, window_rows};
 use crate::delta::table;
 use crate::error::{Error, Result};
 use crate::report::record::{Check, Report, RunRecord, SourceVersion, Status};
 use crate::report::runlog;
 use crate::task::Task;
-use crate::task::plan;
 use crate::task::project::Project;
+use crate::task::range::WindowRange;
 use crate::task::window::Window;
 
 /// Which version to restore the window to.
@@ -44,10 +44,10 @@ pub enum RestoreTo {
 }
 
 /// The window's live files in `table`: their `add` actions.
-fn window_adds(table: &DeltaTable, task: &Task, range: PartitionRange) -> Result<Vec<Add>> {
+fn window_adds(table: &DeltaTable, range: &WindowRange) -> Result<Vec<Add>> {
     let mut out = Vec::new();
     for view in table.snapshot()?.snapshot().log_data().iter() {
-        if partition_value(&view, &task.partition_by).is_some_and(|v| range.contains(&v)) {
+        if in_window(&view, range) {
             #[allow(deprecated)]
             out.push(view.add_action());
         }
@@ -93,19 +93,19 @@ pub async fn restore(
         )));
     }
     let v = resolve(&latest, to).await?;
-    let range = PartitionRange::of(task, window);
+    let range = &WindowRange::of(task, window);
     let then = table::open_at(&url, v as u64)
         .await
         .map_err(|e| e.context(format!("version {v} cannot be loaded")))?;
-    let wanted = window_adds(&then, task, range)?;
-    let current = window_adds(&latest, task, range)?;
+    let wanted = window_adds(&then, range)?;
+    let current = window_adds(&latest, range)?;
     let store = latest.log_store().object_store(None);
     ensure_in_storage(&store, window, v, &wanted).await?;
     let run_id = uuid::Uuid::new_v4().to_string();
     let mut report = Report::new(task, window, &run_id);
     let want_paths: HashSet<&str> = wanted.iter().map(|a| a.path.as_str()).collect();
     let (removes, adds) = changes(&current, &wanted, &want_paths, v);
-    let rows_then = window_rows(&window_files(&then, &task.partition_by, range)?)?;
+    let rows_then = window_rows(&window_files(&then, range)?)?;
     let (sql_hash, sources) = provenance(&latest, &store, window, v, &wanted).await;
     report.sql_hash = sql_hash;
     if removes.is_empty() && adds.is_empty() {
@@ -124,12 +124,12 @@ pub async fn restore(
     );
     record.rows_written = rows_then;
     record.sources = sources;
-    let version = commit(&latest, task, window, &record, v, removes, adds).await?;
+    let version = commit(&latest, (range, window), &record, v, removes, adds).await?;
     report.published = true;
     report.table_version = Some(version);
     report.rows_written = rows_then;
     // Read back: the window at the new version holds exactly version V's files.
-    let check = read_back(&url, task, range, version, v, &want_paths).await?;
+    let check = read_back(&url, range, version, v, &want_paths).await?;
     settle(&mut report, check, rows_then, version, v);
     report.duration_ms = started.elapsed().as_millis() as u64;
     runlog::record(&store, &report, false).await;
@@ -240,8 +240,7 @@ fn changes(
 /// commit info the run `record` and the version `v` it brings back; returns the new version.
 async fn commit(
     latest: &DeltaTable,
-    task: &Task,
-    window: &Window,
+    (range, window): (&WindowRange, &Window),
     record: &RunRecord,
     v: i64,
     removes: Vec<Remove>,
@@ -253,8 +252,8 @@ async fn commit(
     actions.extend(adds.iter().cloned().map(Action::Add));
     let op = DeltaOperation::Write {
         mode: SaveMode::Overwrite,
-        partition_by: Some(vec![task.partition_by.clone()]),
-        predicate: Some(plan::replace_where(task, window)),
+        partition_by: Some(vec![range.column().to_string()]),
+        predicate: Some(range.replace_where()),
     };
     let snapshot = latest.snapshot()?.snapshot().clone();
     let done = CommitBuilder::from(CommitProperties::default().with_metadata(HashMap::from([(
@@ -281,8 +280,7 @@ async fn commit(
 /// version `v`; else what differs, or why it could not be read.
 async fn read_back(
     url: &url::Url,
-    task: &Task,
-    range: PartitionRange,
+    range: &WindowRange,
     version: i64,
     v: i64,
     want_paths: &HashSet<&str>,
@@ -290,7 +288,7 @@ async fn read_back(
     let after = table::open_at(url, version as u64).await;
     Ok(match after {
         Ok(after) => {
-            let live = window_files(&after, &task.partition_by, range)?;
+            let live = window_files(&after, range)?;
             let live_paths: HashSet<&str> = live.iter().map(|f| f.path.as_str()).collect();
             if live_paths != *want_paths {
                 Err(format!(

@@ -23,11 +23,11 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use serde::Serialize;
 
-use crate::delta::partition::PartitionRange;
 use crate::error::{Error, Result};
 use crate::pipeline::runner::Runner;
 use crate::task::Task;
 use crate::task::project::Project;
+use crate::task::range::WindowRange;
 use crate::task::window::Window;
 
 /// Memory the diff may use before spilling.
@@ -294,14 +294,14 @@ pub async fn verify_with(
         table.update_datafusion_session(&ctx.state())?;
         let provider = table.table_provider().await?;
         ctx.register_table("published_all", provider)?;
-        let df =
-            ctx.table("published_all")
-                .await?
-                .filter(
-                    PartitionRange::of(task, window).filter(datafusion::prelude::col(
-                        datafusion::common::Column::from_name(&task.partition_by),
-                    )),
-                )?;
+        let df = ctx
+            .table("published_all")
+            .await?
+            .filter(
+                WindowRange::of(task, window).filter(datafusion::prelude::col(
+                    datafusion::common::Column::from_name(&task.partition_by),
+                )),
+            )?;
         ctx.register_table("published", df.into_view())?;
         diffs.push(diff(&ctx, &schema, a, "published").await?);
     }

@@ -17,12 +17,13 @@
 
 use std::collections::BTreeMap;
 
-use delta_kernel::expressions::Scalar;
 use deltalake::DeltaTable;
 use deltalake::kernel::{Add, Remove};
 
-use crate::delta::partition::{PartitionRange, bounds, partition_key, partition_value};
+use crate::delta::actions::{self, Action};
+use crate::delta::partition::{keys, partition_key, partition_value, scalar_key};
 use crate::error::Result;
+use crate::task::range::WindowRange;
 
 /// Live files keyed by their partition value (days since the epoch for dates, microseconds
 /// since the epoch for timestamps), as the `remove` action that would delete each one.
@@ -39,12 +40,7 @@ impl FileMap {
         let state = table.snapshot()?;
         let mut files: BTreeMap<i64, Vec<Remove>> = BTreeMap::new();
         for view in state.snapshot().log_data().iter() {
-            let key = partition_value(&view, partition_by).and_then(|v| match v {
-                Scalar::Date(d) => Some(d as i64),
-                Scalar::Timestamp(t) | Scalar::TimestampNtz(t) => Some(t),
-                _ => None,
-            });
-            if let Some(key) = key {
+            if let Some(key) = partition_value(&view, partition_by).and_then(|v| scalar_key(&v)) {
                 files.entry(key).or_default().push(view.remove_action(true));
             }
         }
@@ -65,8 +61,8 @@ impl FileMap {
     }
 
     /// `remove` actions (stamped now) for every live file whose partition lies in `range`.
-    pub fn removes(&self, range: PartitionRange) -> Vec<Remove> {
-        let (lo, hi) = bounds(range);
+    pub fn removes(&self, range: &WindowRange) -> Vec<Remove> {
+        let (lo, hi) = keys(range);
         let now = jiff::Timestamp::now().as_millisecond();
         let skip = usize::from(crate::fault::mutation("skip-remove"));
         self.files
@@ -84,10 +80,10 @@ impl FileMap {
     /// range in `ranges` by `adds`. Returns `false` (and leaves the map unusable: the caller
     /// must drop it) if an added file's partition value cannot be read.
     #[must_use]
-    pub fn apply(&mut self, version: i64, ranges: &[PartitionRange], adds: &[&Add]) -> bool {
+    pub fn apply(&mut self, version: i64, ranges: &[&WindowRange], adds: &[&Add]) -> bool {
         debug_assert_eq!(version, self.version + 1);
         for range in ranges {
-            let (lo, hi) = bounds(*range);
+            let (lo, hi) = keys(range);
             let keys: Vec<i64> = self.files.range(lo..hi).map(|(k, _)| *k).collect();
             for k in keys {
                 self.files.remove(&k);
@@ -124,42 +120,33 @@ pub enum Replayed {
 
 impl FileMap {
     /// Advance the map by commit `version` (exactly the next one) written by another writer,
-    /// given as its log lines: removes first (by path), then adds, keyed by partition value as
-    /// [`FileMap::from_table`] keys them (`kind`: the windows' partition type; files with a
-    /// NULL partition value are not window files and are not kept, as there).
+    /// given as its log lines (read with `actions`, the published path's one parser of a
+    /// commit): removes first (by path), then adds, keyed by partition value as
+    /// [`FileMap::from_table`] keys them (`kind`: a window of the task, for the partition
+    /// column's type; files with a NULL partition value are not window files and are not
+    /// kept, as there).
     pub fn replay(
         &mut self,
         version: i64,
-        kind: PartitionRange,
+        kind: &WindowRange,
         lines: &[u8],
         run_id: &str,
     ) -> Replayed {
         debug_assert_eq!(version, self.version + 1);
         let mut adds: Vec<Add> = Vec::new();
         let mut removes: Vec<Remove> = Vec::new();
-        for line in lines.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-            let Ok(action) = serde_json::from_slice::<serde_json::Value>(line) else {
-                return Replayed::Unknown;
-            };
-            let Some((name, body)) = action.as_object().and_then(|o| o.iter().next()) else {
-                return Replayed::Unknown;
-            };
-            match name.as_str() {
-                "commitInfo" => {
-                    if crate::delta::readback::names_run(body, run_id) {
-                        return Replayed::Ours;
-                    }
+        for action in actions::parse(lines) {
+            match action {
+                Action::CommitInfo(info) if actions::names_run(&info, run_id) => {
+                    return Replayed::Ours;
                 }
-                "txn" => {}
-                "add" => match serde_json::from_value::<Add>(body.clone()) {
-                    Ok(a) => adds.push(a),
-                    Err(_) => return Replayed::Unknown,
-                },
-                "remove" => match serde_json::from_value::<Remove>(body.clone()) {
-                    Ok(r) => removes.push(r),
-                    Err(_) => return Replayed::Unknown,
-                },
-                _ => return Replayed::Unknown,
+                Action::CommitInfo(_) | Action::Txn => {}
+                Action::Add(a) => adds.push(a),
+                Action::Remove(r) => removes.push(r),
+                Action::MetaData(_)
+                | Action::Protocol(_)
+                | Action::Other(_)
+                | Action::Unreadable(_) => return Replayed::Unknown,
             }
         }
         for r in &removes {
@@ -223,15 +210,33 @@ fn remove_for(add: &Add) -> Remove {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::task::window::{Grain, Window};
     use std::collections::HashMap;
+
+    /// The range of day `n` after the epoch on the date column `d`.
+    fn day(n: i32) -> WindowRange {
+        let text = crate::task::range::civil_date(n).to_string();
+        let tz = jiff::tz::TimeZone::UTC;
+        WindowRange::new(
+            Grain::Day,
+            "d",
+            &Window::parse(&text, Grain::Day, &tz).unwrap(),
+        )
+    }
+
+    /// Days `a` to `b` (inclusive).
+    fn days(a: i32, b: i32) -> WindowRange {
+        day(a).through(&day(b))
+    }
 
     #[test]
     fn partition_values_parse_as_delta_writes_them() {
-        let d = PartitionRange::Date(0, 0);
+        let d = &day(0);
         assert_eq!(partition_key(d, "1970-01-02"), Some(1));
         assert_eq!(partition_key(d, "1995-06-01"), Some(9282));
         assert_eq!(partition_key(d, "not a date"), None);
-        let t = PartitionRange::Timestamp(0, 0);
+        let hour = Window::parse("1970-01-01T00", Grain::Hour, &jiff::tz::TimeZone::UTC);
+        let t = &WindowRange::new(Grain::Hour, "d", &hour.unwrap());
         let hour = 3_600_000_000i64;
         assert_eq!(partition_key(t, "1970-01-01 01:00:00"), Some(hour));
         assert_eq!(
@@ -264,34 +269,30 @@ mod tests {
     #[test]
     fn a_commit_replaces_exactly_its_windows() {
         let mut m = empty_map();
-        let day = |n: i32| PartitionRange::Date(n, n + 1);
         let (a, b, c) = (
             add("1970-01-02", "a"),
             add("1970-01-03", "b"),
             add("1970-01-03", "c"),
         );
-        assert!(m.apply(4, &[day(1), day(2)], &[&a, &b, &c]));
+        assert!(m.apply(4, &[&day(1), &day(2)], &[&a, &b, &c]));
         assert_eq!((m.version, m.len()), (4, 3));
         let paths = |rs: Vec<Remove>| rs.into_iter().map(|r| r.path).collect::<Vec<_>>();
-        assert_eq!(paths(m.removes(day(2))), ["b", "c"]);
-        assert_eq!(
-            paths(m.removes(PartitionRange::Date(0, 10))),
-            ["a", "b", "c"]
-        );
+        assert_eq!(paths(m.removes(&day(2))), ["b", "c"]);
+        assert_eq!(paths(m.removes(&days(0, 9))), ["a", "b", "c"]);
         assert!(
-            m.removes(day(2))
+            m.removes(&day(2))
                 .iter()
                 .all(|r| r.deletion_timestamp.is_some())
         );
         let d = add("1970-01-03", "d");
-        assert!(m.apply(5, &[day(2)], &[&d]));
-        assert_eq!(paths(m.removes(PartitionRange::Date(0, 10))), ["a", "d"]);
+        assert!(m.apply(5, &[&day(2)], &[&d]));
+        assert_eq!(paths(m.removes(&days(0, 9))), ["a", "d"]);
         // An emptied window: its files go, nothing comes.
-        assert!(m.apply(6, &[day(1)], &[]));
-        assert_eq!(paths(m.removes(PartitionRange::Date(0, 10))), ["d"]);
+        assert!(m.apply(6, &[&day(1)], &[]));
+        assert_eq!(paths(m.removes(&days(0, 9))), ["d"]);
         // An add whose partition value cannot be read makes the map unusable.
         let bad = add("someday", "e");
-        assert!(!m.apply(7, &[day(5)], &[&bad]));
+        assert!(!m.apply(7, &[&day(5)], &[&bad]));
     }
 
     /// Issue 17 §1: after a lost race the map follows the winners' commits from their log
@@ -299,9 +300,8 @@ mod tests {
     #[test]
     fn another_writers_commit_replays_onto_the_map_like_a_snapshot() {
         let mut m = empty_map();
-        let day = |n: i32| PartitionRange::Date(n, n + 1);
         let (a, b) = (add("1970-01-02", "a"), add("1970-01-03", "b"));
-        assert!(m.apply(4, &[day(1), day(2)], &[&a, &b]));
+        assert!(m.apply(4, &[&day(1), &day(2)], &[&a, &b]));
         let line = |kind: &str, body: serde_json::Value| {
             let mut v = serde_json::to_vec(&serde_json::json!({ kind: body })).unwrap();
             v.push(b'\n');
@@ -320,29 +320,20 @@ mod tests {
         null["partitionValues"] = serde_json::json!({"d": null});
         commit.extend(line("add", null));
         commit.extend(line("txn", serde_json::json!({"appId": "x", "version": 1})));
-        assert_eq!(
-            m.replay(5, PartitionRange::Date(0, 0), &commit, "me"),
-            Replayed::Applied
-        );
+        assert_eq!(m.replay(5, &day(0), &commit, "me"), Replayed::Applied);
         let paths = |rs: Vec<Remove>| rs.into_iter().map(|r| r.path).collect::<Vec<_>>();
         assert_eq!((m.version, m.len()), (5, 2));
-        assert_eq!(paths(m.removes(PartitionRange::Date(0, 10))), ["a", "c"]);
+        assert_eq!(paths(m.removes(&days(0, 9))), ["a", "c"]);
         // The same path added again (a new deletion vector) stays one entry.
         let again = line("add", add_json("1970-01-03", "c"));
-        assert_eq!(
-            m.replay(6, PartitionRange::Date(0, 0), &again, "me"),
-            Replayed::Applied
-        );
-        assert_eq!(paths(m.removes(PartitionRange::Date(0, 10))), ["a", "c"]);
+        assert_eq!(m.replay(6, &day(0), &again, "me"), Replayed::Applied);
+        assert_eq!(paths(m.removes(&days(0, 9))), ["a", "c"]);
         // A commit naming this run (alone or in a group commit's runs): ours landed.
         let ours = line(
             "commitInfo",
             serde_json::json!({"idemlake": {"runs": [{"run_id": "me"}]}}),
         );
-        assert_eq!(
-            m.replay(7, PartitionRange::Date(0, 0), &ours, "me"),
-            Replayed::Ours
-        );
+        assert_eq!(m.replay(7, &day(0), &ours, "me"), Replayed::Ours);
         // What the map cannot follow: new metadata, an unknown action, a bad line, a bad value.
         for bad in [
             line("metaData", serde_json::json!({"id": "t"})),
@@ -357,10 +348,7 @@ mod tests {
             ),
         ] {
             let mut copy = m.clone();
-            assert_eq!(
-                copy.replay(7, PartitionRange::Date(0, 0), &bad, "me"),
-                Replayed::Unknown
-            );
+            assert_eq!(copy.replay(7, &day(0), &bad, "me"), Replayed::Unknown);
         }
     }
 }

@@ -9,9 +9,10 @@ use datafusion::prelude::{DataFrame, col};
 use deltalake::DeltaTable;
 use deltalake::kernel::transaction::CommitProperties;
 
-use crate::delta::partition::{PartitionRange, window_files, window_rows};
+use crate::delta::partition::{window_files, window_rows};
 use crate::delta::table::{COMMIT_RETRIES, CONFLICT_RETRIES, cleanup_due, is_conflict, open};
 use crate::error::{Error, Result};
+use crate::task::range::WindowRange;
 
 /// Outcome of a MERGE.
 pub struct Merged {
@@ -26,8 +27,7 @@ pub struct Merged {
 pub struct MergeSpec<'a> {
     pub columns: &'a [String],
     pub key: &'a [String],
-    pub partition_by: &'a str,
-    pub range: PartitionRange,
+    pub range: &'a WindowRange,
     /// Let the merge add the source's new columns to the table (`on_schema_change`).
     pub add_columns: bool,
 }
@@ -44,20 +44,19 @@ pub async fn merge(
     let MergeSpec {
         columns,
         key,
-        partition_by,
         range,
         add_columns,
     } = spec;
     let t = |c: &str| col(Column::new(Some("target"), c));
     let s = |c: &str| col(Column::new(Some("source"), c));
-    let mut predicate = range.filter(t(partition_by));
+    let mut predicate = range.filter(t(range.column()));
     for k in key {
         predicate = predicate.and(t(k).eq(s(k)));
     }
     let url = table.table_url().clone();
     let mut attempt = 0;
     loop {
-        let rows_before = window_rows(&window_files(&table, partition_by, range)?)?;
+        let rows_before = window_rows(&window_files(&table, range)?)?;
         let cleanup = cleanup_due(&table, table.version().unwrap_or(0) as i64 + 1)?;
         let result = table
             .merge(source.clone(), predicate.clone())

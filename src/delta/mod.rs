@@ -4,6 +4,7 @@
 //!
 //! May import `task`, `storage`, `report`, `config`, `error`, `fault`.
 
+pub mod actions;
 pub mod filemap;
 pub mod merge;
 pub mod overwrite;

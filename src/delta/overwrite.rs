@@ -19,9 +19,9 @@ use deltalake::protocol::{DeltaOperation, SaveMode};
 use deltalake::{DeltaTable, DeltaTableError};
 
 use crate::delta::filemap::FileMap;
-use crate::delta::partition::PartitionRange;
 use crate::delta::table::{checkpoint_due, cleanup_due};
 use crate::error::{Error, Result};
+use crate::task::range::WindowRange;
 
 mod recover;
 use recover::{CatchUp, after_failure, catch_up};
@@ -65,10 +65,10 @@ pub const TAG_RESTORED_FROM: &str = "idemlake.restored_from";
 /// How many times a commit is rebuilt on top of commits that other writers made first.
 pub const REBASE_ATTEMPTS: usize = 200;
 
-/// One window of a commit: its bounds, replaceWhere text, staged files, tags and run record.
+/// One window of a commit: its range (the files it replaces, its replaceWhere predicate),
+/// staged files, tags and run record.
 pub struct WindowCommit {
-    pub range: PartitionRange,
-    pub predicate: String,
+    pub range: WindowRange,
     pub adds: Vec<Add>,
     pub tags: RunTags,
     /// The window's run record (`record::RunRecord` as JSON).
@@ -161,7 +161,7 @@ pub async fn commit_windows(
         // lost race made concurrent workers starve each other (bench/SCALE.md). Anything the
         // replay cannot follow falls back to the full re-read below (the plain twin).
         if pending.commit.direct && crate::config::get().accelerate {
-            match catch_up(table, files, pending.ranges[0], &windows[0].tags.run_id).await {
+            match catch_up(table, files, &windows[0].range, &windows[0].tags.run_id).await {
                 CatchUp::Moved if attempt < REBASE_ATTEMPTS => {
                     attempt += 1;
                     COMMITS[2].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -222,7 +222,6 @@ async fn current_map<'a>(
 struct Pending<'a> {
     windows: &'a [WindowCommit],
     commit: Commit,
-    ranges: Vec<PartitionRange>,
     files_added: usize,
     /// The table's schema when the commit began.
     schema: std::sync::Arc<deltalake::kernel::StructType>,
@@ -244,11 +243,9 @@ impl<'a> Pending<'a> {
             .and_then(|m| m.parse_schema().ok());
         let files_added = windows.iter().map(|w| w.adds.len()).sum();
         let commit = Commit::new(table, partition_by, windows);
-        let ranges: Vec<PartitionRange> = windows.iter().map(|w| w.range).collect();
         Ok(Pending {
             windows,
             commit,
-            ranges,
             files_added,
             schema,
             own_schema,
@@ -270,8 +267,9 @@ impl<'a> Pending<'a> {
     async fn advance(&self, table: &mut DeltaTable, files: &mut Option<FileMap>, target: i64) {
         if self.commit.direct {
             let adds: Vec<&Add> = self.windows.iter().flat_map(|w| &w.adds).collect();
+            let ranges: Vec<&WindowRange> = self.windows.iter().map(|w| &w.range).collect();
             let map = files.as_mut().expect("built for this attempt");
-            if !map.apply(target, &self.ranges, &adds) {
+            if !map.apply(target, &ranges, &adds) {
                 *files = None;
             }
             checkpoint_if_due(table, target).await;
@@ -324,10 +322,10 @@ impl Commit {
                 mode: SaveMode::Overwrite,
                 partition_by: Some(vec![partition_by.to_string()]),
                 predicate: Some(match windows {
-                    [one] => one.predicate.clone(),
+                    [one] => one.range.replace_where(),
                     many => many
                         .iter()
-                        .map(|w| format!("({})", w.predicate))
+                        .map(|w| format!("({})", w.range.replace_where()))
                         .collect::<Vec<_>>()
                         .join(" OR "),
                 }),
@@ -374,7 +372,7 @@ fn actions(map: &FileMap, windows: &[WindowCommit], target: i64) -> (Vec<Action>
         actions.push(Action::Metadata(m));
     }
     for w in windows {
-        actions.extend(map.removes(w.range).into_iter().map(Action::Remove));
+        actions.extend(map.removes(&w.range).into_iter().map(Action::Remove));
     }
     let files_removed = actions
         .iter()

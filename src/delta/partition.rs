@@ -1,78 +1,65 @@
-//! One mapping between windows and partition values: a window as a range of the partition
-//! column in the log's typed representation, a file's partition value, and the window a
-//! partition value belongs to.
+//! The published path's one mapping between windows and partition values, in the file
+//! map's key space: a window's range ([`WindowRange`]) as keys, a file's partition value (as
+//! the log types it, or as a commit serialises it) as a key, and the window a partition value
+//! belongs to. The read-back does not use it (see `readback`).
 
 use datafusion::common::ScalarValue;
-use datafusion::prelude::{Expr, lit};
 use delta_kernel::expressions::Scalar;
 use deltalake::DeltaTable;
 use deltalake::kernel::LogicalFileView;
 
 use crate::error::{Error, Result};
 use crate::task::Task;
-use crate::task::plan::epoch_days;
+use crate::task::range::{Span, WindowRange, epoch_days};
 use crate::task::window::{Grain, Window};
 
-/// The window as bounds on the partition value, in the log's typed representation.
-#[derive(Debug, Clone, Copy)]
-pub enum PartitionRange {
-    /// Days since the epoch, `[lo, hi)`.
-    Date(i32, i32),
-    /// Microseconds since the epoch (UTC), `[lo, hi)`.
-    Timestamp(i64, i64),
+/// The range's bounds as keys, `[lo, hi)`: days since the epoch for dates, microseconds
+/// since the epoch for timestamps (see [`partition_key`] and [`scalar_key`]).
+pub fn keys(range: &WindowRange) -> (i64, i64) {
+    let shift = shift(range);
+    match range.span() {
+        Span::Date(lo, hi) => (i64::from(lo) + shift, i64::from(hi) + shift),
+        Span::Micros(lo, hi) => (lo + shift, hi + shift),
+    }
 }
 
-impl PartitionRange {
-    /// The window's bounds on the partition column: dates for day and longer grains (and
-    /// date-typed columns), instants otherwise.
-    pub fn of(task: &Task, w: &Window) -> PartitionRange {
-        if task.grain.uses_dates() {
-            PartitionRange::Date(epoch_days(w.start_date()), epoch_days(w.end_date()))
-        } else {
-            PartitionRange::Timestamp(w.start_ts().as_microsecond(), w.end_ts().as_microsecond())
-        }
+/// What the `partition-shift` mutation adds to a key (else 0): one day, or one hour.
+fn shift(range: &WindowRange) -> i64 {
+    if !crate::fault::mutation("partition-shift") {
+        return 0;
     }
+    match range.span() {
+        Span::Date(..) => 1,
+        Span::Micros(..) => 3_600_000_000,
+    }
+}
 
-    pub fn contains(&self, v: &Scalar) -> bool {
-        match (self, v) {
-            (PartitionRange::Date(lo, hi), Scalar::Date(d)) => lo <= d && d < hi,
-            (PartitionRange::Timestamp(lo, hi), Scalar::Timestamp(t) | Scalar::TimestampNtz(t)) => {
-                lo <= t && t < hi
-            }
-            _ => false,
-        }
+/// The key of a partition value as the log types it (a file of a loaded snapshot).
+pub fn scalar_key(v: &Scalar) -> Option<i64> {
+    match v {
+        Scalar::Date(d) => Some(i64::from(*d)),
+        Scalar::Timestamp(t) | Scalar::TimestampNtz(t) => Some(*t),
+        _ => None,
     }
-    /// The range from the start of `self` to the end of `last` (windows of one task).
-    pub fn through(self, last: PartitionRange) -> PartitionRange {
-        match (self, last) {
-            (PartitionRange::Date(lo, _), PartitionRange::Date(_, hi)) => {
-                PartitionRange::Date(lo, hi)
-            }
-            (PartitionRange::Timestamp(lo, _), PartitionRange::Timestamp(_, hi)) => {
-                PartitionRange::Timestamp(lo, hi)
-            }
-            (first, _) => first,
-        }
-    }
+}
 
-    /// The window filter on `column` (the partition column, however qualified):
-    /// `column >= lo AND column < hi`. The one way idemlake filters a table to its windows.
-    pub fn filter(&self, column: Expr) -> Expr {
-        let (lo, hi) = self.lo_hi();
-        column.clone().gt_eq(lit(lo)).and(column.lt(lit(hi)))
-    }
-
-    pub fn lo_hi(&self) -> (ScalarValue, ScalarValue) {
-        match *self {
-            PartitionRange::Date(lo, hi) => {
-                (ScalarValue::Date32(Some(lo)), ScalarValue::Date32(Some(hi)))
-            }
-            PartitionRange::Timestamp(lo, hi) => (
-                ScalarValue::TimestampMicrosecond(Some(lo), Some("UTC".into())),
-                ScalarValue::TimestampMicrosecond(Some(hi), Some("UTC".into())),
-            ),
+/// The key of a partition value as a commit serialises it (for `range`'s column type):
+/// `YYYY-MM-DD` for dates; `YYYY-MM-DD HH:MM:SS[.ffffff]` (UTC, optionally ISO-8601 with
+/// `T`/`Z`) for timestamps.
+pub fn partition_key(range: &WindowRange, raw: &str) -> Option<i64> {
+    let key = match range.span() {
+        Span::Date(..) => raw
+            .parse::<jiff::civil::Date>()
+            .ok()
+            .map(|d| i64::from(epoch_days(d))),
+        Span::Micros(..) => {
+            let civil = raw.trim_end_matches(['Z', 'z']);
+            let dt = civil.parse::<jiff::civil::DateTime>().ok()?;
+            let ts = dt.to_zoned(jiff::tz::TimeZone::UTC).ok()?.timestamp();
+            Some(ts.as_microsecond())
         }
-    }
+    };
+    key.map(|k| k + shift(range))
 }
 
 /// A file of the current snapshot whose partition lies in the window.
@@ -83,18 +70,13 @@ pub struct WindowFile {
 }
 
 /// The files of the window, from the log (partition values and statistics only).
-pub fn window_files(
-    table: &DeltaTable,
-    partition_by: &str,
-    range: PartitionRange,
-) -> Result<Vec<WindowFile>> {
+pub fn window_files(table: &DeltaTable, range: &WindowRange) -> Result<Vec<WindowFile>> {
     let Ok(state) = table.snapshot() else {
         return Ok(Vec::new());
     };
     let mut out = Vec::new();
     for view in state.snapshot().log_data().iter() {
-        let value = partition_value(&view, partition_by);
-        if value.is_some_and(|v| range.contains(&v)) {
+        if in_window(&view, range) {
             out.push(WindowFile {
                 path: view.path().to_string(),
                 rows: view.num_records().map(|n| n as u64),
@@ -102,6 +84,13 @@ pub fn window_files(
         }
     }
     Ok(out)
+}
+
+/// Does a live file's partition value lie in `range`?
+pub fn in_window(view: &LogicalFileView, range: &WindowRange) -> bool {
+    let (lo, hi) = keys(range);
+    let key = partition_value(view, range.column()).and_then(|v| scalar_key(&v));
+    key.is_some_and(|k| lo <= k && k < hi)
 }
 
 /// Rows the log says the window holds (sum of `numRecords`); errors if a file has no stats.
@@ -132,31 +121,6 @@ pub fn partition_value(view: &LogicalFileView, partition_by: &str) -> Option<Sca
         .zip(values.values())
         .find(|(f, _)| f.name() == partition_by)
         .map(|(_, v)| v.clone())
-}
-
-/// The range's bounds as file-map keys (see [`partition_key`]).
-pub fn bounds(range: PartitionRange) -> (i64, i64) {
-    match range {
-        PartitionRange::Date(lo, hi) => (lo as i64, hi as i64),
-        PartitionRange::Timestamp(lo, hi) => (lo, hi),
-    }
-}
-
-/// The map key of a partition value as Delta serialises it: `YYYY-MM-DD` for dates;
-/// `YYYY-MM-DD HH:MM:SS[.ffffff]` (UTC, optionally ISO-8601 with `T`/`Z`) for timestamps.
-pub fn partition_key(kind: PartitionRange, raw: &str) -> Option<i64> {
-    match kind {
-        PartitionRange::Date(..) => raw
-            .parse::<jiff::civil::Date>()
-            .ok()
-            .map(|d| epoch_days(d) as i64),
-        PartitionRange::Timestamp(..) => {
-            let civil = raw.trim_end_matches(['Z', 'z']);
-            let dt = civil.parse::<jiff::civil::DateTime>().ok()?;
-            let ts = dt.to_zoned(jiff::tz::TimeZone::UTC).ok()?.timestamp();
-            Some(ts.as_microsecond())
-        }
-    }
 }
 
 /// A partition value as idemlake reads it back: a date (days since the epoch) or an instant

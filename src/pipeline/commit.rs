@@ -5,26 +5,21 @@
 use std::sync::Arc;
 
 use datafusion::prelude::{DataFrame, ParquetReadOptions};
-use deltalake::DeltaTable;
 
-use crate::delta::partition::{self, PartitionRange};
-use crate::delta::{merge, overwrite, readback, table};
+use crate::delta::{actions, merge, overwrite, readback, table};
 use crate::error::{Error, Result};
 use crate::pipeline::reconcile::Check;
 use crate::pipeline::runner::Runner;
 use crate::pipeline::stage::check_unique_key;
 use crate::pipeline::stages::{CommitError, Committed, Landed, Ready, Reconciled, WindowPlan};
 use crate::pipeline::target::Published;
-use crate::task::plan;
 use crate::task::window::Window;
 
 impl Runner {
     /// Stage 4, overwrite: what the group commit publishes for the window (see `target`).
     pub(super) fn window_commit(&self, ready: &Ready, window: &Window) -> overwrite::WindowCommit {
-        let task = self.task();
         overwrite::WindowCommit {
-            range: PartitionRange::of(task, window),
-            predicate: plan::replace_where(task, window),
+            range: ready.plan.range.clone(),
             adds: ready.reconciled.window.staged.adds.clone(),
             tags: overwrite::RunTags {
                 run_id: ready.record.run_id.clone(),
@@ -75,7 +70,7 @@ impl Runner {
             .readback
             .map_err(|e| (Error::unverified(e), landed()))?;
         // The rows committed, from the committed files' own footers (read-back's own client).
-        let store = self.target.readback.clone();
+        let store = self.target.readback.root.clone();
         let committed_rows = readback::footer_rows(&store, &files)
             .await
             .map_err(|e| (Error::unverified(e.message().to_string()), landed()))?;
@@ -92,20 +87,17 @@ impl Runner {
     pub(super) async fn commit_merge(
         &self,
         ready: &Ready,
-        window: &Window,
     ) -> std::result::Result<Committed, CommitError> {
         let (plan, r, record) = (&ready.plan, &ready.reconciled, &ready.record);
         let task = self.task();
         let ctx = self.session();
         let rows = r.window.staged.rows;
-        let range = PartitionRange::of(task, window);
+        let range = &plan.range;
         let table = self
             .target
             .merge_target(&plan.planned.schema)
             .await
             .map_err(|e| (e, None))?;
-        // A private copy at the pre-commit version, to read the commit back from storage.
-        let mut before = table.clone();
         let source = self.merge_source(plan, r).await.map_err(|e| (e, None))?;
         let columns: Vec<String> = plan
             .planned
@@ -118,7 +110,6 @@ impl Runner {
         let spec = merge::MergeSpec {
             columns: &columns,
             key: &task.key,
-            partition_by: &task.partition_by,
             range,
             add_columns: !plan.columns.added.is_empty(),
         };
@@ -152,10 +143,15 @@ impl Runner {
                 landed(vec![upserted]),
             ));
         }
-        // Read the window back: the log on storage, the files' footers.
-        let committed_rows = read_window(&mut before, v, &task.partition_by, range)
-            .await
-            .map_err(|e| (e, landed(vec![upserted.clone()])))?;
+        // Read the window back by the read-back's own route: the log on storage, the
+        // window's files by its replaceWhere, their footers.
+        let label = window_label(ready);
+        let committed_rows = async {
+            let files = self.target.read_back_merge(v, range, &label).await?;
+            readback::footer_rows(&self.target.readback.root, &files).await
+        }
+        .await
+        .map_err(|e| (e, landed(vec![upserted.clone()])))?;
         Ok(Committed {
             version: v,
             checks: vec![upserted],
@@ -187,7 +183,7 @@ impl Runner {
     /// checkpoint): look for this run in the log, so the report tells the truth.
     async fn merge_failed(&self, e: Error, base: i64, run_id: &str) -> CommitError {
         let found = match table::open(self.target.url()).await {
-            Ok(t) => readback::find_run_commit(&t, base, run_id).await,
+            Ok(t) => actions::find_run_commit(&t, base, run_id).await,
             Err(why) => Err(why),
         };
         match found {
@@ -213,18 +209,7 @@ impl Runner {
     }
 }
 
-/// Rows the window holds at `version`: its live files as the log replayed from storage
-/// says (`table` brought there), each counted by its own Parquet footer.
-async fn read_window(
-    table: &mut DeltaTable,
-    version: i64,
-    partition_by: &str,
-    range: PartitionRange,
-) -> Result<u64> {
-    if table.version().is_none_or(|b| (b as i64) < version) {
-        table.update_incremental(Some(version as u64)).await?;
-    }
-    let files = partition::window_files(table, partition_by, range)?;
-    let store = readback::own_store(table.table_url(), table)?;
-    readback::footer_rows(&store, &files).await
+/// The label of the window `ready` is for (its run record's).
+fn window_label(ready: &Ready) -> String {
+    ready.record.window.label.clone()
 }

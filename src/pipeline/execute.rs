@@ -14,7 +14,6 @@ use arrow::array::{Array, BooleanArray, RecordBatch};
 use arrow::compute::kernels::{boolean, cmp};
 use arrow::datatypes::SchemaRef;
 use datafusion::catalog::streaming::StreamingTable;
-use datafusion::common::ScalarValue;
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::PartitionStream;
@@ -27,6 +26,7 @@ use object_store::ObjectStoreExt;
 use tokio::sync::mpsc;
 
 use crate::error::{Error, Result};
+use crate::task::range::WindowRange;
 
 /// Rows staged for one window, not yet visible to any reader.
 #[derive(Debug, Default)]
@@ -63,22 +63,17 @@ pub fn adapt(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
-/// The window column and its half-open bounds, typed like the column.
-pub struct Bounds {
-    pub column: String,
-    pub lo: ScalarValue,
-    pub hi: ScalarValue,
-    /// Human form of the interval, for messages.
-    pub shown: String,
-}
-
-/// Check that every row of `batch` has its window column in `[lo, hi)`.
-pub fn check_bounds(batch: &RecordBatch, b: &Bounds) -> Result<()> {
-    let col = batch.column_by_name(&b.column).ok_or_else(|| {
-        Error::runtime(format!("window column `{}` missing from output", b.column))
+/// Check that every row of `batch` has its window column in the range's `[lo, hi)`.
+pub fn check_bounds(batch: &RecordBatch, b: &WindowRange) -> Result<()> {
+    let col = batch.column_by_name(b.column()).ok_or_else(|| {
+        Error::runtime(format!(
+            "window column `{}` missing from output",
+            b.column()
+        ))
     })?;
-    let lo = b.lo.to_scalar()?;
-    let hi = b.hi.to_scalar()?;
+    let (lo, hi) = b.lo_hi();
+    let lo = lo.to_scalar()?;
+    let hi = hi.to_scalar()?;
     let outside: BooleanArray = boolean::or(&cmp::lt(col, &lo)?, &cmp::gt_eq(col, &hi)?)?;
     let bad = outside.true_count() + col.null_count();
     if bad == 0 {
@@ -94,7 +89,8 @@ pub fn check_bounds(batch: &RecordBatch, b: &Bounds) -> Result<()> {
     };
     Err(Error::runtime(format!(
         "rows outside the window: the query returned rows whose `{}` is not in {} (first: {example}); nothing was published. Filter the sources with $window_start/$window_end",
-        b.column, b.shown
+        b.column(),
+        b.shown()
     )))
 }
 
@@ -147,7 +143,7 @@ pub async fn stage(
     plan: Arc<dyn ExecutionPlan>,
     task_ctx: Arc<TaskContext>,
     schema: SchemaRef,
-    bounds: &Bounds,
+    bounds: &WindowRange,
     sink: Sink,
     tee: Option<(mpsc::Sender<RecordBatch>, Arc<dyn ExecutionPlan>)>,
 ) -> Result<Staged> {

@@ -235,7 +235,7 @@ impl Runner {
         let staged = stage(
             self.output_session(&planned.session),
             &self.task,
-            window,
+            planned.planned.window_range()?,
             (&planned.planned, planned.plans.as_ref()),
             Sink {
                 store,
@@ -261,7 +261,7 @@ impl Runner {
         let staged = stage(
             self.output_session(ctx),
             &self.task,
-            window,
+            planned.window_range()?,
             (&planned, None),
             Sink {
                 store,

@@ -11,27 +11,11 @@ use datafusion::prelude::SessionContext;
 use deltalake::datafile::writer::WriterConfig;
 use object_store::local::LocalFileSystem;
 
-use crate::delta::partition::PartitionRange;
 use crate::error::{Error, Result};
-use crate::pipeline::execute::{self, Bounds, Sink, Staged};
+use crate::pipeline::execute::{self, Sink, Staged};
 use crate::task::plan::{self, Planned};
-use crate::task::window::Window;
+use crate::task::range::WindowRange;
 use crate::task::{Mode, Task};
-
-pub fn bounds(task: &Task, w: &Window) -> Bounds {
-    let (lo, hi) = PartitionRange::of(task, w).lo_hi();
-    let shown = if task.grain.uses_dates() {
-        format!("[{}, {})", w.start_date(), w.end_date())
-    } else {
-        format!("[{}, {})", w.start_ts(), w.end_ts())
-    };
-    Bounds {
-        column: task.partition_by.clone(),
-        lo,
-        hi,
-        shown,
-    }
-}
 
 /// A sink writing unpartitioned Parquet files into a local temporary directory.
 pub fn temp_sink(
@@ -69,11 +53,12 @@ pub fn tempdir_for_merge(task: &Task) -> Result<Option<tempfile::TempDir>> {
     })
 }
 
-/// Execute the plan into `sink`, teeing into the output-reconcile query if there is one.
+/// Execute the plan into `sink`, teeing into the output-reconcile query if there is one;
+/// every row must lie in `range` (the window's).
 pub async fn stage(
     ctx: &SessionContext,
     task: &Task,
-    window: &Window,
+    range: &WindowRange,
     plans: (&Planned, Option<&crate::accel::prepared::WindowPlans>),
     sink: Sink,
 ) -> Result<Staged> {
@@ -89,7 +74,7 @@ pub async fn stage(
             let out = match prepared {
                 Some(out) => out,
                 None => {
-                    plan::plan_output_query(ctx, task, provider, Some(&planned.params))
+                    plan::plan_output_query(ctx, task, provider, Some(&planned.params()))
                         .await?
                         .create_physical_plan()
                         .await?
@@ -105,15 +90,7 @@ pub async fn stage(
             Arc::new(planned.df.task_ctx()),
         ),
     };
-    execute::stage(
-        main,
-        task_ctx,
-        planned.schema.clone(),
-        &bounds(task, window),
-        sink,
-        tee,
-    )
-    .await
+    execute::stage(main, task_ctx, planned.schema.clone(), range, sink, tee).await
 }
 
 /// A merge key must be non-NULL and unique within one run's output.

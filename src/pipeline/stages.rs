@@ -14,10 +14,14 @@ use crate::pipeline::execute::Staged;
 use crate::report::record::Check;
 use crate::report::record::RunRecord;
 use crate::task::plan::Planned;
+use crate::task::range::WindowRange;
 
 /// Stage 1: the window planned, in the session it executes in, against the table as known.
 pub struct WindowPlan {
     pub planned: Planned,
+    /// The window's range, built once when it was planned (`Planned::range`): its bounds,
+    /// partition range and replaceWhere predicate for the stages after this one.
+    pub range: WindowRange,
     /// The prepared plans bound to this window (`None`: planned on its own).
     pub plans: Option<WindowPlans>,
     pub session: SessionContext,

@@ -16,10 +16,11 @@ use arrow::datatypes::SchemaRef;
 use deltalake::DeltaTable;
 
 use crate::delta::filemap::FileMap;
-use crate::delta::partition::{WindowFile, window_files};
+use crate::delta::partition::WindowFile;
 use crate::delta::{overwrite, readback, table};
 use crate::error::{Error, ErrorKind, Result};
 use crate::task::Task;
+use crate::task::range::WindowRange;
 
 mod background;
 use background::open_in_background;
@@ -28,8 +29,8 @@ pub use background::{background, finish_background};
 /// The target table and its commit queue (one per runner).
 pub struct Target {
     url: url::Url,
-    /// The read-back's own client, rooted at the table (see `readback::own_store`).
-    pub(super) readback: std::sync::Arc<dyn object_store::ObjectStore>,
+    /// The read-back's own route to the table (see `readback::Route`).
+    pub(super) readback: readback::Route,
     partition_by: String,
     name: String,
     /// The table and its live files by window, for commits (one committer at a time).
@@ -113,7 +114,7 @@ impl Target {
         let table = table::builder(url)?.build()?;
         Ok(Target {
             url: url.clone(),
-            readback: readback::own_store(url, &table)?,
+            readback: readback::Route::new(url, &table)?,
             partition_by: task.partition_by.clone(),
             name: task.name.clone(),
             view: std::sync::Mutex::new(table.clone()),
@@ -409,21 +410,24 @@ impl Target {
                 "committed a group of windows"
             );
         }
-        // Read the committed version back from storage (the log as stored, replayed up to
-        // this version; not the file map the commit was built from): every live file of each
-        // window must be one this run added (their footers give the rows committed, read by
-        // each window: `Runner::overwrite_landed`).
-        let ranges: Vec<_> = windows.iter().map(|w| w.range).collect();
-        let live = self.live_at(target, committed.version, &ranges).await;
-        for ((w, tx), i) in windows.iter().zip(senders.take()).zip(0..) {
-            let readback = match &live {
-                Ok(files) => readback::check_window(
-                    files[i].clone(),
-                    committed.version,
-                    &w.adds,
-                    &w.tags.window,
-                )
-                .map_err(|e| e.message().to_string()),
+        // Read the committed version back by the read-back's own route (its own client and
+        // log replay, each window's files by its replaceWhere; not the file map the commit
+        // was built from): every live file of each window must be one this run added (their
+        // footers give the rows committed, read by each window: `Runner::overwrite_landed`).
+        let expected: Vec<readback::Expected> = windows
+            .iter()
+            .map(|w| readback::Expected {
+                predicate: w.range.replace_where(),
+                adds: Some(&w.adds),
+                label: &w.tags.window,
+            })
+            .collect();
+        let checked = self
+            .read_back(&mut target.replay, committed.version, &expected)
+            .await;
+        for (tx, i) in senders.take().into_iter().zip(0..) {
+            let readback = match &checked {
+                Ok(per_window) => per_window[i].clone(),
                 Err(e) => Err(format!(
                     "read-back: version {} could not be loaded: {}",
                     committed.version,
@@ -439,51 +443,42 @@ impl Target {
 }
 
 impl Target {
-    /// The live files of each of `ranges` at `version`, read back from storage: by the
-    /// read-back's own log replay, or (plain twin, or when the replay fails) by delta-rs's.
-    async fn live_at(
+    /// Read commit `version` back for `expected` (see `readback::read_back`).
+    async fn read_back(
         &self,
-        state: &mut State,
+        replay: &mut Option<readback::LogReplay>,
         version: i64,
-        ranges: &[crate::delta::partition::PartitionRange],
-    ) -> Result<Vec<Vec<WindowFile>>> {
-        if crate::config::get().accelerate {
-            match self.replay_to(state, version, ranges[0]).await {
-                Ok(r) => return Ok(ranges.iter().map(|rg| r.window_files(*rg)).collect()),
-                Err(e) => {
-                    tracing::debug!(
-                        "read-back by log replay failed ({}); loading version {version}",
-                        e.message()
-                    );
-                    state.replay = None;
-                }
-            }
-        }
-        let t = readback::snapshot_at(&mut state.table, version).await?;
-        *self.view.lock().expect("not poisoned") = t.clone();
-        ranges
-            .iter()
-            .map(|rg| window_files(&t, &self.partition_by, *rg))
-            .collect()
+        expected: &[readback::Expected<'_>],
+    ) -> Result<Vec<std::result::Result<Vec<WindowFile>, String>>> {
+        readback::read_back(
+            replay,
+            &self.readback,
+            &self.partition_by,
+            version,
+            expected,
+        )
+        .await
     }
 
-    /// The read-back's replay advanced to `version` (built from the table's snapshot first).
-    async fn replay_to<'a>(
+    /// Read a merge's commit `version` back: the live files of the window `range` (the
+    /// read-back's own route, as for overwrites; a merge's own files are delta-rs's, so only
+    /// where they lie is checked).
+    pub async fn read_back_merge(
         &self,
-        state: &'a mut State,
         version: i64,
-        kind: crate::delta::partition::PartitionRange,
-    ) -> Result<&'a readback::LogReplay> {
-        if state.replay.as_ref().is_none_or(|r| r.version > version) {
-            state.replay = Some(readback::LogReplay::from_table(
-                &state.table,
-                &self.partition_by,
-                kind,
-            )?);
-        }
-        let replay = state.replay.as_mut().expect("just set");
-        replay.advance(self.readback.as_ref(), version).await?;
-        Ok(replay)
+        range: &WindowRange,
+        label: &str,
+    ) -> Result<Vec<WindowFile>> {
+        let mut state = self.state.lock().await;
+        let expected = [readback::Expected {
+            predicate: range.replace_where(),
+            adds: None,
+            label,
+        }];
+        let mut checked = self
+            .read_back(&mut state.replay, version, &expected)
+            .await?;
+        checked.remove(0).map_err(Error::unverified)
     }
 }
 

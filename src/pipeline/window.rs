@@ -66,7 +66,7 @@ impl Runner {
                     .await;
                 self.overwrite_landed(published, &ready).await
             }
-            Mode::Merge => self.commit_merge(&ready, window).await,
+            Mode::Merge => self.commit_merge(&ready).await,
         };
         self.finish(window, ready, committed, report)
     }
@@ -198,6 +198,7 @@ impl Runner {
         }
         crate::storage::probe_conditional_put(self.target.url()).await?;
         Ok(WindowPlan {
+            range: planned.planned.window_range()?.clone(),
             planned: planned.planned,
             plans: planned.plans,
             session: planned.session,
@@ -232,7 +233,7 @@ impl Runner {
             stage(
                 self.output_session(&plan.session),
                 task,
-                window,
+                &plan.range,
                 (&plan.planned, plan.plans.as_ref()),
                 sink
             ),

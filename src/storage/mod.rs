@@ -69,6 +69,22 @@ pub fn own_store_for(url: &Url) -> Result<Option<(Url, Arc<dyn ObjectStore>)>> {
     Ok(Some((bucket, store)))
 }
 
+/// [`own_store_for`] with a Delta log cache of its own (the read-back's): empty when built,
+/// filled only by this client's reads from storage, shared with nothing — delta-rs's load
+/// through it then reads each log file once, as the task's does through the process's
+/// store. `IDEMLAKE_LOG_CACHE=0` leaves it out.
+pub fn own_cached_store_for(url: &Url) -> Result<Option<(Url, Arc<dyn ObjectStore>)>> {
+    let Some((bucket, store)) = own_store_for(url)? else {
+        return Ok(None);
+    };
+    let store: Arc<dyn ObjectStore> = if crate::config::get().log_cache {
+        Arc::new(wrap::Wrapped(logcache::LogCache::new(store)))
+    } else {
+        store
+    };
+    Ok(Some((bucket, store)))
+}
+
 /// A new S3 client for `bucket` from the `AWS_*` environment, its requests counted.
 fn counted_client(bucket: &Url) -> Result<Arc<dyn ObjectStore>> {
     let s3: Arc<dyn ObjectStore> = Arc::new(

@@ -10,6 +10,7 @@ pub mod overlap;
 pub mod plan;
 pub mod project;
 pub mod project_file;
+pub mod range;
 pub mod spec;
 pub mod window;
 

@@ -22,6 +22,7 @@ use sha2::{Digest, Sha256};
 use crate::error::{Error, Result};
 use crate::task::Task;
 use crate::task::lint::{self, SqlOrigin};
+use crate::task::range::WindowRange;
 use crate::task::window::{Grain, Window};
 
 mod output;
@@ -38,12 +39,29 @@ pub struct Planned {
     pub df: DataFrame,
     /// The Delta table schema the output is written with.
     pub schema: SchemaRef,
-    /// The bound parameter values, for `explain` and the run record.
-    pub params: Vec<(String, ScalarValue)>,
+    /// The window's range (`None`: planned without a window): its parameters are bound.
+    pub range: Option<WindowRange>,
     /// Hash of everything that defines the rows: SQL, reconciliation SQL, window column.
     pub sql_hash: String,
     /// `[reconcile].source` planned and bound, if the task has a `[reconcile]` section.
     pub reconcile_source: Option<DataFrame>,
+}
+
+impl Planned {
+    /// The bound parameter values (none without a window), for `explain` and the run record.
+    pub fn params(&self) -> Vec<(String, ScalarValue)> {
+        self.range
+            .as_ref()
+            .map(WindowRange::params)
+            .unwrap_or_default()
+    }
+
+    /// The window's range; an error for a plan made without a window.
+    pub fn window_range(&self) -> Result<&WindowRange> {
+        self.range
+            .as_ref()
+            .ok_or_else(|| Error::runtime("the task was planned without a window"))
+    }
 }
 
 fn sql_options() -> SQLOptions {
@@ -53,28 +71,7 @@ fn sql_options() -> SQLOptions {
         .with_allow_statements(false)
 }
 
-/// The parameter values for a window, typed like the window column.
-pub fn window_params(grain: Grain, w: &Window) -> Vec<(String, ScalarValue)> {
-    let ts = |t: jiff::Timestamp| {
-        ScalarValue::TimestampMicrosecond(Some(t.as_microsecond()), Some("UTC".into()))
-    };
-    let (start, end) = if grain.uses_dates() {
-        (
-            ScalarValue::Date32(Some(epoch_days(w.start_date()))),
-            ScalarValue::Date32(Some(epoch_days(w.end_date()))),
-        )
-    } else {
-        (ts(w.start_ts()), ts(w.end_ts()))
-    };
-    vec![
-        ("window_start".into(), start),
-        ("window_end".into(), end),
-        ("window_start_ts".into(), ts(w.start_ts())),
-        ("window_end_ts".into(), ts(w.end_ts())),
-    ]
-}
-
-/// The type each window parameter is bound with ([`window_params`]), for planning before a
+/// The type each window parameter is bound with ([`WindowRange::params`]), for planning before a
 /// window is known.
 pub fn param_types(grain: Grain) -> Vec<(String, DataType)> {
     let ts = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
@@ -130,14 +127,6 @@ fn type_params(df: DataFrame, grain: Grain) -> Result<DataFrame> {
         })?
         .data;
     Ok(DataFrame::new(state, plan))
-}
-
-/// Days since 1970-01-01.
-pub fn epoch_days(d: jiff::civil::Date) -> i32 {
-    let epoch = jiff::civil::date(1970, 1, 1);
-    d.since((jiff::Unit::Day, epoch))
-        .expect("dates are within range")
-        .get_days()
 }
 
 /// Plan one SQL text: refuse statements, lint, check parameters, bind.
@@ -215,7 +204,7 @@ pub async fn plan_reconcile_source(
     let Some(r) = &task.reconcile else {
         return Ok(None);
     };
-    let params = window_params(task.grain, window);
+    let params = WindowRange::of(task, window).params();
     let src = plan_sql(
         ctx,
         task,
@@ -253,7 +242,8 @@ async fn plan_with(
     check_reconcile: bool,
     with_source: bool,
 ) -> Result<Planned> {
-    let params = window.map(|w| window_params(task.grain, w));
+    let range = window.map(|w| WindowRange::of(task, w));
+    let params = range.as_ref().map(WindowRange::params);
     let df = plan_sql(ctx, task, &task.sql, "sql", params.as_deref(), true).await?;
     let (df, schema) = normalize_output(df, task)?;
 
@@ -291,7 +281,7 @@ async fn plan_with(
     Ok(Planned {
         df,
         schema,
-        params: params.unwrap_or_default(),
+        range,
         sql_hash,
         reconcile_source,
     })
@@ -390,25 +380,6 @@ fn check_reconcile_columns(task: &Task, src: &DataFrame, out: &DataFrame) -> Res
         }
     }
     Ok(())
-}
-
-/// The replaceWhere predicate on the window column, as SQL (recorded in the commit and used by
-/// Delta conflict detection).
-pub fn replace_where(task: &Task, w: &Window) -> String {
-    let c = format!("\"{}\"", task.partition_by.replace('"', "\"\""));
-    if task.grain.uses_dates() {
-        format!(
-            "{c} >= DATE '{}' AND {c} < DATE '{}'",
-            w.start_date(),
-            w.end_date()
-        )
-    } else {
-        format!(
-            "{c} >= TIMESTAMP '{}' AND {c} < TIMESTAMP '{}'",
-            w.start_ts(),
-            w.end_ts()
-        )
-    }
 }
 
 #[cfg(test)]

@@ -251,3 +251,42 @@ fn a_committed_file_holding_other_rows_than_its_add_says_is_caught_by_the_read_b
     let out = p.run(&["run", task, "--window", "1995-06-03"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
 }
+
+/// Issue 37 ("its own window→partition mapping for the read-back"): the read-back found a
+/// window's live files with the file map's own mapping (`delta::partition`), so a mapping
+/// one day off — a window's range and each value a commit serialises keyed a day late, a
+/// loaded snapshot's values not (`partition-shift`) — went unseen: re-publishing a day
+/// removed the next day's files, left the day's old file live beside the new one, and the
+/// read-back, looking one day late too, found only this run's file (exit 0). The read-back
+/// evaluates the commit's replaceWhere over the partition values of its own log replay:
+/// exit 5, the report saying the window was published, the old file named.
+#[tokio::test]
+async fn a_partition_mapping_one_day_off_is_caught_by_the_read_back() {
+    let p = TestProject::new();
+    let task = "lineitem_by_ship_day";
+    for day in ["1995-06-03", "1995-06-04"] {
+        p.run_ok(task, day);
+    }
+    let before = log_version(&p.table_dir(task)).unwrap();
+    let out = with_fault(
+        &p,
+        "partition-shift",
+        &["--output", "json", "run", task, "--window", "1995-06-03"],
+    );
+    assert_eq!(code(&out), 5, "{}", text(&out));
+    let r = &json_lines(&out)[0];
+    assert_eq!(r["published"], true, "{r}");
+    assert_eq!(r["status"], "unverified", "{r}");
+    let version = log_version(&p.table_dir(task)).unwrap();
+    assert_eq!(version, before + 1);
+    assert_eq!(r["table_version"], version as i64, "{r}");
+    let error = r["error"].as_str().unwrap();
+    assert!(error.contains("did not add"), "{error}");
+    assert!(error.contains("outside"), "{error}");
+    // Plain re-runs repair both days.
+    for day in ["1995-06-03", "1995-06-04"] {
+        p.run_ok(task, day);
+        let rows = table_rows(&p.table_dir(task), &format!("ship_date = DATE '{day}'")).await;
+        assert_eq!(rows, expected_lineitem_day(day).await, "{day}");
+    }
+}

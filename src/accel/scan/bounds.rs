@@ -7,7 +7,7 @@
 //! source un-shared. Invariant: a window's rows of a shared source are exactly those whose
 //! bound column lies within the inclusive bounds `Bound::window_bounds` gives for it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use arrow::array::{Array, Int64Array};
 use arrow::compute::cast;
@@ -16,6 +16,8 @@ use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Column, ScalarValue, TableReference};
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{BinaryExpr, Expr, JoinType, LogicalPlan, Operator};
+
+use crate::task::range::WindowRange;
 
 /// How one reference to a source is bounded by window parameters.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,20 +41,18 @@ pub struct Bound {
 }
 
 impl Bound {
-    /// The inclusive bounds `[lo, hi]` of the rows `window` can see, as ScalarValues.
-    pub fn window_bounds(
-        &self,
-        params: &HashMap<String, ScalarValue>,
-    ) -> Option<(ScalarValue, ScalarValue)> {
+    /// The inclusive bounds `[lo, hi]` of the rows a window can see, as ScalarValues: its
+    /// range's parameters (see [`WindowRange::params`]) the references bound this source by.
+    pub fn window_bounds(&self, range: &WindowRange) -> Option<(ScalarValue, ScalarValue)> {
         let mut lo: Option<ScalarValue> = None;
         let mut hi: Option<ScalarValue> = None;
         for (l, u) in &self.leaves {
-            let (l, u) = (params.get(l)?, params.get(u)?);
-            if lo.as_ref().is_none_or(|x| l < x) {
-                lo = Some(l.clone());
+            let (l, u) = (range.param(l)?, range.param(u)?);
+            if lo.as_ref().is_none_or(|x| &l < x) {
+                lo = Some(l);
             }
-            if hi.as_ref().is_none_or(|x| u > x) {
-                hi = Some(u.clone());
+            if hi.as_ref().is_none_or(|x| &u > x) {
+                hi = Some(u);
             }
         }
         Some((lo?, hi?))

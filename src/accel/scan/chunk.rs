@@ -11,7 +11,6 @@ use tokio::sync::OnceCell;
 use super::Shared;
 use super::bounds::{Bound, as_i64};
 use super::rows::Rows;
-use crate::task::plan::window_params;
 use crate::task::window::Window;
 
 /// Windows in the first chunk, before bytes per window are known (a tenth of an announced
@@ -166,9 +165,7 @@ impl Shared {
         let mut lo: Option<ScalarValue> = None;
         let mut hi: Option<ScalarValue> = None;
         for w in windows {
-            let params: HashMap<String, ScalarValue> =
-                window_params(self.grain, w).into_iter().collect();
-            let (l, h) = b.window_bounds(&params)?;
+            let (l, h) = b.window_bounds(&self.range(w))?;
             if lo.as_ref().is_none_or(|x| &l < x) {
                 lo = Some(l);
             }
@@ -194,9 +191,7 @@ impl Shared {
         let bounds = windows
             .iter()
             .map(|w| {
-                let params: HashMap<String, ScalarValue> =
-                    window_params(self.grain, w).into_iter().collect();
-                b.window_bounds(&params)
+                b.window_bounds(&self.range(w))
                     .and_then(|(l, h)| Some((as_i64(&l)?, as_i64(&h)?)))
                     .unwrap_or((i64::MAX, i64::MIN))
             })

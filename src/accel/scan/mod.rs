@@ -43,14 +43,13 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use arrow::datatypes::DataType;
-use datafusion::common::ScalarValue;
 use datafusion::datasource::MemTable;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 
 use crate::error::Result;
 use crate::task::Task;
-use crate::task::plan::window_params;
+use crate::task::range::WindowRange;
 use crate::task::window::Window;
 use bounds::{Bound, analyze, mentioned_columns, sliceable};
 use chunk::{Chunk, FIRST_CHUNK, MIN_BATCH, Tally, WindowList};
@@ -62,6 +61,8 @@ pub struct Shared {
     /// Every column name the task's SQL mentions: shared slices hold only those columns.
     columns: HashSet<String>,
     grain: crate::task::window::Grain,
+    /// The window column (for each window's [`WindowRange`]).
+    column: String,
     windows: Mutex<WindowList>,
     chunks: Mutex<Vec<Chunk>>,
     next_size: Mutex<usize>,
@@ -79,6 +80,11 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// The range of `window` (a window of the task): its parameters bound each source.
+    fn range(&self, window: &Window) -> WindowRange {
+        WindowRange::new(self.grain, &self.column, window)
+    }
+
     /// Sharing for `task` given its analysed bounds, or `None` if nothing can be shared or
     /// sharing is turned off.
     pub async fn new(task: &Task, ctx: &SessionContext, plans: &[&LogicalPlan]) -> Option<Shared> {
@@ -115,6 +121,7 @@ impl Shared {
             bounds,
             columns: mentioned_columns(plans),
             grain: task.grain,
+            column: task.partition_by.clone(),
             windows: Mutex::new(WindowList::default()),
             chunks: Mutex::new(Vec::new()),
             next_size: Mutex::new(FIRST_CHUNK),
@@ -224,15 +231,14 @@ impl Shared {
         let Some(rows) = &loaded else {
             return Ok(WindowSession::base(base));
         };
-        let params: HashMap<String, ScalarValue> =
-            window_params(self.grain, window).into_iter().collect();
+        let range = self.range(window);
         let mut slices = HashMap::new();
         for b in &self.bounds {
             let Some(r) = rows.get(&b.alias) else {
                 continue;
             };
             if let Some(batch) = b
-                .window_bounds(&params)
+                .window_bounds(&range)
                 .and_then(|(lo, hi)| slice(r, &lo, &hi, b.upper_strict))
             {
                 slices.insert(b.alias.clone(), split(&batch, partitions.max(1)));

@@ -136,7 +136,7 @@ pub(super) async fn recorded_inputs(table: &DeltaTable, st: &WindowStatus) -> Op
     let (Some(v), Some(run)) = (st.table_version, st.run_id.as_deref()) else {
         return None;
     };
-    let record = crate::delta::readback::run_record(table, v, run)
+    let record = crate::delta::actions::run_record(table, v, run)
         .await
         .ok()??;
     let pinned: BTreeMap<String, i64> = record

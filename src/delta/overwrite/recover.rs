@@ -4,10 +4,10 @@
 use deltalake::{DeltaTable, DeltaTableError};
 
 use super::WindowCommit;
+use crate::delta::actions::find_run_commit;
 use crate::delta::filemap::{FileMap, Replayed};
-use crate::delta::partition::PartitionRange;
-use crate::delta::readback::find_run_commit;
 use crate::error::{Error, Result};
+use crate::task::range::WindowRange;
 
 /// What [`catch_up`] found in the log after a failed attempt.
 pub(super) enum CatchUp {
@@ -25,7 +25,7 @@ pub(super) enum CatchUp {
 pub(super) async fn catch_up(
     table: &DeltaTable,
     files: &mut Option<FileMap>,
-    kind: PartitionRange,
+    kind: &WindowRange,
     run_id: &str,
 ) -> CatchUp {
     let Some(map) = files.as_mut() else {

@@ -1,13 +1,17 @@
 use super::recover::landed;
 use super::*;
+use crate::task::window::Grain;
 use arrow::datatypes::{DataType, Field, Schema};
 
 /// A day window of the date column `d`, day `n` since the epoch, staging `path` for `run`.
 fn window(n: i32, path: &str, run: &str) -> WindowCommit {
     let day = (jiff::civil::date(1970, 1, 1) + jiff::Span::new().days(n)).to_string();
     WindowCommit {
-        range: PartitionRange::Date(n, n + 1),
-        predicate: format!("d = '{day}'"),
+        range: {
+            let utc = jiff::tz::TimeZone::UTC;
+            let w = crate::task::window::Window::parse(&day, Grain::Day, &utc).unwrap();
+            WindowRange::new(Grain::Day, "d", &w)
+        },
         adds: vec![Add {
             path: format!("d={day}/{path}"),
             partition_values: HashMap::from([("d".to_string(), Some(day.clone()))]),

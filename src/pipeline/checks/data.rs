@@ -17,12 +17,12 @@ use datafusion::datasource::MemTable;
 use datafusion::prelude::{DataFrame, Expr, SessionContext, col};
 use deltalake::DeltaTable;
 
-use crate::delta::partition::PartitionRange;
 use crate::error::{Error, Result};
 use crate::report::record::DataCheckResult;
 use crate::task::Task;
 use crate::task::checks::{CheckKind, DataCheck, Severity, reference_table};
 use crate::task::plan::{self, OUTPUT_TABLE};
+use crate::task::range::WindowRange;
 use crate::task::window::Window;
 
 /// Offending rows kept per failed check.
@@ -92,7 +92,7 @@ pub async fn evaluate(
 ) -> Result<Vec<DataCheckResult>> {
     own.register_table(OUTPUT_TABLE, output)?;
     refs.register(own, task).await?;
-    let params = plan::window_params(task.grain, window);
+    let params = WindowRange::of(task, window).params();
     let mut out = Vec::with_capacity(task.checks.len());
     for (i, check) in task.checks.iter().enumerate() {
         let failed = |e: Error| {
@@ -215,7 +215,7 @@ pub async fn published_window(
     table.update_datafusion_session(&own.state())?;
     Ok(own
         .read_table(table.table_provider().await?)?
-        .filter(PartitionRange::of(task, window).filter(column(&task.partition_by)))?)
+        .filter(WindowRange::of(task, window).filter(column(&task.partition_by)))?)
 }
 
 /// What a merge will leave in the window: the table's window rows whose key the staged rows do

@@ -43,8 +43,9 @@ use datafusion::logical_expr::{
 };
 use datafusion::prelude::DataFrame;
 
-use crate::task::plan::window_params;
-use crate::task::window::{Grain, Window};
+use crate::task::Task;
+use crate::task::range::WindowRange;
+use crate::task::window::Window;
 
 mod carry;
 mod window_of;
@@ -263,7 +264,7 @@ impl Grouped {
     /// ascending.
     fn bounds(
         pair: &Pair,
-        grain: Grain,
+        task: &Task,
         windows: &[Window],
     ) -> std::result::Result<(Vec<ScalarValue>, Vec<ScalarValue>), NotGroupable> {
         let value = |params: &[(String, ScalarValue)], name: &str| {
@@ -276,7 +277,7 @@ impl Grouped {
         };
         let (mut lo, mut hi) = (Vec::new(), Vec::new());
         for w in windows {
-            let params = window_params(grain, w);
+            let params = WindowRange::of(task, w).params();
             lo.push(value(&params, &pair.lower)?);
             hi.push(value(&params, &pair.upper)?);
         }
@@ -298,13 +299,13 @@ impl Grouped {
     /// Each window filter's predicate, and the index of the window a row passing it falls in.
     fn window_keys(
         &self,
-        grain: Grain,
+        task: &Task,
         windows: &[Window],
     ) -> std::result::Result<Vec<(Expr, Expr)>, NotGroupable> {
         self.filters
             .iter()
             .map(|(predicate, pairs)| {
-                Ok((predicate.clone(), Self::window_key(pairs, grain, windows)?))
+                Ok((predicate.clone(), Self::window_key(pairs, task, windows)?))
             })
             .collect()
     }
@@ -313,12 +314,12 @@ impl Grouped {
     /// window, when all of them agree.
     fn window_key(
         pairs: &[Pair],
-        grain: Grain,
+        task: &Task,
         windows: &[Window],
     ) -> std::result::Result<Expr, NotGroupable> {
         let mut keys = Vec::with_capacity(pairs.len());
         for pair in pairs {
-            let (lo, hi) = Self::bounds(pair, grain, windows)?;
+            let (lo, hi) = Self::bounds(pair, task, windows)?;
             let window_of = ScalarUDF::new_from_impl(WindowOf::new(pair.ty.clone(), &lo, &hi)?);
             keys.push(window_of.call(vec![pair.x.clone()]));
         }
@@ -340,10 +341,10 @@ impl Grouped {
     /// The per-window results for `windows` (ascending, disjoint), from one query.
     pub async fn evaluate(
         &self,
-        grain: Grain,
+        task: &Task,
         windows: &[Window],
     ) -> std::result::Result<Vec<PerWindow>, NotGroupable> {
-        let keys = self.window_keys(grain, windows)?;
+        let keys = self.window_keys(task, windows)?;
         let mut aggregated = false;
         let mut grouped = carry(&self.plan, &keys, self.measure, &mut aggregated)?;
         match (self.measure, aggregated) {
@@ -360,8 +361,8 @@ impl Grouped {
             }
         }
         // The batch's range: the first window's lower bound, the last window's upper bound.
-        let first = window_params(grain, &windows[0]);
-        let last = window_params(grain, windows.last().expect("a batch has windows"));
+        let first = WindowRange::of(task, &windows[0]).params();
+        let last = WindowRange::of(task, windows.last().expect("a batch has windows")).params();
         let mut values: HashMap<String, ScalarValue> = HashMap::new();
         for (name, v) in first {
             if name.starts_with("window_start") {

@@ -347,7 +347,7 @@ impl Checker {
             }
             Template::PerWindow => return None,
         };
-        match g.evaluate(task.grain, windows).await {
+        match g.evaluate(task, windows).await {
             Ok(per) => {
                 tracing::debug!(
                     windows = windows.len(),
