@@ -7,8 +7,7 @@
 //! them, and only then is the single commit made. Any failure before the commit publishes
 //! nothing (the staged files are discarded); the commit itself is atomic; the read-back after
 //! it fails loudly if the committed snapshot disagrees with what was written, and a report
-//! whose commit landed says so whatever fails afterwards. Nothing here reads the wall clock
-//! to decide *what* to compute: the window comes from the caller.
+//! whose commit landed says so whatever fails afterwards. The window comes from the caller.
 
 use std::time::Instant;
 
