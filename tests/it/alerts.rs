@@ -2,64 +2,24 @@
 //! failure, reconciliation mismatch and audit damage, asserted field by field; nothing sent on
 //! success; an unreachable webhook never changes the exit code.
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::common::*;
 
 const TASK: &str = "lineitem_by_ship_day";
 
-/// A loopback HTTP server answering 200 to every request; yields (request line, headers, body).
-struct Receiver {
-    port: u16,
-    rx: mpsc::Receiver<(String, Vec<String>, String)>,
-}
+/// The webhook's receiving end (see [`HttpReceiver`]).
+struct Receiver(HttpReceiver);
 
 impl Receiver {
     fn start() -> Receiver {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(mut conn) = conn else { continue };
-                let mut reader = BufReader::new(conn.try_clone().unwrap());
-                let mut request = String::new();
-                reader.read_line(&mut request).unwrap();
-                let mut headers = Vec::new();
-                let mut length = 0usize;
-                loop {
-                    let mut line = String::new();
-                    reader.read_line(&mut line).unwrap();
-                    let line = line.trim_end().to_string();
-                    if line.is_empty() {
-                        break;
-                    }
-                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                        length = v.trim().parse().unwrap();
-                    }
-                    headers.push(line);
-                }
-                let mut body = vec![0; length];
-                reader.read_exact(&mut body).unwrap();
-                conn.write_all(
-                    b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-                )
-                .unwrap();
-                let _ = tx.send((
-                    request.trim_end().to_string(),
-                    headers,
-                    String::from_utf8(body).unwrap(),
-                ));
-            }
-        });
-        Receiver { port, rx }
+        Receiver(HttpReceiver::start("200 OK"))
     }
 
     fn next(&self) -> (String, Vec<String>, serde_json::Value) {
         let (req, headers, body) = self
+            .0
             .rx
             .recv_timeout(Duration::from_secs(10))
             .expect("the webhook was called");
@@ -68,7 +28,7 @@ impl Receiver {
 
     fn none(&self) {
         assert!(
-            self.rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            self.0.rx.recv_timeout(Duration::from_millis(300)).is_err(),
             "no alert expected"
         );
     }
@@ -120,7 +80,7 @@ fn failure_mismatch_and_damage_alert_the_command_and_the_webhook() {
         &p,
         &format!(
             "command = [\"/bin/sh\", \"-c\", \"printf '%s ' \\\"$IDEMLAKE_ALERT_EVENT\\\" >> {events}; cat >> {file}\"]\nwebhook = \"http://127.0.0.1:{}/hook?token=t0ps3cret\"",
-            hook.port,
+            hook.0.port,
             events = p.path().join("events.txt").display(),
             file = file.display(),
         ),

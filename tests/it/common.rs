@@ -320,3 +320,50 @@ pub fn python() -> String {
     );
     py
 }
+
+/// A loopback HTTP server answering every request with `status` (e.g. `200 OK`); yields
+/// (request line, headers, body), one per request (webhooks, OpenLineage's HTTP transport).
+pub struct HttpReceiver {
+    pub port: u16,
+    pub rx: std::sync::mpsc::Receiver<(String, Vec<String>, String)>,
+}
+
+impl HttpReceiver {
+    pub fn start(status: &'static str) -> HttpReceiver {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut request = String::new();
+                if reader.read_line(&mut request).unwrap_or(0) == 0 {
+                    continue;
+                }
+                let (mut headers, mut length) = (Vec::new(), 0usize);
+                loop {
+                    let mut line = String::new();
+                    reader.read_line(&mut line).unwrap();
+                    let line = line.trim_end().to_string();
+                    if line.is_empty() {
+                        break;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap();
+                    }
+                    headers.push(line);
+                }
+                let mut body = vec![0; length];
+                reader.read_exact(&mut body).unwrap();
+                let answer =
+                    format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                let _ = conn.write_all(answer.as_bytes());
+                let body = String::from_utf8(body).unwrap();
+                let _ = tx.send((request.trim_end().to_string(), headers, body));
+            }
+        });
+        HttpReceiver { port, rx }
+    }
+}

@@ -5,10 +5,8 @@
 //! and the tables: versions, row counts, assertions, parents. An endpoint that is down or
 //! never answers costs a window at most the timeout and fails nothing.
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -19,58 +17,26 @@ const TASK: &str = "lineitem_by_ship_day";
 const AIRFLOW_RUN: &str = "01932c4e-5a0b-7c3e-9f1a-2b3c4d5e6f70";
 const AIRFLOW_ROOT: &str = "01932c4e-0000-7c3e-9f1a-2b3c4d5e6f71";
 
-/// A loopback HTTP server answering 200 to every request; yields (request line, headers,
-/// body as JSON), one per request.
-struct Receiver {
-    port: u16,
-    rx: mpsc::Receiver<(String, Vec<String>, Value)>,
-}
+/// The lineage endpoint's receiving end (see [`HttpReceiver`]); bodies as JSON.
+struct Receiver(HttpReceiver);
 
 impl Receiver {
     fn start() -> Receiver {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(mut conn) = conn else { continue };
-                let mut reader = BufReader::new(conn.try_clone().unwrap());
-                let mut request = String::new();
-                if reader.read_line(&mut request).unwrap_or(0) == 0 {
-                    continue;
-                }
-                let (mut headers, mut length) = (Vec::new(), 0usize);
-                loop {
-                    let mut line = String::new();
-                    reader.read_line(&mut line).unwrap();
-                    let line = line.trim_end().to_string();
-                    if line.is_empty() {
-                        break;
-                    }
-                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                        length = v.trim().parse().unwrap();
-                    }
-                    headers.push(line);
-                }
-                let mut body = vec![0; length];
-                reader.read_exact(&mut body).unwrap();
-                let _ = conn.write_all(
-                    b"HTTP/1.1 201 Created\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-                );
-                let body = serde_json::from_slice(&body).unwrap();
-                let _ = tx.send((request.trim_end().to_string(), headers, body));
-            }
-        });
-        Receiver { port, rx }
+        Receiver(HttpReceiver::start("201 Created"))
     }
 
     fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://127.0.0.1:{}", self.0.port)
     }
 
     /// Everything received so far (the command has exited: its events were all sent).
     fn received(&self) -> Vec<(String, Vec<String>, Value)> {
-        self.rx.try_iter().collect()
+        let body = |b: String| serde_json::from_str(&b).unwrap();
+        self.0
+            .rx
+            .try_iter()
+            .map(|(r, h, b)| (r, h, body(b)))
+            .collect()
     }
 }
 
