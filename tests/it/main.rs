@@ -28,3 +28,4 @@ mod status;
 mod torture;
 mod upkeep;
 mod verify;
+mod wheel;
