@@ -78,10 +78,14 @@ docs:
 
 ## test: unit + integration tests, with the test-only fault injection (`--features faults`).
 ## Installs the Python Delta readers and starts the local S3 server (SeaweedFS, loopback only)
-## that the S3 tests run against; `make s3-stop` stops it. The wheel test installs maturin
-## (scripts/wheel) on first use.
+## that the S3 tests run against; `make s3-stop` stops it. First builds the wheel of this very
+## build (scripts/wheel, which installs maturin on first use) for tests/it/wheel.rs: built
+## here, before the tests run, because cargo re-links target/<profile>/idemlake, the binary the
+## other tests are running, even when the build is fresh.
+WHEEL_TEST_PROFILE := $(if $(filter debug,$(PROFILE)),dev,$(PROFILE))
 test: py-env s3-start
-	$(CARGO) test $(CARGO_FLAGS) --features faults --all-targets
+	wheel=$$(scripts/wheel --profile $(WHEEL_TEST_PROFILE) --features faults --out $(TARGET_DIR)/wheels-test) && \
+	IDEMLAKE_TEST_WHEEL=$$wheel $(CARGO) test $(CARGO_FLAGS) --features faults --all-targets
 
 ## torture: the differential torture suite at full length: TORTURE_CASES generated tasks
 ## (default 2,000), each run in six ways (accelerated backfills, the plain twin, single runs,
@@ -105,9 +109,10 @@ test-ballista: py-env s3-start
 	IDEMLAKE_BIN=$(BIN) PYTHON=.venv-py/bin/python scripts/test-ballista
 
 ## test-orchestrators: real Airflow (`airflow dags test`) and Dagster (`dagster asset materialize`)
-## runs of examples/ against a temporary sample project (venvs .venv-airflow, .venv-dagster).
-test-orchestrators: build py-env
-	IDEMLAKE_BIN=$(BIN) scripts/test-orchestrators
+## runs of examples/ against a temporary sample project (venvs .venv-airflow, .venv-dagster),
+## idemlake `pip install`ed into both from a wheel of this build (PROFILE, with `faults`).
+test-orchestrators: py-env
+	WHEEL_PROFILE=$(WHEEL_TEST_PROFILE) scripts/test-orchestrators
 
 ## bench: idemlake vs polars/deltalake/DataFusion peers on TPC-H lineitem (SF 1 by default),
 ## with the release binary (`PROFILE=dist make bench`: the dist one); writes bench/RESULTS.md. Not part of `make test`. Knobs

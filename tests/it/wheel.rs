@@ -3,10 +3,12 @@
 //! PATH validates a project and publishes a window.
 //!
 //! The wheel is built with the debug profile and the features this test binary's `idemlake`
-//! was built with (`faults`, as `make test` builds), on the same target directory: cargo finds
-//! that build fresh, so the test needs no release build and leaves the binary the other tests
-//! are running untouched (checked), which is also `make wheel`'s promise that a warm build is
-//! reused, not redone.
+//! was built with (`faults`, as `make test` builds), on the same target directory, so no
+//! release build is needed and cargo finds the build fresh. `make test` builds it before the
+//! tests start and names it in `IDEMLAKE_TEST_WHEEL`: even a fresh cargo build re-links
+//! `target/debug/idemlake` (unlinks it, then links it again), which the other tests are
+//! running. Without the variable (`cargo test --features faults --test it wheel`) the test
+//! builds the wheel itself: alone, that is harmless.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -42,8 +44,26 @@ fn run(c: &mut Command, what: &str) -> std::process::Output {
     out
 }
 
-fn mtime(p: &Path) -> std::time::SystemTime {
-    std::fs::metadata(p).unwrap().modified().unwrap()
+/// The wheel `make test` built, or one built here with scripts/wheel (checked to reuse the
+/// warm build: cargo compiles nothing).
+fn the_wheel(dir: &Path) -> PathBuf {
+    if let Some(w) = std::env::var_os("IDEMLAKE_TEST_WHEEL") {
+        return PathBuf::from(w);
+    }
+    let out = run(
+        without_cargo_test_env(
+            Command::new(repo().join("scripts/wheel"))
+                .args(["--profile", "dev", "--features", "faults", "--out"])
+                .arg(dir),
+        ),
+        "scripts/wheel --profile dev",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("Compiling idemlake"),
+        "building the wheel rebuilt idemlake (the warm build was not reused):\n{stderr}"
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 
 #[test]
@@ -56,31 +76,12 @@ fn pip_install_of_the_wheel_gives_an_idemlake_that_runs_a_window() {
         .prefix("idemlake-wheel-")
         .tempdir()
         .unwrap();
-    let own = PathBuf::from(env!("CARGO_BIN_EXE_idemlake"));
-    let own_mtime = mtime(&own);
-
-    // Build: scripts/wheel, as `make wheel` runs it, with the debug profile.
-    let out = run(
-        without_cargo_test_env(
-            Command::new(repo().join("scripts/wheel"))
-                .args(["--profile", "dev", "--features", "faults", "--out"])
-                .arg(tmp.path().join("dist")),
-        ),
-        "scripts/wheel --profile dev",
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let wheel = PathBuf::from(stdout.lines().last().expect("the wheel's path"));
+    let wheel = the_wheel(&tmp.path().join("dist"));
     let name = wheel.file_name().unwrap().to_string_lossy().into_owned();
     assert!(
         name.starts_with(&format!("idemlake-{}-py3-none-", env!("CARGO_PKG_VERSION")))
             && name.ends_with(".whl"),
         "{name}"
-    );
-    assert_eq!(
-        mtime(&own),
-        own_mtime,
-        "building the wheel rebuilt {} (the warm build was not reused)",
-        own.display()
     );
 
     // Install into a fresh venv, offline: the wheel has no dependencies.
