@@ -3,20 +3,34 @@
 # the project's own scripts. CARGO_TARGET_DIR may point outside the clone (CI does).
 
 CARGO       ?= cargo
+# debug (cargo's dev profile), release, profiling (release + line tables, for perf) or dist
+# (release + fat LTO, one codegen unit: what ships); see Cargo.toml and bench/BUILD.md.
 PROFILE     ?= debug
-CARGO_FLAGS := $(if $(filter release,$(PROFILE)),--release,)
+CARGO_FLAGS := $(if $(filter debug,$(PROFILE)),,--profile $(PROFILE))
 TARGET_DIR  := $(or $(CARGO_TARGET_DIR),target)
 BIN         := $(TARGET_DIR)/$(PROFILE)/idemlake
+# The profile of `make bench` and the bench-* targets: release unless PROFILE names another
+# optimised one (`PROFILE=dist make bench` measures what ships).
+BENCH_PROFILE := $(if $(filter dist profiling,$(PROFILE)),$(PROFILE),release)
+BENCH_BIN   := $(TARGET_DIR)/$(BENCH_PROFILE)/idemlake
+# `make wheel`'s profile (release: see docs/src/getting-started/install.md).
+WHEEL_PROFILE ?= release
 SCALE       ?= 0.01
 DEMO_DAYS   := 1995-06-01 1995-06-02 1995-06-03 1995-06-04 1995-06-05 1995-06-06 1995-06-07
 
-.PHONY: build demo test test-ballista test-orchestrators torture lint fmt py-env s3-start s3-stop clean-demo bench bench-scale bench-ballista bench-landing bench-landing-s3 bench-checks
+.PHONY: build wheel demo test test-ballista test-orchestrators torture lint fmt py-env s3-start s3-stop clean-demo bench bench-scale bench-ballista bench-landing bench-landing-s3 bench-checks
 
 build:
 	$(CARGO) build $(CARGO_FLAGS) --bin idemlake
 
 py-env:
 	scripts/py-env >/dev/null
+
+## wheel: the Python wheel of the binary (maturin, pinned, installed on first use outside the
+## clone) into $(TARGET_DIR)/wheels; `pip install` it and `idemlake` is on the venv's PATH.
+## Reuses a warm build of WHEEL_PROFILE (release; `WHEEL_PROFILE=dist make wheel` for what ships).
+wheel:
+	scripts/wheel --profile $(WHEEL_PROFILE) --out $(TARGET_DIR)/wheels
 
 ## demo: generate TPC-H data (SF $(SCALE)), publish a week of windows for every sample task,
 ## re-run one window, and show what was published.
@@ -62,10 +76,16 @@ docs:
 	  --no-default-features --features search --root $(TOOLS_DIR)
 	$(MDBOOK) build docs
 
-## test: unit + integration tests. Installs the Python Delta readers and starts the local
-## S3 server (SeaweedFS, loopback only) that the S3 tests run against; `make s3-stop` stops it.
+## test: unit + integration tests, with the test-only fault injection (`--features faults`).
+## Installs the Python Delta readers and starts the local S3 server (SeaweedFS, loopback only)
+## that the S3 tests run against; `make s3-stop` stops it. First builds the wheel of this very
+## build (scripts/wheel, which installs maturin on first use) for tests/it/wheel.rs: built
+## here, before the tests run, because cargo re-links target/<profile>/idemlake, the binary the
+## other tests are running, even when the build is fresh.
+WHEEL_TEST_PROFILE := $(if $(filter debug,$(PROFILE)),dev,$(PROFILE))
 test: py-env s3-start
-	$(CARGO) test $(CARGO_FLAGS) --all-targets
+	wheel=$$(scripts/wheel --profile $(WHEEL_TEST_PROFILE) --features faults --out $(TARGET_DIR)/wheels-test) && \
+	IDEMLAKE_TEST_WHEEL=$$wheel $(CARGO) test $(CARGO_FLAGS) --features faults --all-targets
 
 ## torture: the differential torture suite at full length: TORTURE_CASES generated tasks
 ## (default 2,000), each run in six ways (accelerated backfills, the plain twin, single runs,
@@ -77,7 +97,7 @@ TORTURE_JOBS  ?= 2
 torture: py-env
 	IDEMLAKE_TORTURE_CASES=$(TORTURE_CASES) IDEMLAKE_TORTURE_SEED=$(TORTURE_SEED) \
 	IDEMLAKE_TORTURE_JOBS=$(TORTURE_JOBS) \
-	  $(CARGO) test $(CARGO_FLAGS) --test it torture::generated -- --nocapture
+	  $(CARGO) test $(CARGO_FLAGS) --features faults --test it torture::generated -- --nocapture
 
 ## test-ballista: the Ballista engine end to end, with a build that has it (--features ballista):
 ## `idemlake cluster scheduler` and two executors on loopback, windows of three sample tasks
@@ -89,31 +109,32 @@ test-ballista: py-env s3-start
 	IDEMLAKE_BIN=$(BIN) PYTHON=.venv-py/bin/python scripts/test-ballista
 
 ## test-orchestrators: real Airflow (`airflow dags test`) and Dagster (`dagster asset materialize`)
-## runs of examples/ against a temporary sample project (venvs .venv-airflow, .venv-dagster).
-test-orchestrators: build py-env
-	IDEMLAKE_BIN=$(BIN) scripts/test-orchestrators
+## runs of examples/ against a temporary sample project (venvs .venv-airflow, .venv-dagster),
+## idemlake `pip install`ed into both from a wheel of this build (PROFILE, with `faults`).
+test-orchestrators: py-env
+	WHEEL_PROFILE=$(WHEEL_TEST_PROFILE) scripts/test-orchestrators
 
 ## bench: idemlake vs polars/deltalake/DataFusion peers on TPC-H lineitem (SF 1 by default),
-## always with the release binary; writes bench/RESULTS.md. Not part of `make test`. Knobs
+## with the release binary (`PROFILE=dist make bench`: the dist one); writes bench/RESULTS.md. Not part of `make test`. Knobs
 ## (BENCH_SCALE, BENCH_REPS, BENCH_WORK, ...) are listed in scripts/bench.py. ~15 min at SF 1 with
 ## BENCH_LOAD_REPS=3, most of it the DataFusion COPY peers and the peer's 365-process loop.
 bench:
-	$(CARGO) build --release --bin idemlake
-	BENCH_BIN=$(TARGET_DIR)/release/idemlake python3 scripts/bench.py
+	$(CARGO) build --profile $(BENCH_PROFILE) --bin idemlake
+	BENCH_BIN=$(BENCH_BIN) BENCH_PROFILE=$(BENCH_PROFILE) python3 scripts/bench.py
 
 ## bench-scale: 1, 2, 4, 8 worker processes (`backfill --shard I/N`) publishing one range into
 ## one table on the loopback SeaweedFS; windows/s, commits/s, rebuilt commits, window p50/p99,
 ## every window checked against the source with polars. Writes bench/SCALE.md. Not in `make test`.
 bench-scale:
-	$(CARGO) build --release --bin idemlake
-	BENCH_BIN=$(TARGET_DIR)/release/idemlake python3 scripts/bench_scale.py
+	$(CARGO) build --profile $(BENCH_PROFILE) --bin idemlake
+	BENCH_BIN=$(BENCH_BIN) python3 scripts/bench_scale.py
 
 ## bench-ballista: one day and one month window of the lineitem task on a local Ballista cluster
 ## (scheduler + two executors, loopback) vs the embedded engine, with the time split; writes
 ## bench/BALLISTA.md. Release build with --features ballista. Not in `make test`.
 bench-ballista:
-	$(CARGO) build --release --features ballista --bin idemlake
-	BENCH_BIN=$(TARGET_DIR)/release/idemlake python3 scripts/bench_ballista.py
+	$(CARGO) build --profile $(BENCH_PROFILE) --features ballista --bin idemlake
+	BENCH_BIN=$(BENCH_BIN) python3 scripts/bench_ballista.py
 
 ## bench-landing: a landing zone (LANDING_DAYS days x LANDING_FILES small files a day, Hive
 ## `dt=` directories) read by a day task: initial load, one day window and a 30-day backfill,
@@ -125,16 +146,16 @@ bench-ballista:
 ## check (rows), with `default = "content"`, and opted out, alternating: initial load, a day
 ## window, a 365-day backfill (TPC-H SF 1). Appends to bench/CHECKS.md. Not in `make test`.
 bench-checks:
-	$(CARGO) build --release --bin idemlake
-	BENCH_BIN=$(TARGET_DIR)/release/idemlake python3 scripts/bench_checks.py
+	$(CARGO) build --profile $(BENCH_PROFILE) --bin idemlake
+	BENCH_BIN=$(BENCH_BIN) python3 scripts/bench_checks.py
 
 bench-landing: py-env
-	$(CARGO) build --release --bin idemlake
-	BENCH_BIN=$(TARGET_DIR)/release/idemlake .venv-py/bin/python scripts/bench_landing.py
+	$(CARGO) build --profile $(BENCH_PROFILE) --bin idemlake
+	BENCH_BIN=$(BENCH_BIN) .venv-py/bin/python scripts/bench_landing.py
 
 bench-landing-s3: py-env s3-start
-	$(CARGO) build --release --bin idemlake
-	LANDING_S3=1 BENCH_BIN=$(TARGET_DIR)/release/idemlake .venv-py/bin/python scripts/bench_landing.py
+	$(CARGO) build --profile $(BENCH_PROFILE) --bin idemlake
+	LANDING_S3=1 BENCH_BIN=$(BENCH_BIN) .venv-py/bin/python scripts/bench_landing.py
 
 s3-start:
 	scripts/s3-server start
@@ -144,7 +165,8 @@ s3-stop:
 
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --all-targets --features faults -- -D warnings
+	$(CARGO) clippy --lib --bins -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --document-private-items
 
 fmt:

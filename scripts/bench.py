@@ -38,6 +38,8 @@ per-window backfill; tools alternate rep by rep: A B A B ...):
 
 Environment knobs (defaults in brackets):
   BENCH_BIN       idemlake binary [<repo>/target/release/idemlake]
+  BENCH_PROFILE   the cargo profile it was built with, for the report [release; `PROFILE=dist
+                  make bench` builds and measures the dist profile's binary]
   BENCH_SCALE     TPC-H scale factor [1]
   BENCH_REPS      reps of scenarios 2 and 4 [5], after one warm-up per tool
   BENCH_LOAD_REPS reps of scenario 1 [1]: one idemlake load of SF 1 takes ~35 s on 2 cores (the peers take longer)
@@ -1008,7 +1010,9 @@ def versions():
         "{deltalake.__version__}, pyarrow {pyarrow.__version__}, datafusion {datafusion.__version__}')")],
         capture_output=True, text=True).stdout.strip()
     rustc = subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout.strip()
-    build = "release build" if "release" in BIN.parts else "**not a release build**"
+    profile = os.environ.get("BENCH_PROFILE") or next(
+        (p for p in ("release", "dist", "profiling") if p in BIN.parts), None)
+    build = f"{profile} build" if profile else "**not an optimised build**"
     return f"{out} ({build}, `{BIN}`), {rustc}; {py}"
 
 

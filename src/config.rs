@@ -245,12 +245,29 @@ pub const TEST_FAULTS: [&str; 14] = [
 
 /// `IDEMLAKE_TEST_FAULT`: one of [`TEST_FAULTS`], `batch:N` or
 /// `pause-before-inputs-check:MS`; anything else is an error when `strict` (a misspelt fault
-/// would inject nothing and a test of it would pass vacuously), else unset.
+/// would inject nothing and a test of it would pass vacuously), else unset. In a build without
+/// the `faults` feature any value is such an error: the hooks are not there to inject it.
 fn test_fault(strict: bool) -> Result<Option<String>> {
-    const NAME: &str = "IDEMLAKE_TEST_FAULT";
-    let Some(v) = var(NAME).filter(|v| !v.is_empty()) else {
+    test_fault_of(var(TEST_FAULT_VAR), strict, cfg!(feature = "faults"))
+}
+
+const TEST_FAULT_VAR: &str = "IDEMLAKE_TEST_FAULT";
+
+/// [`test_fault`] of the value `v`, in a build with (`hooks`) or without the fault hooks.
+fn test_fault_of(v: Option<String>, strict: bool, hooks: bool) -> Result<Option<String>> {
+    const NAME: &str = TEST_FAULT_VAR;
+    let Some(v) = v.filter(|v| !v.is_empty()) else {
         return Ok(None);
     };
+    if !hooks {
+        return match strict {
+            false => Ok(None),
+            true => Err(Error::input(format!(
+                "{NAME} is set (`{v}`) but this idemlake was built without fault injection (the \
+                 `faults` feature, a testing aid: `cargo build --features faults`); unset it"
+            ))),
+        };
+    }
     let number = |n: Option<&str>| n.is_some_and(|n| n.parse::<u64>().is_ok());
     let known = TEST_FAULTS.contains(&v.as_str())
         || number(v.strip_prefix("batch:"))
@@ -427,5 +444,30 @@ fn default_budget_kb() -> u64 {
         (None, None) => FALLBACK_BUDGET_KB,
         (a, b) => (a.unwrap_or(u64::MAX).min(b.unwrap_or(u64::MAX)) / 8)
             .clamp(MIN_BUDGET_KB, MAX_BUDGET_KB),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fault_is_refused_by_a_build_without_the_hooks() {
+        let set = |v: &str| Some(v.to_string());
+        // With the hooks: a known fault is taken, a misspelt one refused.
+        assert_eq!(
+            test_fault_of(set("before-commit"), true, true).unwrap(),
+            set("before-commit")
+        );
+        assert!(test_fault_of(set("before-comit"), true, true).is_err());
+        // Without: every fault is refused, saying why; unset and empty are fine.
+        let e = test_fault_of(set("before-commit"), true, false).unwrap_err();
+        assert!(e.to_string().contains("without fault injection"), "{e}");
+        assert_eq!(
+            test_fault_of(set("before-commit"), false, false).unwrap(),
+            None
+        );
+        assert_eq!(test_fault_of(set(""), true, false).unwrap(), None);
+        assert_eq!(test_fault_of(None, true, false).unwrap(), None);
     }
 }

@@ -20,8 +20,14 @@ Configuration, resolved when the task runs (first match wins):
     project  Airflow Variable ``idemlake_project``  env IDEMLAKE_PROJECT  default /srv/pipelines
     lake     Airflow Variable ``idemlake_lake``     env IDEMLAKE_LAKE     default <project>/lake
 
-The binary on a containerised Airflow: copy it from the image the repository's Dockerfile builds
-into your worker image (it needs only glibc and CA certificates, both in the Airflow images):
+The binary: install idemlake's wheel (``make wheel``) into the workers' Python environment, as
+any other requirement; it puts ``idemlake`` on their PATH (``make test-orchestrators`` runs this
+DAG that way):
+
+    pip install idemlake-0.1.0-py3-none-manylinux_2_35_x86_64.whl
+
+Or, on a containerised Airflow, copy it from the image the repository's Dockerfile builds into
+your worker image (it needs only glibc and CA certificates, both in the Airflow images):
 
     COPY --from=registry.example.com/data/idemlake:0.1.0 /usr/local/bin/idemlake /usr/local/bin/idemlake
 

@@ -1,6 +1,7 @@
 """Dagster definitions for the idemlake sample tasks.
 
-    export IDEMLAKE_BIN=/path/to/idemlake IDEMLAKE_PROJECT=/path/to/project IDEMLAKE_LAKE=/path/to/lake
+    pip install idemlake-0.1.0-py3-none-manylinux_2_35_x86_64.whl   # `make wheel`; idemlake on the venv's PATH
+    export IDEMLAKE_PROJECT=/path/to/project IDEMLAKE_LAKE=/path/to/lake
     dagster asset materialize -f examples/dagster/definitions.py \
         --select lineitem_by_ship_day --partition 1995-06-01
     dagster dev -f examples/dagster/definitions.py      # UI; backfill a partition range from there

@@ -10,7 +10,8 @@ window in the Delta table with one atomic commit, so re-materialising a partitio
 backfill over partitions already done republishes the same rows and never duplicates any.
 
 Configuration (the ``idemlake`` resource; defaults read from the environment when the code
-location loads): IDEMLAKE_BIN (default ``idemlake`` on PATH), IDEMLAKE_PROJECT (default
+location loads): IDEMLAKE_BIN (default ``idemlake`` on PATH: ``pip install`` idemlake's wheel,
+built by ``make wheel``, into the code location's environment), IDEMLAKE_PROJECT (default
 /srv/pipelines, the container image's project), IDEMLAKE_LAKE (default <project>/lake), IDEMLAKE_PARTITION_START (first
 partition, default 1992-01-01), IDEMLAKE_RETRY_DELAY_SECONDS (first retry delay, default 30).
 

@@ -122,7 +122,22 @@ pub(super) async fn vacuum(
     Ok(0)
 }
 
+/// `gen-tpch` in a build without the `tpch` feature: says so.
+#[cfg(not(feature = "tpch"))]
+pub(super) async fn gen_tpch(
+    _cli: &Cli,
+    _project: &Project,
+    _scale: &f64,
+    _out: &std::path::Path,
+    _force: &bool,
+) -> Result<u8> {
+    Err(Error::input(
+        "this idemlake was built without `gen-tpch` (the default feature `tpch`); build it with the default features",
+    ))
+}
+
 /// `gen-tpch`: TPC-H sample data.
+#[cfg(feature = "tpch")]
 pub(super) async fn gen_tpch(
     _cli: &Cli,
     project: &Project,

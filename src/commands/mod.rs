@@ -10,6 +10,7 @@ pub mod optimize;
 pub mod restore;
 pub mod scaffold;
 pub mod status;
+#[cfg(feature = "tpch")]
 pub mod tpch;
 pub mod vacuum;
 pub mod verify;

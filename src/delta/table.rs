@@ -37,7 +37,7 @@ pub async fn open(url: &Url) -> Result<DeltaTable> {
 
 /// A table builder using the shared object store for `url`'s bucket (S3) or the local disk.
 pub fn builder(url: &Url) -> Result<DeltaTableBuilder> {
-    let b = DeltaTableBuilder::from_url(url.clone())?;
+    let b = builder_for(url)?;
     Ok(match crate::storage::store_for(url)? {
         Some((_, store)) => b.with_storage_backend(crate::fault::wrap_store(store), url.clone()),
         None if crate::fault::wants_store_wrapper() => b.with_storage_backend(
@@ -46,6 +46,51 @@ pub fn builder(url: &Url) -> Result<DeltaTableBuilder> {
         ),
         None => b,
     })
+}
+
+/// A bare table builder for `url`; its object store is given by the caller
+/// (`with_storage_backend`), as idemlake does for every table on S3.
+pub fn builder_for(url: &Url) -> Result<DeltaTableBuilder> {
+    register_s3_log_stores();
+    Ok(DeltaTableBuilder::from_url(url.clone())?)
+}
+
+/// delta-rs's default log store for `s3://` and `s3a://` tables, over the object store each
+/// table is given. It is what deltalake's `s3` feature registers (its S3 log store factory
+/// returns the default log store), without the AWS SDK that feature compiles in: idemlake
+/// never lets delta-rs build an S3 client, it passes its own (`crate::storage`).
+fn register_s3_log_stores() {
+    use deltalake::logstore::{
+        LogStore, LogStoreFactory, ObjectStoreRef, StorageConfig, default_logstore,
+        logstore_factories,
+    };
+
+    struct DefaultOverGivenStore;
+    impl LogStoreFactory for DefaultOverGivenStore {
+        fn with_options(
+            &self,
+            prefixed_store: ObjectStoreRef,
+            root_store: ObjectStoreRef,
+            location: &Url,
+            options: &StorageConfig,
+        ) -> deltalake::DeltaResult<Arc<dyn LogStore>> {
+            Ok(default_logstore(
+                prefixed_store,
+                root_store,
+                location,
+                options,
+            ))
+        }
+    }
+
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let factory: Arc<dyn LogStoreFactory> = Arc::new(DefaultOverGivenStore);
+        for scheme in ["s3://", "s3a://"] {
+            let url = Url::parse(scheme).expect("a scheme is a URL");
+            logstore_factories().insert(url, factory.clone());
+        }
+    });
 }
 
 /// Load the table at `url` as of `version`, reading the log from storage.

@@ -178,8 +178,9 @@ async fn register_delta(
         )));
     }
     let mut table = match own {
-        Some(store) => deltalake::DeltaTableBuilder::from_url(url.clone())?
-            .with_storage_backend(store, url.clone()),
+        Some(store) => {
+            crate::delta::table::builder_for(&url)?.with_storage_backend(store, url.clone())
+        }
         None => crate::delta::table::builder(&url)?,
     }
     .build()?;

@@ -72,6 +72,10 @@ fn assert_common(p: &serde_json::Value, event: &str, command: &str, exit_code: i
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
 fn failure_mismatch_and_damage_alert_the_command_and_the_webhook() {
     let p = TestProject::new();
     let hook = Receiver::start();
@@ -196,6 +200,10 @@ fn failure_mismatch_and_damage_alert_the_command_and_the_webhook() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
 fn undeliverable_alerts_warn_and_keep_the_exit_code() {
     let p = TestProject::new();
     // A port nothing listens on, a command that fails, and a filter that keeps failures only.

@@ -143,6 +143,10 @@ fn completions_for_each_shell_name_the_commands() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
 fn log_format_json_makes_every_stderr_line_json_and_no_color_is_respected() {
     let p = TestProject::new();
     // A run with info logs and a failure: every stderr line parses as JSON.

@@ -110,6 +110,10 @@ async fn append_job_retry_duplicates_rows_and_idemlake_repairs_the_window() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
 async fn failures_injected_mid_write_then_retry_hold_exactly_the_source_rows() {
     let p = TestProject::new();
     let table = p.table_dir("lineitem_by_ship_day");
@@ -163,6 +167,10 @@ async fn failures_injected_mid_write_then_retry_hold_exactly_the_source_rows() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
 async fn a_commit_whose_response_is_lost_is_not_applied_twice() {
     let p = TestProject::new();
     let table = p.table_dir("lineitem_by_ship_day");

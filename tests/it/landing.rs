@@ -274,6 +274,10 @@ fn paused_run(p: &TestProject, d: i64, extra_env: &[(&str, &str)]) -> std::proce
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
 fn a_file_added_to_a_running_windows_own_directory_fails_it_and_publishes_nothing() {
     for accelerate in ["1", "0"] {
         let p = landing_project(5, 2);
@@ -302,6 +306,10 @@ fn a_file_added_to_a_running_windows_own_directory_fails_it_and_publishes_nothin
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
 fn files_landing_outside_a_running_window_do_not_fail_it() {
     let p = landing_project(5, 2);
     let child = paused_run(&p, 2, &[]);

@@ -29,3 +29,4 @@ mod status;
 mod torture;
 mod upkeep;
 mod verify;
+mod wheel;

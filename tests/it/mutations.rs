@@ -51,6 +51,10 @@ async fn published_days_are_right(p: &TestProject, task: &str) {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
 async fn a_slice_missing_a_row_is_caught_before_publish() {
     let p = TestProject::new();
     p.task("plain", &plain_task());
@@ -72,6 +76,10 @@ async fn a_slice_missing_a_row_is_caught_before_publish() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
 async fn a_row_moved_to_the_neighbouring_slice_is_caught_before_publish() {
     let p = TestProject::new();
     p.task("plain", &plain_task());
@@ -100,6 +108,10 @@ async fn a_row_moved_to_the_neighbouring_slice_is_caught_before_publish() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
 async fn a_derived_plan_keeping_the_template_literals_is_caught_before_publish() {
     let p = TestProject::new();
     p.task("plain", &plain_task());
@@ -134,6 +146,10 @@ async fn a_derived_plan_keeping_the_template_literals_is_caught_before_publish()
 /// Both read-backs — its own replay of the log (accelerated) and delta-rs's (plain twin) —
 /// catch a remove missing from the commit.
 #[tokio::test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
 async fn a_remove_missing_from_the_file_map_is_caught_by_the_read_back() {
     for plain in [false, true] {
         let p = TestProject::new();
@@ -170,6 +186,10 @@ async fn a_remove_missing_from_the_file_map_is_caught_by_the_read_back() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
 async fn a_failure_after_the_commit_reports_the_window_published() {
     let p = TestProject::new();
     for task in ["lineitem_by_ship_day", "orders_by_day"] {
@@ -195,6 +215,10 @@ async fn a_failure_after_the_commit_reports_the_window_published() {
 /// Review finding: delta-rs can fail after a merge's commit is written (post-commit snapshot
 /// update, checkpoint); the run reported "merge failed, nothing was published".
 #[tokio::test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
 async fn a_merge_error_after_its_commit_reports_the_window_published() {
     let p = TestProject::new();
     let out = with_fault(
@@ -226,6 +250,10 @@ async fn a_merge_error_after_its_commit_reports_the_window_published() {
 /// every check (its add unchanged) is caught after the commit — exit 5, the report saying the
 /// window was published and `rows_committed` differing. Counted from the adds, it passed.
 #[test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
 fn a_committed_file_holding_other_rows_than_its_add_says_is_caught_by_the_read_back() {
     let p = TestProject::new();
     let task = "lineitem_by_ship_day";

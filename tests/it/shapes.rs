@@ -224,6 +224,10 @@ fn default_checks_group_over_a_backfill_and_agree_with_window_by_window() {
 /// whatever the shape; one with as many rows but another content passes the rows check and is
 /// refused by the content check.
 #[test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
 fn a_wrong_staged_output_is_caught_by_the_default_check() {
     let p = TestProject::new();
     for (name, sql, _, _) in shapes() {
@@ -368,6 +372,10 @@ fn status_names_the_checks_each_window_passed() {
 /// A task's own `[reconcile]` queries replace the default check, unless `default` asks for it
 /// too: then both run (grouped over a backfill), and both catch a wrong value.
 #[test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
 fn reconcile_queries_and_the_default_check_run_together_when_asked() {
     let p = TestProject::new();
     let sql = &shapes()[0].1;

@@ -41,6 +41,10 @@ fn by_window<'a>(rows: &'a [serde_json::Value], w: &str) -> &'a serde_json::Valu
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
 async fn status_at_1000_commits_reads_only_the_checkpoint_and_later_commits() {
     let p = TestProject::new();
     let table = p.table_dir(TASK);
@@ -226,6 +230,10 @@ fn run_json(p: &TestProject, task: &str, window: &str) -> serde_json::Value {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
 fn status_picture_is_plain_text_off_a_terminal_and_shows_stale_windows() {
     let p = TestProject::new();
     let out = p.run(&[
@@ -331,6 +339,10 @@ fn run_log(table: &Path, day: &str) -> Vec<String> {
 /// every file it adds), so it writes no run-log entry unless `IDEMLAKE_RUN_LOG=all`; a failed
 /// attempt and an emptied window (no file to tag) do. `status` tells the same story either way.
 #[test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
 fn the_run_log_holds_only_what_the_delta_log_does_not() {
     let p = TestProject::new();
     let table = p.table_dir(TASK);

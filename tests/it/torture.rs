@@ -768,7 +768,8 @@ async fn s3_mode(
         ));
     }
     let url = url::Url::parse(&format!("{lake}/t/")).unwrap();
-    let mut t = deltalake::DeltaTableBuilder::from_url(url.clone())
+    // idemlake's builder for the s3:// log store it registers; the store is the test's own.
+    let mut t = idemlake::delta::table::builder_for(&url)
         .unwrap()
         .with_storage_backend(store(), url)
         .build()

@@ -159,6 +159,10 @@ async fn verify_against_table_finds_a_damaged_window() {
 /// off (`IDEMLAKE_ACCELERATE=0`) the same fault has nothing to corrupt, as plain-only
 /// verification never had. `--twice` adds the published path against itself.
 #[test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
 fn verify_catches_a_fault_only_in_the_accelerated_path() {
     let p = TestProject::new();
     let task = "lineitem_by_ship_day";
