@@ -30,6 +30,14 @@ impl Shared {
         windows: &[Window],
     ) -> Result<Option<Arc<HashMap<String, Rows>>>> {
         let started = std::time::Instant::now();
+        if let Some(rows) = self.kept_whole(windows) {
+            // The census kept every row of the run: each chunk is a view of them.
+            tracing::debug!(
+                windows = windows.len(),
+                "shared scan: a view of the census's rows"
+            );
+            return Ok(Some(rows));
+        }
         // The first chunk of a run of more windows than it holds takes the census.
         let census: Option<Vec<Window>> = {
             let all = self.windows.lock().expect("not poisoned");
@@ -39,6 +47,7 @@ impl Shared {
         let mut out = HashMap::new();
         let mut counts: HashMap<String, Tally> = HashMap::new();
         let mut bytes = 0u64;
+        let mut spans = Some(HashMap::new());
         for b in &self.bounds {
             let Some(loaded) = self
                 .load_source(base, b, windows, census.as_deref(), bytes)
@@ -50,20 +59,47 @@ impl Shared {
             if let Some(all) = &census {
                 counts.insert(b.alias.clone(), self.tally(b, all, loaded.census));
             }
+            match (loaded.whole, spans.as_mut()) {
+                (Some(span), Some(spans)) => {
+                    spans.insert(b.alias.clone(), span);
+                }
+                _ => spans = None,
+            }
             out.insert(b.alias.clone(), loaded.rows);
         }
         self.resize(windows.len(), bytes, false);
         if census.is_some() {
             *self.census.lock().expect("not poisoned") = Some(Arc::new(counts));
         }
+        let out = Arc::new(out);
+        if let Some(spans) = spans.filter(|_| census.is_some()) {
+            *self.whole.lock().expect("not poisoned") = Some((out.clone(), spans));
+        }
         tracing::debug!(
             windows = windows.len(),
             kb = bytes / 1024,
             ms = started.elapsed().as_millis() as u64,
             census = census.is_some(),
+            whole_run = self.whole.lock().expect("not poisoned").is_some(),
             "shared scan loaded"
         );
-        Ok(Some(Arc::new(out)))
+        Ok(Some(out))
+    }
+
+    /// The rows the census kept for the whole run, if it kept them all and they cover every
+    /// source's span of `windows` (a window appended after the census may lie outside).
+    fn kept_whole(&self, windows: &[Window]) -> Option<Arc<HashMap<String, Rows>>> {
+        let whole = self.whole.lock().expect("not poisoned").clone()?;
+        let (rows, spans) = whole;
+        for b in &self.bounds {
+            let (lo, hi) = self.span(b, windows)?;
+            let (lo, hi) = (as_i64(&lo)?, as_i64(&hi)?);
+            let (kept_lo, kept_hi) = spans.get(&b.alias)?;
+            if lo < *kept_lo || hi > *kept_hi {
+                return None;
+            }
+        }
+        Some(rows)
     }
 
     /// The scan of source `b` for a chunk: its rows within `[lo, hi]` (`hi` excluded when
@@ -138,6 +174,8 @@ impl Shared {
         let (Some(lo_i), Some(hi_i)) = (as_i64(&lo), as_i64(&hi)) else {
             return Ok(None);
         };
+        // The run's span, kept whole while the census's rows fit half the budget.
+        let mut whole = census.and_then(|_| Some((as_i64(&scanned.0)?, as_i64(&scanned.1)?)));
         let df = self.chunk_scan(base, b, windows.len(), scanned).await?;
         let key_at = df.schema().as_arrow().index_of(&b.column)?;
         let schema = Arc::new(df.schema().as_arrow().clone());
@@ -147,10 +185,20 @@ impl Shared {
         while let Some(batch) = stream.next().await {
             let mut batch = batch?;
             if census.is_some() {
-                // The scan covers the whole run: count every window's rows, keep the chunk's.
-                batch = count_keys(batch, key_at, &mut census_keys, (lo_i, hi_i))?;
+                // The scan covers the whole run: count every window's rows; keep them all
+                // while they fit (later chunks then read nothing), else the chunk's.
+                let keep = if whole.is_some() {
+                    (i64::MIN, i64::MAX)
+                } else {
+                    (lo_i, hi_i)
+                };
+                batch = count_keys(batch, key_at, &mut census_keys, keep)?;
             }
             acc.push(compact(batch)?)?;
+            if whole.is_some() && used + acc.bytes() > self.budget / 2 {
+                whole = None;
+                acc.retain(key_at, (lo_i, hi_i))?;
+            }
             if used + acc.bytes() > self.budget {
                 self.over_budget(&b.alias, windows.len(), used, &acc, census.is_some());
                 return Ok(None);
@@ -162,6 +210,7 @@ impl Shared {
             rows: Rows::sorted(schema, parts, &b.column)?,
             bytes,
             census: census_keys,
+            whole,
         }))
     }
 
@@ -198,6 +247,9 @@ pub(super) struct Loaded {
     pub(super) rows: Rows,
     pub(super) bytes: u64,
     pub(super) census: HashMap<i64, u64>,
+    /// The span (inclusive, as whole numbers) of the rows kept, when the census kept the
+    /// whole run's rather than the chunk's.
+    pub(super) whole: Option<(i64, i64)>,
 }
 
 /// Count every key of `batch` (column `key_at`) into `census`; keep the rows within `[lo, hi]`.
@@ -205,16 +257,33 @@ pub(super) fn count_keys(
     batch: RecordBatch,
     key_at: usize,
     census: &mut HashMap<i64, u64>,
+    span: (i64, i64),
+) -> Result<RecordBatch> {
+    keys_within(batch, key_at, span, |k| *census.entry(k).or_insert(0) += 1)
+}
+
+/// The rows of `batch` whose key (column `key_at`, as a whole number) lies within `[lo, hi]`,
+/// `seen` called with every key.
+fn keys_within(
+    batch: RecordBatch,
+    key_at: usize,
     (lo, hi): (i64, i64),
+    mut seen: impl FnMut(i64),
 ) -> Result<RecordBatch> {
     let keys = cast(batch.column(key_at), &DataType::Int64)?;
     let keys = keys.as_any().downcast_ref::<Int64Array>().expect("Int64");
     let mut keep = Vec::with_capacity(keys.len());
+    let mut all = true;
     for k in keys.iter() {
-        keep.push(k.is_some_and(|k| {
-            *census.entry(k).or_insert(0) += 1;
+        let kept = k.is_some_and(|k| {
+            seen(k);
             lo <= k && k <= hi
-        }));
+        });
+        all &= kept;
+        keep.push(kept);
+    }
+    if all {
+        return Ok(batch);
     }
     Ok(arrow::compute::filter_record_batch(
         &batch,
@@ -281,6 +350,18 @@ impl Accumulated {
         Ok(())
     }
 
+    /// Keep only the rows whose key (column `key_at`) lies within `span` (the census gave up
+    /// keeping the whole run: the chunk's rows stay).
+    pub(super) fn retain(&mut self, key_at: usize, span: (i64, i64)) -> Result<()> {
+        let parts = std::mem::take(&mut self.parts);
+        let small = std::mem::take(&mut self.small);
+        (self.kept, self.small_bytes, self.rows) = (0, 0, 0);
+        for batch in parts.into_iter().chain(small) {
+            self.push(compact(keys_within(batch, key_at, span, |_| ())?)?)?;
+        }
+        Ok(())
+    }
+
     /// The batches, their bytes and rows.
     pub(super) fn finish(mut self) -> Result<(Vec<RecordBatch>, u64, u64)> {
         if !self.small.is_empty() {
@@ -321,6 +402,43 @@ fn chunk_filter(c: Expr, ty: &DataType, lo: ScalarValue, hi: ScalarValue, strict
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_census_that_gives_up_the_whole_run_keeps_the_chunks_rows_only() {
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("k", DataType::Int64, true),
+        ]));
+        let batch = |keys: Vec<Option<i64>>| {
+            RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(keys))]).unwrap()
+        };
+        let mut acc = Accumulated::new(schema.clone());
+        acc.push(batch((0..5000).map(Some).collect())).unwrap();
+        acc.push(batch(vec![Some(3), None, Some(7000), Some(10)]))
+            .unwrap();
+        let before = acc.bytes();
+        acc.retain(0, (3, 10)).unwrap();
+        let (parts, bytes, rows) = acc.finish().unwrap();
+        let kept: Vec<i64> = parts
+            .iter()
+            .flat_map(|b| {
+                let a = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                a.iter().map(|v| v.unwrap()).collect::<Vec<_>>()
+            })
+            .collect();
+        assert_eq!(kept, vec![3, 4, 5, 6, 7, 8, 9, 10, 3, 10]);
+        assert_eq!(rows, 10);
+        assert!(bytes < before, "{bytes} < {before}");
+        // Counting keeps every key's count whatever it keeps.
+        let mut census = HashMap::new();
+        let kept = count_keys(
+            batch(vec![Some(1), Some(2), Some(2)]),
+            0,
+            &mut census,
+            (2, 2),
+        );
+        assert_eq!(kept.unwrap().num_rows(), 2);
+        assert_eq!((census[&1], census[&2]), (1, 2));
+    }
 
     fn filter(ty: DataType, lo: ScalarValue, hi: ScalarValue, strict: bool) -> String {
         chunk_filter(col("c"), &ty, lo, hi, strict).to_string()

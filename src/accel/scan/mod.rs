@@ -15,8 +15,10 @@
 //! Chunk sizes: the first chunk of a run is small (windows start soon); its scan reads the
 //! whole run's range once and counts the rows of every window (a census) while keeping only
 //! the chunk's. Later chunks are cut from those counts and the bytes per row measured so far,
-//! as few as the budget allows, of even size. Without a census (a run of few windows, or
-//! windows not announced) chunk sizes follow the measured bytes per window.
+//! as few as the budget allows, of even size. When the whole run's rows fit half the budget
+//! the census keeps them all, and every later chunk is a view of them (nothing is read
+//! twice). Without a census (a run of few windows, or windows not announced) chunk sizes
+//! follow the measured bytes per window.
 //!
 //! Invariants:
 //! - A window's result is the same with or without sharing: its slice holds every source row
@@ -55,6 +57,12 @@ use bounds::{Bound, analyze, mentioned_columns, sliceable};
 use chunk::{Chunk, FIRST_CHUNK, MIN_BATCH, Tally, WindowList};
 use rows::{slice, split};
 
+/// Rows kept for a whole run, and each source's span (inclusive, as whole numbers) they cover.
+type Whole = (
+    Arc<HashMap<String, rows::Rows>>,
+    HashMap<String, (i64, i64)>,
+);
+
 /// The shared scans of one runner: which sources are shared and the chunks in memory.
 pub struct Shared {
     bounds: Vec<Bound>,
@@ -75,6 +83,9 @@ pub struct Shared {
     census_taken: std::sync::atomic::AtomicBool,
     /// Rows of each shared source in each announced window (by index), once counted.
     census: Mutex<Option<Arc<HashMap<String, Tally>>>>,
+    /// Every row of the run's span of each shared source (with that span), when the census
+    /// could keep them within half the budget: later chunks are views of them.
+    whole: Mutex<Option<Whole>>,
     /// Bytes per row of each shared source, as last measured.
     row_bytes: Mutex<HashMap<String, f64>>,
 }
@@ -130,6 +141,7 @@ impl Shared {
             off: std::sync::atomic::AtomicBool::new(false),
             census_taken: std::sync::atomic::AtomicBool::new(false),
             census: Mutex::new(None),
+            whole: Mutex::new(None),
             row_bytes: Mutex::new(HashMap::new()),
         })
     }
@@ -181,6 +193,7 @@ impl Shared {
         self.chunks.lock().expect("not poisoned").clear();
         self.frontier.store(0, std::sync::atomic::Ordering::SeqCst);
         *self.census.lock().expect("not poisoned") = None;
+        *self.whole.lock().expect("not poisoned") = None;
         self.census_taken
             .store(false, std::sync::atomic::Ordering::SeqCst);
         // The first chunk's windows run while the second chunk is read: a long run starts
