@@ -125,6 +125,10 @@ pub async fn ensure_exists(
         // one JSON string per live file, the largest part of a load (a day window on a table
         // of 2,500 files: 0.93-0.95x the wall time). Spark, DuckDB and delta-rs read both.
         .with_configuration_property(TableProperty::CheckpointWriteStatsAsStruct, Some("true"))
+        // A checkpoint every 10 commits (Spark's default; delta-rs's is 100): loading the
+        // table reads at most 9 commit files after the checkpoint, not up to 99 — on an object
+        // store one GET each, every run (a day window on S3 read 35 log files of 34 commits).
+        .with_configuration_property(TableProperty::CheckpointInterval, Some("10"))
         .with_table_name(name)
         .with_save_mode(SaveMode::ErrorIfExists)
         .await;

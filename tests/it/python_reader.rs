@@ -71,7 +71,7 @@ async fn python_deltalake_and_polars_read_what_idemlake_wrote() {
 /// (`delta.checkpoint.writeStatsAsStruct`) as well as JSON: loading the table then reads
 /// parsed statistics instead of parsing a JSON string per file (a day window on a table of
 /// 2,500 files: ~0.94× the time). Every independent reader must still read such a table,
-/// loading it from that checkpoint.
+/// loading it from that checkpoint. They also checkpoint every 10 commits (Spark's default).
 #[tokio::test(flavor = "multi_thread")]
 async fn checkpoints_carry_parsed_stats_and_independent_readers_read_them() {
     let p = TestProject::new();
@@ -88,6 +88,9 @@ async fn checkpoints_carry_parsed_stats_and_independent_readers_read_them() {
         config["delta.checkpoint.writeStatsAsStruct"], "true",
         "{config}"
     );
+    // Issue 35 (a day window on S3 read 35 log files of 34 commits): a checkpoint every 10
+    // commits, as Spark's tables have.
+    assert_eq!(config["delta.checkpointInterval"], "10", "{config}");
     set_checkpoint_interval(&table, 4).await; // version 2
     for d in ["1995-06-02", "1995-06-01", "1995-06-03"] {
         p.run_ok(name, d); // versions 3 (checkpoint: version + 1 a multiple of 4), 4, 5
