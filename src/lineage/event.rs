@@ -13,9 +13,9 @@ use crate::task::{Format, Task};
 /// The OpenLineage spec version the events follow.
 pub const SPEC: &str = "2-0-2";
 
-/// Where idemlake's source is: the `producer` of every event and facet names it with the
-/// version that made the event.
-pub const REPOSITORY: &str = "https://github.com/idemlake/idemlake";
+/// Where idemlake's source is (`Cargo.toml`'s `repository`): the `producer` of every event
+/// and facet names it with the version that made the event.
+pub const REPOSITORY: &str = env!("CARGO_PKG_REPOSITORY");
 
 /// The `producer` of every event and facet.
 pub fn producer() -> String {
