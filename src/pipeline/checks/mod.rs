@@ -386,7 +386,9 @@ fn narrow_listings(
             continue;
         };
         let table = z.listing_table_with(options)?;
-        if let Some(t) = zone::CheckZone::new(table, z.root().clone(), z.partition_columns()) {
+        let columns = z.partition_columns();
+        if let Some(t) = zone::CheckZone::new(table, z.root().clone(), columns) {
+            let t = t.with_own_reader(crate::config::get().accelerate);
             ctx.deregister_table(z.alias.as_str())?;
             ctx.register_table(z.alias.as_str(), Arc::new(t))?;
         }

@@ -41,6 +41,10 @@ pub struct CheckZone {
     root: ListingTableUrl,
     /// The first partition column (the top directory level) and its type.
     first: (String, DataType),
+    /// The partition columns, top first.
+    columns: Vec<(String, DataType)>,
+    /// With the checks' own file reader (see `files`): the files' extension.
+    own_reader: Option<String>,
 }
 
 impl CheckZone {
@@ -55,7 +59,21 @@ impl CheckZone {
             inner: Arc::new(inner),
             root,
             first,
+            columns: columns.to_vec(),
+            own_reader: None,
         })
+    }
+
+    /// Scans of the whole zone read its files with the checks' own reader (see `files`)
+    /// when `on` and the zone can be: Parquet files on local disk, named without a glob.
+    pub fn with_own_reader(mut self, on: bool) -> CheckZone {
+        use datafusion::datasource::file_format::parquet::ParquetFormat;
+        let options = self.inner.options();
+        let url = &self.inner.table_paths()[0];
+        let parquet = options.format.downcast_ref::<ParquetFormat>().is_some();
+        let local = url.scheme() == "file" && url.get_glob().is_none();
+        self.own_reader = (on && parquet && local).then(|| options.file_extension.clone());
+        self
     }
 
     /// The top-level values `filters` accept, each as an equality filter; `None` when the
@@ -183,6 +201,14 @@ impl TableProvider for CheckZone {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let Some(values) = self.accepted(state, filters).await? else {
+            if let Some(ext) = &self.own_reader {
+                let url = &self.inner.table_paths()[0];
+                let found = files::list(state, url, ext, &self.columns, filters).await?;
+                tracing::debug!(table = %self.root, files = found.len(), "the checks read the zone's files themselves");
+                let schema = datafusion::common::project_schema(&self.schema(), projection)?;
+                let partitions = state.config().target_partitions();
+                return files::scan(found, schema, &self.columns, partitions);
+            }
             return self.inner.scan(state, projection, filters, limit).await;
         };
         tracing::debug!(
@@ -205,6 +231,7 @@ impl TableProvider for CheckZone {
 }
 
 mod bounded;
+mod files;
 
 #[cfg(test)]
 mod tests;

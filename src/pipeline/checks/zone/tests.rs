@@ -187,3 +187,117 @@ async fn the_checks_list_only_the_directories_a_window_names() {
     assert_eq!(sum(&ctx, none).await, 0);
     assert_eq!(lists(&store), vec![format!("dir {root}")]);
 }
+
+/// A two-level zone (`dt=…/h=…/`) whose files disagree with the table's schema: written as
+/// (v BIGINT, s VARCHAR); then, once the schema is inferred, a file without `s` and with `v`
+/// as INT, a stale file in the root, an empty file and a file of another extension.
+async fn uneven_zone(ctx: &SessionContext) -> (tempfile::TempDir, ListingTable) {
+    use arrow::array::{Int32Array, StringArray};
+    let dir = tempfile::tempdir().unwrap();
+    let write = |path: std::path::PathBuf, batch: RecordBatch| {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let file = std::fs::File::create(path).unwrap();
+        let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+    };
+    let full = |d: i64, h: i64| {
+        let v: Vec<i64> = (0..7).map(|i| d * 100 + h * 10 + i).collect();
+        let s: Vec<Option<String>> = (0..7)
+            .map(|i| (i % 3 != 0).then(|| format!("s{i}")))
+            .collect();
+        RecordBatch::try_from_iter([
+            ("v", Arc::new(Int64Array::from(v)) as arrow::array::ArrayRef),
+            (
+                "s",
+                Arc::new(StringArray::from(s)) as arrow::array::ArrayRef,
+            ),
+        ])
+        .unwrap()
+    };
+    for d in 1..=4 {
+        for h in 0..=1 {
+            let p = dir
+                .path()
+                .join(format!("dt=2026-11-0{d}/h={h}/part-0.parquet"));
+            write(p, full(d, h));
+        }
+    }
+    let url = ListingTableUrl::parse(format!("{}/", dir.path().display())).unwrap();
+    let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
+        .with_file_extension(".parquet")
+        .with_table_partition_cols(vec![
+            ("dt".into(), DataType::Date32),
+            ("h".into(), DataType::Int64),
+        ]);
+    let config = ListingTableConfig::new(url)
+        .with_listing_options(options)
+        .infer_schema(&ctx.state())
+        .await
+        .unwrap();
+    let narrow = RecordBatch::try_from_iter([(
+        "v",
+        Arc::new(Int32Array::from(vec![7, 8, 9])) as arrow::array::ArrayRef,
+    )])
+    .unwrap();
+    write(dir.path().join("dt=2026-11-02/h=1/part-1.parquet"), narrow);
+    write(dir.path().join("stale.parquet"), full(9, 9));
+    std::fs::write(dir.path().join("dt=2026-11-03/h=0/empty.parquet"), b"").unwrap();
+    std::fs::write(dir.path().join("dt=2026-11-03/h=0/_SUCCESS"), b"ok").unwrap();
+    (dir, ListingTable::try_new(config).unwrap())
+}
+
+/// A scan of the whole zone read by the checks' own reader answers as DataFusion's listing
+/// table does (the plain twin): the same files, columns adapted to the table's schema, the
+/// partition filters applied.
+#[tokio::test]
+async fn the_checks_own_reader_answers_as_datafusions_listing_table() {
+    let queries = [
+        "SELECT dt, h, count(*), sum(v), count(s), min(s) FROM t GROUP BY dt, h ORDER BY dt, h",
+        "SELECT count(*) FROM t",
+        "SELECT s, v, dt FROM t WHERE v > 150 ORDER BY v, s",
+        "SELECT dt, sum(v) FROM t WHERE h = 1 GROUP BY dt ORDER BY dt",
+        "SELECT count(*), sum(v) FROM t WHERE h = 0 AND v % 2 = 0",
+    ];
+    let cols = [
+        ("dt".to_string(), DataType::Date32),
+        ("h".to_string(), DataType::Int64),
+    ];
+    let ctx = build(false, Listings::Narrow).unwrap();
+    let (_dir, plain) = uneven_zone(&ctx).await;
+    let url = plain.table_paths()[0].clone();
+    let own = CheckZone::new(plain, url.clone(), &cols)
+        .unwrap()
+        .with_own_reader(true);
+    let twin_ctx = build(false, Listings::Narrow).unwrap();
+    let (_dir2, twin) = uneven_zone(&twin_ctx).await;
+    twin_ctx.register_table("t", Arc::new(twin)).unwrap();
+    ctx.register_table("t", Arc::new(own)).unwrap();
+    for q in queries {
+        let df = ctx.sql(q).await.unwrap();
+        let plan = df.clone().create_physical_plan().await.unwrap();
+        let shown = datafusion::physical_plan::displayable(plan.as_ref())
+            .indent(false)
+            .to_string();
+        assert!(shown.contains("StreamingTableExec"), "{q}: {shown}");
+        let got = arrow::util::pretty::pretty_format_batches(&df.collect().await.unwrap())
+            .unwrap()
+            .to_string();
+        let want = twin_ctx.sql(q).await.unwrap().collect().await.unwrap();
+        let want = arrow::util::pretty::pretty_format_batches(&want)
+            .unwrap()
+            .to_string();
+        assert_eq!(got, want, "{q}");
+        assert!(
+            !got.contains("990"),
+            "the stale root file is not read: {got}"
+        );
+    }
+    // The INT file's rows are there, `s` NULL: 2026-11-02 h=1 holds 7 + 3 rows.
+    let rows = sum(
+        &ctx,
+        "SELECT count(*) FROM t WHERE dt = DATE '2026-11-02' AND h = 1 AND s IS NULL",
+    )
+    .await;
+    assert_eq!(rows, 3 + 3);
+}
