@@ -476,3 +476,47 @@ async fn s3_a_landing_zone_named_without_a_trailing_slash_reads_only_its_day() {
         .collect();
     assert!(listed_days.len() <= 2, "{listed_days:?}");
 }
+
+/// A backfill of more days than the checks narrow their listing to (64) has its grouped check
+/// scan the whole zone with the checks' own reader (`checks/zone/files.rs`): the table
+/// matches polars over the source, and a row dropped on the published path fails the
+/// check that reader computes (nothing published).
+#[test]
+fn a_long_landing_zone_backfill_is_checked_by_the_checks_own_reader() {
+    let days = 70;
+    let p = landing_project(days, 2);
+    let (first, last) = (day(0).to_string(), day(days - 1).to_string());
+    let backfill = |lake: &Path, fault: Option<&str>| {
+        let mut cmd = p.cmd();
+        if let Some(f) = fault {
+            cmd.env("IDEMLAKE_TEST_FAULT", f);
+        }
+        cmd.env("IDEMLAKE_LOG", "idemlake::pipeline::checks=debug")
+            .arg("--lake")
+            .arg(lake)
+            .args(["--output", "json", "backfill", "events", "--from", &first])
+            .args(["--to", &last])
+            .output()
+            .unwrap()
+    };
+    let lake = p.path().join("lake-long");
+    let out = backfill(&lake, None);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let said = "the checks read the zone's files themselves";
+    assert!(text(&out).contains(said), "{}", text(&out));
+    assert_eq!(json_lines(&out).len(), days as usize);
+    assert_matches_polars(&p, &lake.join("events"), 0, days - 1);
+
+    let lake = p.path().join("lake-dropped");
+    let out = backfill(&lake, Some("output-drop-row"));
+    assert_ne!(code(&out), 0, "{}", text(&out));
+    assert!(text(&out).contains(said), "{}", text(&out));
+    let reports = json_lines(&out);
+    let failed: Vec<_> = reports.iter().filter(|r| r["published"] == false).collect();
+    assert!(!failed.is_empty(), "{}", text(&out));
+    for r in failed {
+        let checks = r["reconciliation"].as_array().unwrap();
+        let rows = checks.iter().find(|c| c["check"] == "source_rows").unwrap();
+        assert_eq!(rows["ok"], false, "{r}");
+    }
+}
