@@ -39,9 +39,7 @@ pub const MAX_PRUNED_SCANS: usize = 64;
 pub struct CheckZone {
     inner: Arc<ListingTable>,
     root: ListingTableUrl,
-    /// The first partition column (the top directory level) and its type.
-    first: (String, DataType),
-    /// The partition columns, top first.
+    /// The partition columns and their types, the top directory level first (never empty).
     columns: Vec<(String, DataType)>,
     /// With the checks' own file reader (see `files`): the files' extension.
     own_reader: Option<String>,
@@ -54,11 +52,10 @@ impl CheckZone {
         root: ListingTableUrl,
         columns: &[(String, DataType)],
     ) -> Option<CheckZone> {
-        let first = columns.first()?.clone();
+        columns.first()?;
         Some(CheckZone {
             inner: Arc::new(inner),
             root,
-            first,
             columns: columns.to_vec(),
             own_reader: None,
         })
@@ -86,7 +83,7 @@ impl CheckZone {
     /// otherwise (`n=007`) is then not read here while the runner reads it: the window fails
     /// its check rather than pass with rows missing on both sides.
     async fn accepted(&self, state: &dyn Session, filters: &[Expr]) -> Result<Option<Vec<Expr>>> {
-        let (name, ty) = &self.first;
+        let (name, ty) = &self.columns[0];
         let on_first: Vec<Expr> = filters
             .iter()
             .filter(|f| expr_applicable_for_cols(&[name.as_str()], f))
