@@ -5,12 +5,17 @@
 //! (`dt = '2026-11-28'` lists `dt=2026-11-28/`); a window's range (`dt >= … AND dt < …`)
 //! names none, so a plain listing table lists the whole history for every window (and its
 //! listing cache, on a miss, always lists the whole table). This table keeps DataFusion's
-//! listing and scan, and narrows them: the top-level values the scan's bounds name (a DATE or
-//! BIGINT level bounded on both sides: every value between, see `bounded`) or else those one
+//! listing, and narrows it: the top-level values the scan's bounds name (a DATE or BIGINT
+//! level bounded on both sides: every value between, see `bounded`) or else those one
 //! delimiter listing of the zone's root finds (this module's, not the runner's `landing`
-//! walk), kept if DataFusion's own `filter_partitioned_file` accepts them; then one
-//! `ListingTable` scan per value with the equality filter added, unioned. Above [`MAX_PRUNED_SCANS`] values (a long backfill's grouped
-//! check) it is one scan of the whole table: listing everything once is cheaper then.
+//! walk), kept if DataFusion's own `filter_partitioned_file` accepts them; each value's
+//! directory is listed as the prefix `key=value/`. Above [`MAX_PRUNED_SCANS`] values (a long
+//! backfill's grouped check) the whole zone is listed once: that is cheaper then.
+//!
+//! The files are read by the checks' own reader (see `files`: one GET of a small remote
+//! file, one pass over a local one) when the zone is Parquet named without a glob; its plain
+//! twin (`IDEMLAKE_ACCELERATE=0`, or another format) is one DataFusion `ListingTable` scan per
+//! value with the equality filter added, unioned.
 //!
 //! Shares nothing with the runner's route but the zone's opening (its schema and partition
 //! columns): not `LandingZone::files`, not its pinned listings, not its pruning.
@@ -43,7 +48,12 @@ pub struct CheckZone {
     columns: Vec<(String, DataType)>,
     /// With the checks' own file reader (see `files`): the files' extension.
     own_reader: Option<String>,
+    /// A remote file this small or smaller is fetched whole by the checks' own reader.
+    whole_file_bytes: u64,
 }
+
+/// The files of a scan: every file of the zone, or those under the top-level values named.
+type Values = Option<Vec<ScalarValue>>;
 
 impl CheckZone {
     /// `inner`: DataFusion's listing table over `root`, partitioned by `columns` (top first).
@@ -58,22 +68,32 @@ impl CheckZone {
             root,
             columns: columns.to_vec(),
             own_reader: None,
+            whole_file_bytes: files::WHOLE_FILE_BYTES,
         })
     }
 
-    /// Scans of the whole zone read its files with the checks' own reader (see `files`)
-    /// when `on` and the zone can be: Parquet files on local disk, named without a glob.
+    /// Scans read the zone's files with the checks' own reader (see `files`) when `on` and
+    /// the zone can be: Parquet files, named without a glob (on local disk or an object
+    /// store).
     pub fn with_own_reader(mut self, on: bool) -> CheckZone {
         use datafusion::datasource::file_format::parquet::ParquetFormat;
         let options = self.inner.options();
         let url = &self.inner.table_paths()[0];
         let parquet = options.format.downcast_ref::<ParquetFormat>().is_some();
-        let local = url.scheme() == "file" && url.get_glob().is_none();
-        self.own_reader = (on && parquet && local).then(|| options.file_extension.clone());
+        let plain = url.get_glob().is_none();
+        self.own_reader = (on && parquet && plain).then(|| options.file_extension.clone());
         self
     }
 
-    /// The top-level values `filters` accept, each as an equality filter; `None` when the
+    /// Remote files of at most `bytes` are fetched whole, not [`files::WHOLE_FILE_BYTES`]
+    /// (for tests).
+    #[cfg(test)]
+    fn with_whole_file_bytes(mut self, bytes: u64) -> CheckZone {
+        self.whole_file_bytes = bytes;
+        self
+    }
+
+    /// The top-level values `filters` accept; `None` when the
     /// filters say nothing of the top level, or a directory's spelling is not the text of its
     /// typed value (DataFusion's prefix would then miss it: the whole table is scanned).
     ///
@@ -82,7 +102,7 @@ impl CheckZone {
     /// directory it spells (`dt=2026-11-28/`; nothing if there is none). A directory spelled
     /// otherwise (`n=007`) is then not read here while the runner reads it: the window fails
     /// its check rather than pass with rows missing on both sides.
-    async fn accepted(&self, state: &dyn Session, filters: &[Expr]) -> Result<Option<Vec<Expr>>> {
+    async fn accepted(&self, state: &dyn Session, filters: &[Expr]) -> Result<Values> {
         let (name, ty) = &self.columns[0];
         let on_first: Vec<Expr> = filters
             .iter()
@@ -108,7 +128,7 @@ impl CheckZone {
             let mut probe = PartitionedFile::new(format!("{name}={value}"), 0);
             probe.partition_values = vec![value.clone()];
             if filter_partitioned_file(probe, &on_first, &schema)?.is_some() {
-                out.push(col(name.as_str()).eq(lit(value)));
+                out.push(value);
             }
             if out.len() > MAX_PRUNED_SCANS {
                 return Ok(None);
@@ -197,15 +217,36 @@ impl TableProvider for CheckZone {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let Some(values) = self.accepted(state, filters).await? else {
-            if let Some(ext) = &self.own_reader {
-                let url = &self.inner.table_paths()[0];
-                let found = files::list(state, url, ext, &self.columns, filters).await?;
-                tracing::debug!(table = %self.root, files = found.len(), "the checks read the zone's files themselves");
-                let schema = datafusion::common::project_schema(&self.schema(), projection)?;
-                let partitions = state.config().target_partitions();
-                return files::scan(found, schema, &self.columns, partitions);
-            }
+        let values = self.accepted(state, filters).await?;
+        if let Some(ext) = &self.own_reader {
+            let url = &self.inner.table_paths()[0];
+            let prefixes = values.as_ref().map(|vs| {
+                let name = &self.columns[0].0;
+                vs.iter()
+                    .map(|v| Path::from(format!("{name}={v}")))
+                    .collect::<Vec<_>>()
+            });
+            let found =
+                files::list(state, url, ext, &self.columns, filters, prefixes.as_deref()).await?;
+            tracing::debug!(
+                table = %self.root,
+                directories = prefixes.as_ref().map(Vec::len),
+                files = found.len(),
+                "the checks read the zone's files themselves"
+            );
+            let schema = datafusion::common::project_schema(&self.schema(), projection)?;
+            let store = state.runtime_env().object_store(url)?;
+            let partitions = state.config().target_partitions();
+            let whole = self.whole_file_bytes;
+            return files::scan(
+                found,
+                schema,
+                &self.columns,
+                partitions,
+                (store, url, whole),
+            );
+        }
+        let Some(values) = values else {
             return self.inner.scan(state, projection, filters, limit).await;
         };
         tracing::debug!(
@@ -213,10 +254,11 @@ impl TableProvider for CheckZone {
             directories = values.len(),
             "the checks list only the top-level directories the filters accept"
         );
+        let name = self.columns[0].0.as_str();
         let mut plans = Vec::with_capacity(values.len());
-        for eq in values {
+        for value in values {
             let mut narrowed = filters.to_vec();
-            narrowed.push(eq);
+            narrowed.push(col(name).eq(lit(value)));
             plans.push(self.inner.scan(state, projection, &narrowed, limit).await?);
         }
         if plans.is_empty() {

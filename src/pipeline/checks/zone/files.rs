@@ -1,26 +1,33 @@
-//! The checks' own reader of a local landing zone's Parquet files, for a scan of the whole
-//! zone (a long backfill's grouped check, an initial load).
+//! The checks' own reader of a landing zone's Parquet files.
 //!
 //! DataFusion's Parquet scan costs some 350 µs of CPU a file whatever its size (measured as a
 //! whole, not broken down): on a zone of 17,520 files of 100 rows that is 6 CPU-seconds,
-//! more than the runner's whole load. Here each file's projected columns are read in one pass
-//! by arrow-rs's synchronous Parquet reader on a blocking thread, its columns adapted to the zone's schema as DataFusion adapts them (by name; a missing
-//! column is NULL, another type is cast), the partition values appended.
+//! more than the runner's whole load. On an object store it reads a file with two requests
+//! at least (its footer, then its pages), each a round trip. Here a local file's projected
+//! columns are read in one pass by arrow-rs's synchronous Parquet reader on a blocking thread;
+//! a remote file of at most [`WHOLE_FILE_BYTES`] is fetched with one GET (a few at a time)
+//! and read by the same reader from memory, a larger one by arrow-rs's asynchronous reader
+//! (its footer, then the projected column chunks). Each file's columns are adapted to the
+//! zone's schema as DataFusion adapts them (by name; a missing column is NULL, another type is
+//! cast), the partition values appended.
 //!
 //! What is read is DataFusion's own answer to "which files": the listing is its
-//! `ListingTableUrl` listing of the zone (files of the format's extension, none empty), each
-//! file's partition values parsed and filtered by its own helpers, as its listing table does
-//! for a scan's partition filters (which it reports as exact, so they are applied here, and
-//! only here). Filters on file columns are applied by DataFusion above this scan.
+//! `ListingTableUrl` listing of the zone, or of the top-level directories named (files of the
+//! format's extension, none empty), each file's partition values parsed and filtered by its
+//! own helpers, as its listing table does for a scan's partition filters (which it reports as
+//! exact, so they are applied here, and only here). Filters on file columns are applied by
+//! DataFusion above this scan.
 //!
 //! Shares nothing with the runner's route (`landing`, `accel::mapped`): its own listing, its
-//! own reads. The plain twin is DataFusion's listing table (`IDEMLAKE_ACCELERATE=0`); the
-//! tests compare the two on the same zone.
+//! own reads, through the checks' own object-store client. The plain twin is DataFusion's
+//! listing table (`IDEMLAKE_ACCELERATE=0`); the tests compare the two on the same zone, on
+//! local disk and in an object store.
 
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions, new_null_array};
 use arrow::datatypes::{DataType, SchemaRef};
+use bytes::Bytes;
 use datafusion::catalog::Session;
 use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::datasource::listing::helpers::{
@@ -34,10 +41,28 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::SendableRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
-use futures::TryStreamExt;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::arrow_reader::ArrowReaderOptions;
+use parquet::arrow::arrow_reader::{ArrowReaderBuilder, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
+use parquet::errors::ParquetError;
+use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::reader::ChunkReader;
+
+/// A remote file this small or smaller is fetched whole, with one GET; a larger one is read
+/// by ranges (its footer, then the columns the scan needs).
+pub const WHOLE_FILE_BYTES: u64 = 8 << 20;
+
+/// Remote files fetched at once by one partition of a scan.
+const FETCHES: usize = 8;
+
+/// Directory listings made at once.
+const LISTINGS: usize = 8;
 
 /// Where an output column comes from.
 #[derive(Debug, Clone)]
@@ -49,13 +74,16 @@ enum Column {
 }
 
 /// The files of the zone under `root` (extension `ext`, partitioned by `columns`) that the
-/// partition filters among `filters` accept, as DataFusion's listing table lists them.
+/// partition filters among `filters` accept, as DataFusion's listing table lists them: the
+/// whole zone, or with `prefixes` (paths below `root`, such as `dt=2026-11-28`) only the files
+/// under them.
 pub async fn list(
     state: &dyn Session,
     root: &ListingTableUrl,
     ext: &str,
     columns: &[(String, DataType)],
     filters: &[Expr],
+    prefixes: Option<&[Path]>,
 ) -> Result<Vec<PartitionedFile>> {
     let names: Vec<&str> = columns.iter().map(|(n, _)| n.as_str()).collect();
     let on_partitions: Vec<Expr> = filters
@@ -71,12 +99,24 @@ pub async fn list(
         Default::default(),
     )?;
     let store = state.runtime_env().object_store(root)?;
-    let metas: Vec<_> = root
-        .list_prefixed_files(state, store.as_ref(), None, ext)
-        .await?
-        .try_filter(|m| futures::future::ready(m.size > 0))
-        .try_collect()
-        .await?;
+    let store = store.as_ref();
+    let listed = |prefix: Option<Path>| async move {
+        root.list_prefixed_files(state, store, prefix, ext)
+            .await?
+            .try_filter(|m| futures::future::ready(m.size > 0))
+            .try_collect::<Vec<_>>()
+            .await
+    };
+    let metas: Vec<_> = match prefixes {
+        None => listed(None).await?,
+        Some(prefixes) => {
+            futures::stream::iter(prefixes.iter().cloned())
+                .map(|p| listed(Some(p)))
+                .buffered(LISTINGS)
+                .try_concat()
+                .await?
+        }
+    };
     let mut out = Vec::with_capacity(metas.len());
     for meta in metas {
         let Some(parsed) = parse_partitions_for_path(root, &meta.location, names.iter().copied())
@@ -97,13 +137,15 @@ pub async fn list(
     Ok(out)
 }
 
-/// A scan of `files` producing `schema` (the table's schema projected; partition columns are
+/// A scan of `files` (in `store`, the zone's at `root`; remote files of at most `whole` bytes
+/// fetched whole) producing `schema` (the table's schema projected; partition columns are
 /// those named in `columns`), in `partitions` streams of consecutive files.
 pub fn scan(
     files: Vec<PartitionedFile>,
     schema: SchemaRef,
     columns: &[(String, DataType)],
     partitions: usize,
+    (store, root, whole): (Arc<dyn ObjectStore>, &ListingTableUrl, u64),
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let plan: Arc<[Column]> = schema
         .fields()
@@ -113,6 +155,8 @@ pub fn scan(
             None => Column::File(f.name().clone(), f.data_type().clone()),
         })
         .collect();
+    // Local files are read from the file system directly (a read of a part is a `pread`).
+    let store = (root.scheme() != "file").then_some(store);
     let per = files.len().div_ceil(partitions.max(1)).max(1);
     let mut streams: Vec<Arc<dyn PartitionStream>> = Vec::new();
     let mut files = files.into_iter().peekable();
@@ -121,6 +165,8 @@ pub fn scan(
             schema: schema.clone(),
             plan: plan.clone(),
             files: files.by_ref().take(per).collect(),
+            store: store.clone(),
+            whole,
         }));
     }
     if streams.is_empty() {
@@ -138,12 +184,17 @@ pub fn scan(
     )?))
 }
 
-/// One partition's files, read one after the other on a blocking thread.
+/// One partition's files, read one after the other: local ones on a blocking thread, remote
+/// ones fetched a few at a time.
 #[derive(Debug)]
 struct Files {
     schema: SchemaRef,
     plan: Arc<[Column]>,
     files: Vec<PartitionedFile>,
+    /// `None`: the files are on local disk.
+    store: Option<Arc<dyn ObjectStore>>,
+    /// A remote file this small or smaller is fetched whole.
+    whole: u64,
 }
 
 impl PartitionStream for Files {
@@ -154,14 +205,53 @@ impl PartitionStream for Files {
     fn execute(&self, ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
         let mut builder = RecordBatchReceiverStreamBuilder::new(self.schema.clone(), 2);
         let tx = builder.tx();
-        let (schema, plan, files) = (self.schema.clone(), self.plan.clone(), self.files.clone());
-        let batch_size = ctx.session_config().batch_size();
-        builder.spawn_blocking(move || {
-            let fs = LocalFileSystem::new();
-            for file in &files {
-                // `false`: the query was dropped.
-                let send = &mut |batch| tx.blocking_send(Ok(batch)).is_ok();
-                if !read(&fs, file, &schema, &plan, batch_size, send)? {
+        let out = Out {
+            schema: self.schema.clone(),
+            plan: self.plan.clone(),
+            batch_size: ctx.session_config().batch_size(),
+        };
+        let files = self.files.clone();
+        let Some(store) = self.store.clone() else {
+            builder.spawn_blocking(move || {
+                let fs = LocalFileSystem::new();
+                for file in &files {
+                    let location = &file.object_meta.location;
+                    let path = fs
+                        .path_to_filesystem(location)
+                        .map_err(|e| DataFusionError::ObjectStore(Box::new(e)))?;
+                    let handle = std::fs::File::open(&path).map_err(|e| out.context(file, &e))?;
+                    // `false`: the query was dropped.
+                    let send = &mut |batch| tx.blocking_send(Ok(batch)).is_ok();
+                    if !out.read(handle, file, send)? {
+                        break;
+                    }
+                }
+                Ok(())
+            });
+            return builder.build();
+        };
+        let whole = self.whole;
+        builder.spawn(async move {
+            let out = Arc::new(out);
+            let fetched = futures::stream::iter(files)
+                .map(|file| fetch(store.clone(), file, whole))
+                .buffered(FETCHES);
+            futures::pin_mut!(fetched);
+            while let Some(fetched) = fetched.next().await {
+                let (file, bytes) = fetched?;
+                let going = match bytes {
+                    Some(bytes) => {
+                        let (out, tx) = (out.clone(), tx.clone());
+                        tokio::task::spawn_blocking(move || {
+                            let send = &mut |batch| tx.blocking_send(Ok(batch)).is_ok();
+                            out.read(bytes, &file, send)
+                        })
+                        .await
+                        .map_err(|e| DataFusionError::External(Box::new(e)))??
+                    }
+                    None => out.read_ranges(store.clone(), &file, &tx).await?,
+                };
+                if !going {
                     break;
                 }
             }
@@ -171,45 +261,115 @@ impl PartitionStream for Files {
     }
 }
 
-/// `file`'s rows as `schema`'s columns, batch by batch to `send` (`false`: stop reading);
-/// `false` if it stopped.
-fn read(
-    fs: &LocalFileSystem,
-    file: &PartitionedFile,
-    schema: &SchemaRef,
-    plan: &[Column],
-    batch_size: usize,
-    send: &mut dyn FnMut(RecordBatch) -> bool,
-) -> Result<bool> {
-    let location = &file.object_meta.location;
-    let path = fs
-        .path_to_filesystem(location)
+/// `file` fetched whole if it has at most `whole` bytes; `None`: read it by ranges.
+async fn fetch(
+    store: Arc<dyn ObjectStore>,
+    file: PartitionedFile,
+    whole: u64,
+) -> Result<(PartitionedFile, Option<Bytes>)> {
+    if file.object_meta.size > whole {
+        return Ok((file, None));
+    }
+    let got = async { store.get(&file.object_meta.location).await?.bytes().await }
+        .await
         .map_err(|e| DataFusionError::ObjectStore(Box::new(e)))?;
-    let context = |e: &dyn std::fmt::Display| {
-        DataFusionError::Execution(format!("the checks' read of {}: {e}", path.display()))
-    };
-    let handle = std::fs::File::open(&path).map_err(|e| context(&e))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(handle).map_err(|e| context(&e))?;
-    let file_schema = builder.schema().clone();
-    let mut wanted: Vec<usize> = plan
-        .iter()
-        .filter_map(|c| match c {
-            Column::File(name, _) => file_schema.index_of(name).ok(),
-            Column::Partition(_) => None,
-        })
-        .collect();
-    wanted.sort_unstable();
-    wanted.dedup();
-    let mask = ProjectionMask::roots(builder.parquet_schema(), wanted);
-    let reader = builder
-        .with_projection(mask)
-        .with_batch_size(batch_size)
-        .build()
-        .map_err(|e| context(&e))?;
-    for batch in reader {
-        let batch = batch.map_err(|e| context(&e))?;
+    Ok((file, Some(got)))
+}
+
+/// What a scan produces from each file.
+struct Out {
+    schema: SchemaRef,
+    plan: Arc<[Column]>,
+    batch_size: usize,
+}
+
+impl Out {
+    /// An error of reading `file`.
+    fn context(&self, file: &PartitionedFile, e: &dyn std::fmt::Display) -> DataFusionError {
+        DataFusionError::Execution(format!(
+            "the checks' read of {}: {e}",
+            file.object_meta.location
+        ))
+    }
+
+    /// The file's columns the scan needs, among those of `builder`'s file.
+    fn projection<T>(&self, builder: &ArrowReaderBuilder<T>) -> ProjectionMask {
+        let file_schema = builder.schema();
+        let mut wanted: Vec<usize> = self
+            .plan
+            .iter()
+            .filter_map(|c| match c {
+                Column::File(name, _) => file_schema.index_of(name).ok(),
+                Column::Partition(_) => None,
+            })
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        ProjectionMask::roots(builder.parquet_schema(), wanted)
+    }
+
+    /// `file`'s rows (read from `source`, all of it at hand) as the scan's columns, batch by
+    /// batch to `send` (`false`: stop reading); `false` if it stopped.
+    fn read<R: ChunkReader + 'static>(
+        &self,
+        source: R,
+        file: &PartitionedFile,
+        send: &mut dyn FnMut(RecordBatch) -> bool,
+    ) -> Result<bool> {
+        let builder =
+            ParquetRecordBatchReaderBuilder::try_new(source).map_err(|e| self.context(file, &e))?;
+        let mask = self.projection(&builder);
+        let reader = builder
+            .with_projection(mask)
+            .with_batch_size(self.batch_size)
+            .build()
+            .map_err(|e| self.context(file, &e))?;
+        for batch in reader {
+            let batch = batch.map_err(|e| self.context(file, &e))?;
+            if !send(self.adapt(file, &batch)?) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// `file`'s rows read by ranges from `store`, batch by batch to `tx`; `false` if the
+    /// query was dropped.
+    async fn read_ranges(
+        &self,
+        store: Arc<dyn ObjectStore>,
+        file: &PartitionedFile,
+        tx: &tokio::sync::mpsc::Sender<Result<RecordBatch>>,
+    ) -> Result<bool> {
+        let meta = &file.object_meta;
+        let reader = Ranges {
+            store,
+            location: meta.location.clone(),
+            size: meta.size,
+        };
+        let builder = ParquetRecordBatchStreamBuilder::new(reader)
+            .await
+            .map_err(|e| self.context(file, &e))?;
+        let mask = self.projection(&builder);
+        let mut stream = builder
+            .with_projection(mask)
+            .with_batch_size(self.batch_size)
+            .build()
+            .map_err(|e| self.context(file, &e))?;
+        while let Some(batch) = stream.next().await {
+            let batch = batch.map_err(|e| self.context(file, &e))?;
+            if tx.send(Ok(self.adapt(file, &batch)?)).await.is_err() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// `batch` of `file` as the scan's columns.
+    fn adapt(&self, file: &PartitionedFile, batch: &RecordBatch) -> Result<RecordBatch> {
         let rows = batch.num_rows();
-        let columns = plan
+        let columns = self
+            .plan
             .iter()
             .map(|c| -> Result<ArrayRef> {
                 Ok(match c {
@@ -217,19 +377,72 @@ fn read(
                     Column::File(name, ty) => match batch.column_by_name(name) {
                         None => new_null_array(ty, rows),
                         Some(a) if a.data_type() == ty => a.clone(),
-                        Some(a) => arrow::compute::cast(a, ty).map_err(|e| context(&e))?,
+                        Some(a) => {
+                            arrow::compute::cast(a, ty).map_err(|e| self.context(file, &e))?
+                        }
                     },
                 })
             })
             .collect::<Result<Vec<_>>>()?;
         let options = RecordBatchOptions::new().with_row_count(Some(rows));
-        if !send(RecordBatch::try_new_with_options(
-            schema.clone(),
+        Ok(RecordBatch::try_new_with_options(
+            self.schema.clone(),
             columns,
             &options,
-        )?) {
-            return Ok(false);
-        }
+        )?)
     }
-    Ok(true)
+}
+
+/// A remote file read by ranges (its size known from the listing).
+struct Ranges {
+    store: Arc<dyn ObjectStore>,
+    location: Path,
+    size: u64,
+}
+
+fn parquet_error(e: object_store::Error) -> ParquetError {
+    ParquetError::External(Box::new(e))
+}
+
+impl AsyncFileReader for Ranges {
+    fn get_bytes(
+        &mut self,
+        range: std::ops::Range<u64>,
+    ) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        async move {
+            self.store
+                .get_range(&self.location, range)
+                .await
+                .map_err(parquet_error)
+        }
+        .boxed()
+    }
+
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<std::ops::Range<u64>>,
+    ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+        async move {
+            self.store
+                .get_ranges(&self.location, &ranges)
+                .await
+                .map_err(parquet_error)
+        }
+        .boxed()
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
+        async move {
+            let size = self.size;
+            let metadata = ParquetMetaDataReader::new()
+                .with_arrow_reader_options(options)
+                .load_and_finish(self, size)
+                .await?;
+            Ok(Arc::new(metadata))
+        }
+        .boxed()
+    }
 }

@@ -14,17 +14,35 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult,
+    ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
 
 use super::*;
 use crate::pipeline::checks::session::{Listings, build};
 
-/// A local store that records every listing: `list <prefix>` (recursive) or `dir <prefix>`.
-#[derive(Debug, Default)]
+/// A store (local by default) that records every listing: `list <prefix>` (recursive) or
+/// `dir <prefix>`, and every read: `get <path>` (whole) or `range <path>` (a part or a head).
+#[derive(Debug)]
 struct Recording {
-    inner: LocalFileSystem,
+    inner: Arc<dyn ObjectStore>,
     lists: Mutex<Vec<String>>,
+    gets: Mutex<Vec<String>>,
+}
+
+impl Default for Recording {
+    fn default() -> Self {
+        Recording::over(Arc::new(LocalFileSystem::new()))
+    }
+}
+
+impl Recording {
+    fn over(inner: Arc<dyn ObjectStore>) -> Recording {
+        Recording {
+            inner,
+            lists: Mutex::default(),
+            gets: Mutex::default(),
+        }
+    }
 }
 
 impl fmt::Display for Recording {
@@ -57,6 +75,9 @@ impl ObjectStore for Recording {
         location: &Path,
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
+        let whole = options.range.is_none() && !options.head;
+        let kind = if whole { "get" } else { "range" };
+        self.gets.lock().unwrap().push(format!("{kind} {location}"));
         self.inner.get_opts(location, options).await
     }
 
@@ -139,9 +160,16 @@ const RANGE: &str = "SELECT sum(v) FROM t WHERE dt >= DATE '2026-11-02' AND dt <
 
 /// A window's range lists the window's own directories (named from its bounds), where
 /// DataFusion's listing table lists the whole zone; a one-sided range lists the root (one
-/// delimiter listing) and the directories it accepts; the answers are DataFusion's.
+/// delimiter listing) and the directories it accepts; the answers are DataFusion's. The same
+/// with the checks' own reader and with its plain twin.
 #[tokio::test]
 async fn the_checks_list_only_the_directories_a_window_names() {
+    for own_reader in [false, true] {
+        lists_only_the_directories_a_window_names(own_reader).await;
+    }
+}
+
+async fn lists_only_the_directories_a_window_names(own_reader: bool) {
     let dir = zone();
     let ctx = build(false, Listings::Narrow).unwrap();
     let store = Arc::new(Recording::default());
@@ -166,12 +194,18 @@ async fn the_checks_list_only_the_directories_a_window_names() {
     ctx.deregister_table("t").unwrap();
     let (table, url) = listing(&ctx, dir.path()).await;
     let cols = [("dt".to_string(), DataType::Date32)];
-    let narrowed = CheckZone::new(table, url, &cols).unwrap();
+    let narrowed = CheckZone::new(table, url, &cols)
+        .unwrap()
+        .with_own_reader(own_reader);
     lists(&store);
     ctx.register_table("t", Arc::new(narrowed)).unwrap();
     assert_eq!(sum(&ctx, RANGE).await, 2 + 20 + 200 + 3 + 30 + 300);
     let day = |d: u8| format!("list {root}/dt=2026-11-0{d}");
-    assert_eq!(lists(&store), vec![day(2), day(3)]);
+    assert_eq!(
+        lists(&store),
+        vec![day(2), day(3)],
+        "own reader: {own_reader}"
+    );
     // Bounded on one side only: the root's directories, those the filter accepts.
     let from = "SELECT sum(v) FROM t WHERE dt >= DATE '2026-11-04'";
     assert_eq!(sum(&ctx, from).await, 4 * 111 + 5 * 111);
@@ -247,33 +281,32 @@ async fn uneven_zone(ctx: &SessionContext) -> (tempfile::TempDir, ListingTable) 
     (dir, ListingTable::try_new(config).unwrap())
 }
 
-/// A scan of the whole zone read by the checks' own reader answers as DataFusion's listing
-/// table does (the plain twin): the same files, columns adapted to the table's schema, the
-/// partition filters applied.
-#[tokio::test]
-async fn the_checks_own_reader_answers_as_datafusions_listing_table() {
-    let queries = [
-        "SELECT dt, h, count(*), sum(v), count(s), min(s) FROM t GROUP BY dt, h ORDER BY dt, h",
-        "SELECT count(*) FROM t",
-        "SELECT s, v, dt FROM t WHERE v > 150 ORDER BY v, s",
-        "SELECT dt, sum(v) FROM t WHERE h = 1 GROUP BY dt ORDER BY dt",
-        "SELECT count(*), sum(v) FROM t WHERE h = 0 AND v % 2 = 0",
-    ];
-    let cols = [
-        ("dt".to_string(), DataType::Date32),
-        ("h".to_string(), DataType::Int64),
-    ];
-    let ctx = build(false, Listings::Narrow).unwrap();
-    let (_dir, plain) = uneven_zone(&ctx).await;
-    let url = plain.table_paths()[0].clone();
-    let own = CheckZone::new(plain, url.clone(), &cols)
-        .unwrap()
-        .with_own_reader(true);
-    let twin_ctx = build(false, Listings::Narrow).unwrap();
-    let (_dir2, twin) = uneven_zone(&twin_ctx).await;
-    twin_ctx.register_table("t", Arc::new(twin)).unwrap();
-    ctx.register_table("t", Arc::new(own)).unwrap();
-    for q in queries {
+/// What the differential tests ask of both tables: whole-zone scans (no filter on `dt`) and
+/// scans of the directories a window's range or an equality names.
+const QUERIES: [&str; 8] = [
+    "SELECT dt, h, count(*), sum(v), count(s), min(s) FROM t GROUP BY dt, h ORDER BY dt, h",
+    "SELECT count(*) FROM t",
+    "SELECT s, v, dt FROM t WHERE v > 150 ORDER BY v, s",
+    "SELECT dt, sum(v) FROM t WHERE h = 1 GROUP BY dt ORDER BY dt",
+    "SELECT count(*), sum(v) FROM t WHERE h = 0 AND v % 2 = 0",
+    "SELECT h, count(*), sum(v), min(s) FROM t WHERE dt >= DATE '2026-11-02' AND dt < DATE '2026-11-04' GROUP BY h ORDER BY h",
+    "SELECT v, s FROM t WHERE dt = DATE '2026-11-03' AND h = 0 ORDER BY v",
+    "SELECT count(*), sum(v) FROM t WHERE dt >= DATE '2026-11-03'",
+];
+
+const COLUMNS: [(&str, DataType); 2] = [("dt", DataType::Date32), ("h", DataType::Int64)];
+
+fn columns() -> Vec<(String, DataType)> {
+    COLUMNS
+        .iter()
+        .map(|(n, t)| (n.to_string(), t.clone()))
+        .collect()
+}
+
+/// Every query of [`QUERIES`] answers the same in `ctx` (table `t`: the checks' own reader)
+/// as in `twin_ctx` (table `t`: DataFusion's listing table), and plans the own reader's scan.
+async fn same_answers(ctx: &SessionContext, twin_ctx: &SessionContext) {
+    for q in QUERIES {
         let df = ctx.sql(q).await.unwrap();
         let plan = df.clone().create_physical_plan().await.unwrap();
         let shown = datafusion::physical_plan::displayable(plan.as_ref())
@@ -295,9 +328,125 @@ async fn the_checks_own_reader_answers_as_datafusions_listing_table() {
     }
     // The INT file's rows are there, `s` NULL: 2026-11-02 h=1 holds 7 + 3 rows.
     let rows = sum(
-        &ctx,
+        ctx,
         "SELECT count(*) FROM t WHERE dt = DATE '2026-11-02' AND h = 1 AND s IS NULL",
     )
     .await;
     assert_eq!(rows, 3 + 3);
+}
+
+/// Scans read by the checks' own reader answer as DataFusion's listing table does (the plain
+/// twin): the same files, columns adapted to the table's schema, the partition filters
+/// applied.
+#[tokio::test]
+async fn the_checks_own_reader_answers_as_datafusions_listing_table() {
+    let ctx = build(false, Listings::Narrow).unwrap();
+    let (_dir, plain) = uneven_zone(&ctx).await;
+    let url = plain.table_paths()[0].clone();
+    let own = CheckZone::new(plain, url.clone(), &columns())
+        .unwrap()
+        .with_own_reader(true);
+    let twin_ctx = build(false, Listings::Narrow).unwrap();
+    let (_dir2, twin) = uneven_zone(&twin_ctx).await;
+    twin_ctx.register_table("t", Arc::new(twin)).unwrap();
+    ctx.register_table("t", Arc::new(own)).unwrap();
+    same_answers(&ctx, &twin_ctx).await;
+}
+
+/// The zone of [`uneven_zone`] copied into an in-memory object store registered as
+/// `s3://zone-test` (wrapped in a [`Recording`]), and DataFusion's listing table over it with
+/// the local zone's schema.
+async fn remote_zone(ctx: &SessionContext) -> (Arc<Recording>, ListingTable) {
+    let local_ctx = build(false, Listings::Narrow).unwrap();
+    let (dir, local) = uneven_zone(&local_ctx).await;
+    let memory: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+    for entry in walkdir(dir.path()) {
+        let rel = entry.strip_prefix(dir.path()).unwrap().to_str().unwrap();
+        let bytes = std::fs::read(&entry).unwrap();
+        memory
+            .put(&Path::from(format!("zone/{rel}")), bytes.into())
+            .await
+            .unwrap();
+    }
+    let store = Arc::new(Recording::over(memory));
+    ctx.register_object_store(&url::Url::parse("s3://zone-test").unwrap(), store.clone());
+    let url = ListingTableUrl::parse("s3://zone-test/zone/").unwrap();
+    let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
+        .with_file_extension(".parquet")
+        .with_table_partition_cols(
+            COLUMNS
+                .iter()
+                .map(|(n, t)| (n.to_string(), t.clone()))
+                .collect(),
+        );
+    let file_schema = Schema::new(
+        local
+            .schema()
+            .fields()
+            .iter()
+            .filter(|f| COLUMNS.iter().all(|(n, _)| n != f.name()))
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
+    let config = ListingTableConfig::new(url)
+        .with_listing_options(options)
+        .with_schema(Arc::new(file_schema));
+    (store, ListingTable::try_new(config).unwrap())
+}
+
+/// Every file under `dir`, recursively.
+fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walkdir(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// On an object store the checks' own reader answers as DataFusion's listing table does, and
+/// reads each small file with one GET (DataFusion's reader: two or more, its footer then its
+/// pages); a file above the whole-file size is read by ranges, with the same answers.
+#[tokio::test]
+async fn on_an_object_store_the_checks_own_reader_gets_each_small_file_once() {
+    let gets = |s: &Recording| std::mem::take(&mut *s.gets.lock().unwrap());
+    for whole in [files::WHOLE_FILE_BYTES, 0] {
+        // Fresh sessions: DataFusion keeps the footers it read for the session's later scans.
+        let twin_ctx = build(false, Listings::Narrow).unwrap();
+        let (twin_store, twin) = remote_zone(&twin_ctx).await;
+        twin_ctx.register_table("t", Arc::new(twin)).unwrap();
+        let ctx = build(false, Listings::Narrow).unwrap();
+        let (store, plain) = remote_zone(&ctx).await;
+        let url = plain.table_paths()[0].clone();
+        let own = CheckZone::new(plain, url, &columns())
+            .unwrap()
+            .with_own_reader(true)
+            .with_whole_file_bytes(whole);
+        ctx.register_table("t", Arc::new(own)).unwrap();
+
+        // One window's directory: its three files.
+        gets(&store);
+        gets(&twin_store);
+        let q = "SELECT count(*), sum(v) FROM t WHERE dt >= DATE '2026-11-02' AND dt < DATE '2026-11-03'";
+        let ours = ctx.sql(q).await.unwrap().collect().await.unwrap();
+        let theirs = twin_ctx.sql(q).await.unwrap().collect().await.unwrap();
+        assert_eq!(ours, theirs);
+        let (ours, theirs) = (gets(&store), gets(&twin_store));
+        let files: std::collections::BTreeSet<_> =
+            ours.iter().map(|g| g.split(' ').nth(1)).collect();
+        assert_eq!(files.len(), 3, "{ours:?}");
+        assert!(theirs.len() >= 6, "DataFusion's reader: {theirs:?}");
+        if whole > 0 {
+            assert_eq!(ours.len(), 3, "one GET a file: {ours:?}");
+            assert!(ours.iter().all(|g| g.starts_with("get ")), "{ours:?}");
+        } else {
+            assert!(ours.iter().all(|g| g.starts_with("range ")), "{ours:?}");
+            assert!(ours.len() >= 6, "footer, then pages: {ours:?}");
+        }
+        same_answers(&ctx, &twin_ctx).await;
+    }
 }
