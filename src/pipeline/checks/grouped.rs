@@ -43,6 +43,7 @@ use datafusion::logical_expr::{
 };
 use datafusion::prelude::DataFrame;
 
+use super::memo::Memo;
 use crate::task::Task;
 use crate::task::range::WindowRange;
 use crate::task::window::Window;
@@ -338,11 +339,13 @@ impl Grouped {
         })
     }
 
-    /// The per-window results for `windows` (ascending, disjoint), from one query.
+    /// The per-window results for `windows` (ascending, disjoint), from one query, or from
+    /// `memo` if it computed them before from the same files the same way (see `memo`).
     pub async fn evaluate(
         &self,
         task: &Task,
         windows: &[Window],
+        memo: Option<&Memo>,
     ) -> std::result::Result<Vec<PerWindow>, NotGroupable> {
         let keys = self.window_keys(task, windows)?;
         let mut aggregated = false;
@@ -376,11 +379,46 @@ impl Grouped {
         }
         let bound = grouped.with_param_values(values)?;
         let df = DataFrame::new(self.state.clone(), bound);
-        if self.measure == Measure::Content {
-            return fingerprints(df, windows.len()).await;
+        let plan = df.create_physical_plan().await?;
+        let memo = memo.and_then(|m| {
+            let bounds: Vec<_> = windows
+                .iter()
+                .map(|w| WindowRange::of(task, w).params())
+                .collect();
+            let context = format!("{:?}\n{bounds:?}", self.measure);
+            Some((m, super::memo::key(&plan, &context)?))
+        });
+        if let Some((m, key)) = &memo
+            && let Some(results) = m.get(key, self.measure, windows.len()).await
+        {
+            tracing::info!(
+                windows = windows.len(),
+                memo = &key[..12],
+                "the checks' source side of these windows was computed by an earlier run from the same files"
+            );
+            return Ok(results);
         }
-        let batches = df.collect().await?;
-        let mut out: Vec<Option<PerWindow>> = vec![None; windows.len()];
+        let results = self.results(plan, windows.len()).await?;
+        if let Some((m, key)) = &memo {
+            m.put(key, self.measure, &results).await;
+        }
+        Ok(results)
+    }
+
+    /// The per-window results of running `plan` (the bound grouped query) for `windows`
+    /// windows.
+    async fn results(
+        &self,
+        plan: std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+        windows: usize,
+    ) -> std::result::Result<Vec<PerWindow>, NotGroupable> {
+        let task_ctx = std::sync::Arc::new(datafusion::execution::TaskContext::from(&self.state));
+        if self.measure == Measure::Content {
+            let stream = datafusion::physical_plan::execute_stream(plan, task_ctx)?;
+            return fingerprints(stream, windows).await;
+        }
+        let batches = datafusion::physical_plan::collect(plan, task_ctx).await?;
+        let mut out: Vec<Option<PerWindow>> = vec![None; windows];
         for b in &batches {
             let (w, idx) = window_index(b)?;
             let rest: Vec<usize> = (0..b.num_columns()).filter(|i| *i != w).collect();
@@ -456,15 +494,14 @@ fn window_index(b: &RecordBatch) -> std::result::Result<(usize, &UInt32Array), N
     Ok((w, idx))
 }
 
-/// Each window's content fingerprint from the rows of `df` (the carried plan, each row with
-/// its window's index).
+/// Each window's content fingerprint from the rows of `stream` (the carried plan's, each row
+/// with its window's index).
 async fn fingerprints(
-    df: DataFrame,
+    mut stream: datafusion::physical_plan::SendableRecordBatchStream,
     windows: usize,
 ) -> std::result::Result<Vec<PerWindow>, NotGroupable> {
     use futures::StreamExt;
     let mut out = vec![super::Fingerprint::default(); windows];
-    let mut stream = df.execute_stream().await?;
     while let Some(b) = stream.next().await {
         let b = b?;
         let (_, idx) = window_index(&b)?;

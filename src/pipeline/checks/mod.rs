@@ -45,6 +45,7 @@ use crate::task::{DefaultCheck, Task};
 pub mod content;
 pub mod data;
 pub mod grouped;
+pub mod memo;
 pub mod session;
 pub mod staged;
 pub mod zone;
@@ -108,6 +109,8 @@ pub struct Checker {
     batch_size: usize,
     templates: [OnceCell<Template>; 2],
     batches: Mutex<HashMap<(i64, i64), Arc<Batch>>>,
+    /// The grouped queries' memo in the target table (`None`: off, see `memo`).
+    memo: Option<memo::Memo>,
 }
 
 fn lanes(task: &Task) -> Vec<Lane> {
@@ -166,12 +169,22 @@ impl Checker {
         } else {
             1
         };
+        let table_store = crate::delta::readback::own_root(table)?;
+        let memo = if config.check_memo && batch_size > 1 {
+            match &table_store {
+                Some(own) => Some(memo::Memo::new(own.clone(), Default::default())),
+                None => memo_root(table),
+            }
+        } else {
+            None
+        };
         Ok(Checker {
             ctx,
-            table_store: crate::delta::readback::own_root(table)?,
+            table_store,
             batch_size,
             templates: [OnceCell::new(), OnceCell::new()],
             batches: Mutex::new(HashMap::new()),
+            memo,
         })
     }
 
@@ -347,7 +360,7 @@ impl Checker {
             }
             Template::PerWindow => return None,
         };
-        match g.evaluate(task, windows).await {
+        match g.evaluate(task, windows, self.memo.as_ref()).await {
             Ok(per) => {
                 tracing::debug!(
                     windows = windows.len(),
@@ -368,6 +381,16 @@ impl Checker {
             }
         }
     }
+}
+
+/// The checks' memo of a local table (`None` for another location: no memo).
+fn memo_root(table: &url::Url) -> Option<memo::Memo> {
+    if table.scheme() != "file" {
+        return None;
+    }
+    let root = object_store::path::Path::from_url_path(table.path()).ok()?;
+    let store = Arc::new(object_store::local::LocalFileSystem::new());
+    Some(memo::Memo::new(store, root))
 }
 
 /// Landing zones read through [`zone::CheckZone`]: DataFusion's listing table, listing only

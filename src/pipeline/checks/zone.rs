@@ -272,5 +272,7 @@ impl TableProvider for CheckZone {
 mod bounded;
 mod files;
 
+pub use files::ZoneScanExec;
+
 #[cfg(test)]
 mod tests;

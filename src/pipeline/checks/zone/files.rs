@@ -29,6 +29,7 @@ use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions, new_null_array};
 use arrow::datatypes::{DataType, SchemaRef};
 use bytes::Bytes;
 use datafusion::catalog::Session;
+use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::datasource::listing::helpers::{
     expr_applicable_for_cols, filter_partitioned_file, parse_partitions_for_path,
@@ -37,10 +38,13 @@ use datafusion::datasource::listing::{ListingTableUrl, PartitionedFile};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::Expr;
-use datafusion::physical_plan::ExecutionPlan;
-use datafusion::physical_plan::SendableRecordBatchStream;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::execution_plan::ReplaceChildrenOptions;
 use datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
+};
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use object_store::local::LocalFileSystem;
@@ -157,6 +161,7 @@ pub fn scan(
         .collect();
     // Local files are read from the file system directly (a read of a part is a `pread`).
     let store = (root.scheme() != "file").then_some(store);
+    let read = files.clone();
     let per = files.len().div_ceil(partitions.max(1)).max(1);
     let mut streams: Vec<Arc<dyn PartitionStream>> = Vec::new();
     let mut files = files.into_iter().peekable();
@@ -169,19 +174,84 @@ pub fn scan(
             whole,
         }));
     }
-    if streams.is_empty() {
-        return Ok(Arc::new(datafusion::physical_plan::empty::EmptyExec::new(
+    let inner: Arc<dyn ExecutionPlan> = if streams.is_empty() {
+        Arc::new(datafusion::physical_plan::empty::EmptyExec::new(schema))
+    } else {
+        Arc::new(StreamingTableExec::try_new(
             schema,
-        )));
+            streams,
+            None,
+            Vec::new(),
+            false,
+            None,
+        )?)
+    };
+    Ok(Arc::new(ZoneScanExec { inner, read }))
+}
+
+/// The checks' own scan of a zone's files: DataFusion's streaming table over [`Files`]
+/// partitions, which says which files it reads (the checks' memo keys on them, see `memo`).
+#[derive(Debug)]
+pub struct ZoneScanExec {
+    inner: Arc<dyn ExecutionPlan>,
+    read: Vec<PartitionedFile>,
+}
+
+impl ZoneScanExec {
+    /// The files the scan reads, with their partition values.
+    pub fn files(&self) -> &[PartitionedFile] {
+        &self.read
     }
-    Ok(Arc::new(StreamingTableExec::try_new(
-        schema,
-        streams,
-        None,
-        Vec::new(),
-        false,
-        None,
-    )?))
+}
+
+impl DisplayAs for ZoneScanExec {
+    fn fmt_as(&self, _: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "ZoneScanExec: files={}", self.read.len())
+    }
+}
+
+impl ExecutionPlan for ZoneScanExec {
+    fn name(&self) -> &'static str {
+        "ZoneScanExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.inner.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        _: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        _: Vec<Arc<dyn ExecutionPlan>>,
+        _: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        _: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        self.inner.execute(partition, context)
+    }
 }
 
 /// One partition's files, read one after the other: local ones on a blocking thread, remote

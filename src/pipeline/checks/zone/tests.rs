@@ -312,7 +312,7 @@ async fn same_answers(ctx: &SessionContext, twin_ctx: &SessionContext) {
         let shown = datafusion::physical_plan::displayable(plan.as_ref())
             .indent(false)
             .to_string();
-        assert!(shown.contains("StreamingTableExec"), "{q}: {shown}");
+        assert!(shown.contains("ZoneScanExec"), "{q}: {shown}");
         let got = arrow::util::pretty::pretty_format_batches(&df.collect().await.unwrap())
             .unwrap()
             .to_string();

@@ -1,0 +1,164 @@
+//! The memo's entries read back as written, and its key changes with anything a check's
+//! answer depends on.
+
+use arrow::array::{Decimal128Array, Int64Array};
+use chrono::{TimeZone, Utc};
+use datafusion::datasource::listing::PartitionedFile;
+use object_store::ObjectMeta;
+use object_store::memory::InMemory;
+
+use super::*;
+use crate::pipeline::checks::Fingerprint;
+
+fn query_row(rows: i64, cents: i128) -> RecordBatch {
+    RecordBatch::try_from_iter([
+        (
+            "rows",
+            Arc::new(Int64Array::from(vec![rows])) as Arc<dyn Array>,
+        ),
+        (
+            "amount",
+            Arc::new(
+                Decimal128Array::from(vec![cents])
+                    .with_precision_and_scale(25, 2)
+                    .unwrap(),
+            ) as Arc<dyn Array>,
+        ),
+    ])
+    .unwrap()
+}
+
+fn shown(results: &[PerWindow]) -> String {
+    format!("{results:?}")
+}
+
+/// Every measure's results are read back exactly (decimals, counts, fingerprints), and only
+/// as the measure and number of windows they were written for.
+#[tokio::test]
+async fn entries_read_back_as_written_for_their_measure_only() {
+    let memo = Memo::new(Arc::new(InMemory::new()), Path::from("lake/t"));
+    let cases = [
+        (
+            Measure::Query,
+            vec![
+                PerWindow::Query(query_row(3, 12345)),
+                PerWindow::Query(query_row(0, 0)),
+            ],
+        ),
+        (Measure::Rows, vec![PerWindow::Rows(7), PerWindow::Rows(0)]),
+        (
+            Measure::Content,
+            vec![
+                PerWindow::Content(Fingerprint {
+                    rows: 2,
+                    sum: u64::MAX,
+                    xor: 42,
+                }),
+                PerWindow::Content(Fingerprint::default()),
+            ],
+        ),
+    ];
+    for (i, (measure, results)) in cases.iter().enumerate() {
+        let key = format!("k{i}");
+        assert!(memo.get(&key, *measure, 2).await.is_none(), "a miss");
+        memo.put(&key, *measure, results).await;
+        let got = memo.get(&key, *measure, 2).await.expect("a hit");
+        assert_eq!(shown(&got), shown(results));
+        assert!(memo.get(&key, *measure, 3).await.is_none(), "other windows");
+        let other = if *measure == Measure::Rows {
+            Measure::Content
+        } else {
+            Measure::Rows
+        };
+        assert!(memo.get(&key, other, 2).await.is_none(), "another measure");
+    }
+    // Under the table's `_idemlake/checks/`.
+    let listed: Vec<_> = futures::TryStreamExt::try_collect::<Vec<_>>(
+        memo.store
+            .list(Some(&Path::from("lake/t/_idemlake/checks"))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(listed.len(), 3);
+    // A damaged entry is a miss, not an error.
+    memo.store
+        .put(&memo.path("k1"), PutPayload::from_static(b"not arrow"))
+        .await
+        .unwrap();
+    assert!(memo.get("k1", Measure::Rows, 2).await.is_none());
+}
+
+fn file(path: &str, size: u64, secs: i64, etag: Option<&str>) -> PartitionedFile {
+    PartitionedFile::from(ObjectMeta {
+        location: Path::from(path),
+        last_modified: Utc.timestamp_opt(secs, 0).unwrap(),
+        size,
+        e_tag: etag.map(str::to_string),
+        version: None,
+    })
+}
+
+fn scan(files: Vec<PartitionedFile>) -> Arc<dyn ExecutionPlan> {
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource};
+    use datafusion::execution::object_store::ObjectStoreUrl;
+    let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, true)]));
+    let source = Arc::new(ParquetSource::new(schema.clone()));
+    let config = FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), source)
+        .with_file_groups(vec![files.into()])
+        .build();
+    DataSourceExec::from_data_source(config)
+}
+
+/// The key names the files a scan reads: another size, modification time, ETag, file or
+/// context gives another key; the same gives the same. A scan that cannot name its files
+/// (an in-memory table) has no key.
+#[test]
+fn the_key_changes_with_every_file_read_and_the_context() {
+    let a = || file("zone/dt=2026-11-01/a.parquet", 100, 1_000, Some("e1"));
+    let b = || file("zone/dt=2026-11-01/b.parquet", 200, 2_000, None);
+    let k = |files: Vec<PartitionedFile>, ctx: &str| key(&scan(files), ctx).unwrap();
+    let base = k(vec![a(), b()], "rows [w1]");
+    assert_eq!(base, k(vec![a(), b()], "rows [w1]"));
+    let mut others = vec![
+        k(vec![a()], "rows [w1]"),
+        k(
+            vec![a(), b(), file("zone/x.parquet", 1, 1, None)],
+            "rows [w1]",
+        ),
+        k(
+            vec![
+                file("zone/dt=2026-11-01/a.parquet", 101, 1_000, Some("e1")),
+                b(),
+            ],
+            "rows [w1]",
+        ),
+        k(
+            vec![
+                file("zone/dt=2026-11-01/a.parquet", 100, 1_001, Some("e1")),
+                b(),
+            ],
+            "rows [w1]",
+        ),
+        k(
+            vec![
+                file("zone/dt=2026-11-01/a.parquet", 100, 1_000, Some("e2")),
+                b(),
+            ],
+            "rows [w1]",
+        ),
+        k(vec![a(), b()], "rows [w2]"),
+    ];
+    others.sort();
+    others.dedup();
+    assert_eq!(others.len(), 6);
+    assert!(!others.contains(&base));
+
+    let memory = datafusion::datasource::memory::MemorySourceConfig::try_new_exec(
+        &[vec![query_row(1, 1)]],
+        query_row(1, 1).schema(),
+        None,
+    )
+    .unwrap();
+    assert!(key(&(memory as Arc<dyn ExecutionPlan>), "rows").is_none());
+}
