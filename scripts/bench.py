@@ -82,6 +82,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 TASK = "lineitem_by_ship_day"
+# A day window re-run over the same source takes its checks' source side from the checks' memo
+# (after the warm-up); with this the checks compute it every time, as a first run does.
+NO_MEMO = {"IDEMLAKE_CHECK_MEMO": "0"}
 # The narrow task (issues 18 and 19): 6 columns, no [reconcile] (the default independent checks).
 NARROW_TASK = "lineitem_narrow"
 NARROW_TOML = """description = "6 columns of lineitem by ship day (bench)"
@@ -468,12 +471,16 @@ def scenario2(table):
     for i in range(REPS + 1):
         s_i, r_i, text = run(idem(lake, "run", TASK, "--window", DAY), "s2-idemlake")
         check_reports(text, "day window")
+        s_c, r_c, text = run(idem(lake, "run", TASK, "--window", DAY), "s2-idemlake-computed",
+                             env_extra=NO_MEMO)
+        check_reports(text, "day window, no memo")
         s_p, r_p, _ = run(peer("window", ptable, SOURCE, DAY), "s2-peer")
         if i == 0:
             continue  # warm-up
         record("s2.idemlake", "day window", "idemlake run", s_i, r_i)
+        record("s2.computed", "day window", "idemlake run, IDEMLAKE_CHECK_MEMO=0", s_c, r_c)
         record("s2.peer", "day window", "polars + write_deltalake", s_p, r_p)
-        say(f"  rep {i}: idemlake {s_i:.2f} s, peer {s_p:.2f} s")
+        say(f"  rep {i}: idemlake {s_i:.2f} s, without the checks' memo {s_c:.2f} s, peer {s_p:.2f} s")
     day_with_checks(lake)
     v1, _ = table_version(table)
     NOTES.append(f"Scenario 2: the loaded table was at version {v0} ({cps} checkpoints, "
@@ -950,12 +957,16 @@ def scenario8():
     for i in range(REPS + 1):
         s_i, r_i, text = run(big("run", TASK, "--window", DAY), "s8-idemlake")
         check_reports(text, f"SF {BIG_SCALE} day window")
+        s_c, r_c, text = run(big("run", TASK, "--window", DAY), "s8-idemlake-computed", env_extra=NO_MEMO)
+        check_reports(text, f"SF {BIG_SCALE} day window, no memo")
         s_p, r_p, _ = run(peer("window", ptable, source, DAY), "s8-peer")
         if i == 0:
             continue  # warm-up
         record("s8.idemlake", "day window", "idemlake run", s_i, r_i)
+        record("s8.computed", "day window", "idemlake run, IDEMLAKE_CHECK_MEMO=0", s_c, r_c)
         record("s8.peer", "day window", "polars + write_deltalake", s_p, r_p)
-        say(f"  rep {i}: idemlake {s_i:.2f} s ({r_i / 1024:.0f} MiB), peer {s_p:.2f} s ({r_p / 1024:.0f} MiB)")
+        say(f"  rep {i}: idemlake {s_i:.2f} s ({r_i / 1024:.0f} MiB), without the checks' memo {s_c:.2f} s, "
+            f"peer {s_p:.2f} s ({r_p / 1024:.0f} MiB)")
     src = checksum("source", source)
     NOTES.append(f"Scenario 8: TPC-H SF {BIG_SCALE}, {src['rows']:,} rows in {src['days']} ship days = "
                  f"partitions; the loaded table was at version {v0} ({cps} checkpoints) when the day runs "
@@ -1027,6 +1038,10 @@ def target_rows():
         r = med("s2.idemlake") / med("s2.peer")
         add("day window ≤ 0.5× the Python peer", True, f"{r:.2f}×", r <= 0.5,
             "—" if r <= 0.5 else f"needs {r / 0.5:.1f}× faster ({med('s2.idemlake'):.2f} s → ≤ {0.5 * med('s2.peer'):.2f} s)")
+    if "s2.computed" in RESULTS:
+        r = med("s2.computed") / med("s2.peer")
+        add("the same, the checks' source side computed (a first run, IDEMLAKE_CHECK_MEMO=0)", True, f"{r:.2f}×",
+            r <= 0.5, "—" if r <= 0.5 else f"needs {r / 0.5:.1f}× faster ({med('s2.computed'):.2f} s → ≤ {0.5 * med('s2.peer'):.2f} s)")
     if "s3.idemlake" in RESULTS:
         r = med("s3.peer") / med("s3.idemlake")
         add(f"{BF_DAYS}-day backfill ≥ 5× faster than the peer's loop", True, f"{r:.1f}× faster", r >= 5,
@@ -1077,8 +1092,12 @@ def target_rows():
             peak < 512, "—" if peak < 512 else f"{peak - 512:.0f} MiB over")
     if "s8.idemlake" in RESULTS:
         r = med("s8.idemlake") / med("s8.peer")
-        add(f"day window on the SF {BIG_SCALE} table ahead of the Python peer", True, f"{r:.2f}×", r < 1,
-            "—" if r < 1 else f"needs {r:.2f}× faster ({med('s8.idemlake'):.2f} s → < {med('s8.peer'):.2f} s)")
+        add(f"day window on the SF {BIG_SCALE} table ≤ 1.0× the Python peer, every check on", True, f"{r:.2f}×",
+            r <= 1, "—" if r <= 1 else f"needs {r:.2f}× faster ({med('s8.idemlake'):.2f} s → ≤ {med('s8.peer'):.2f} s)")
+    if "s8.computed" in RESULTS:
+        r = med("s8.computed") / med("s8.peer")
+        add(f"the same, the checks' source side computed (a first run, IDEMLAKE_CHECK_MEMO=0)", True, f"{r:.2f}×",
+            r <= 1, "—" if r <= 1 else f"needs {r:.2f}× faster ({med('s8.computed'):.2f} s → ≤ {med('s8.peer'):.2f} s)")
         big = stats("s8.idemlake", 1)[2] / 1024
         if "s2.idemlake" in RESULTS:
             small = stats("s2.idemlake", 1)[2] / 1024
@@ -1154,6 +1173,8 @@ def report(total, partial=False):
         f"dbt run over {BF_DAYS} days (day batches)", "s7.after.idemlake", "s7.after.dbt", "s7.source")
     row(2, f"day window {DAY}, loaded table", "s2.idemlake", "s2.peer", "(a) polars + write_deltalake(predicate)",
         "s2.day.idemlake", "s2.day.peer", "s2.day.source")
+    row(2, f"day window {DAY}, checks' source side computed (IDEMLAKE_CHECK_MEMO=0: a first run)", "s2.computed",
+        "s2.peer", "(a) polars + write_deltalake(predicate)", "s2.day.idemlake", "s2.day.peer", "s2.day.source")
     row(3, f"{BF_DAYS}-day backfill (from 1995-01-01)", "s3.idemlake", "s3.peer", f"(a) loop of {BF_DAYS} processes",
         "s3.idemlake", "s3.peer", "s3.source")
     for stage in ("10", str(HISTORY)):
@@ -1174,6 +1195,9 @@ def report(total, partial=False):
                  f"| {fmt_rss('s2.peer')} | {ri / rp:.2f} | | |")
     row(8, f"SF {BIG_SCALE}: day window {DAY}, loaded table", "s8.idemlake", "s8.peer",
         "(a) polars + write_deltalake(predicate)", "s8.day.idemlake", "s8.day.peer", "s8.day.source")
+    row(8, f"SF {BIG_SCALE}: day window {DAY}, checks' source side computed (IDEMLAKE_CHECK_MEMO=0: a first run)",
+        "s8.computed", "s8.peer", "(a) polars + write_deltalake(predicate)", "s8.day.idemlake", "s8.day.peer",
+        "s8.day.source")
     if "s8.idemlake" in RESULTS:
         ri, rp = med("s8.idemlake", 1), med("s8.peer", 1)
         L.append(f"| 8 | peak RSS, day window (SF {BIG_SCALE}) | {fmt_rss('s8.idemlake')} | (a) polars + write_deltalake "

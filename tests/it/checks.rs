@@ -226,3 +226,160 @@ fn row_counts_group_and_other_bound_shapes_fall_back() {
         }
     }
 }
+
+/// `backfill` of `t` with `--output json` in lake `lake`, `env` set: the output and its log.
+fn logged(
+    p: &TestProject,
+    lake: &str,
+    (from, to): (&str, &str),
+    env: &[(&str, &str)],
+) -> (std::process::Output, String) {
+    let mut c = p.cmd();
+    c.args(["--lake", &p.path().join(lake).to_string_lossy()])
+        .args([
+            "--output", "json", "backfill", "t", "--from", from, "--to", to,
+        ])
+        .env("IDEMLAKE_LOG", "idemlake=debug");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).to_string();
+    (out, log)
+}
+
+/// The (check, source value) pairs of each window of a `--output json` run, by start.
+fn sources(out: &std::process::Output) -> Vec<(String, Vec<(String, String)>)> {
+    let mut w: Vec<_> = json_lines(out)
+        .iter()
+        .filter(|l| l.get("window").is_some())
+        .map(|l| {
+            let checks = l["reconciliation"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|c| c["check"] != "rows_staged" && c["check"] != "rows_committed")
+                .map(|c| {
+                    (
+                        c["check"].as_str().unwrap().to_string(),
+                        c["source"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect();
+            (l["window"]["start"].as_str().unwrap().to_string(), checks)
+        })
+        .collect();
+    w.sort();
+    w
+}
+
+const MEMO_HIT: &str = "computed by an earlier run from the same files";
+
+/// The checks' memo: a re-run over the same files takes the source side from the memo (one
+/// entry in the table's `_idemlake/checks/`) and agrees with the oracle and the plain twin
+/// (`IDEMLAKE_CHECK_MEMO=0`); another range of windows, or the source rewritten with one value
+/// changed (same size), is computed afresh; with the source side from the memo a window that
+/// lost a row is still refused, nothing published.
+#[test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
+fn the_checks_memo_serves_a_rerun_over_the_same_files_only() {
+    let rows = events("2026-03-27T00:00:00Z", 24 * 3);
+    let p = TestProject::new();
+    write_csv(&p, &rows);
+    let x = "CAST(ts AS TIMESTAMP)";
+    p.task(
+        "t",
+        &task(
+            "day",
+            &format!("{x} >= $window_start_ts AND {x} < $window_end_ts"),
+        ),
+    );
+    let range = ("2026-03-26", "2026-03-30");
+    let check = |out: &std::process::Output, rows: &[(i64, Option<Timestamp>, &str, i64)]| {
+        assert_eq!(code(out), 0, "{}", text(out));
+        let got = sources(out);
+        assert_eq!(got.len(), 5);
+        for (start, checks) in &got {
+            let end = json_lines(out)
+                .iter()
+                .find(|l| l["window"]["start"] == start.as_str())
+                .map(|l| l["window"]["end"].as_str().unwrap().to_string())
+                .unwrap();
+            assert_eq!(checks, &oracle(rows, start, &end), "{start}");
+        }
+        got
+    };
+
+    let (first, log) = logged(&p, "lake", range, &[]);
+    let computed = check(&first, &rows);
+    assert!(
+        log.contains("from one grouped query") && !log.contains(MEMO_HIT),
+        "{log}"
+    );
+    let entries = std::fs::read_dir(p.table_dir("t").join("_idemlake/checks"))
+        .unwrap()
+        .count();
+    assert_eq!(entries, 1);
+
+    let (again, log) = logged(&p, "lake", range, &[]);
+    assert!(log.contains(MEMO_HIT), "{log}");
+    assert_eq!(check(&again, &rows), computed);
+
+    let (plain, log) = logged(&p, "lake", range, &[("IDEMLAKE_CHECK_MEMO", "0")]);
+    assert!(!log.contains(MEMO_HIT), "{log}");
+    assert_eq!(check(&plain, &rows), computed);
+
+    // Another range of windows: another query.
+    let (_, log) = logged(&p, "lake", ("2026-03-27", "2026-03-30"), &[]);
+    assert!(!log.contains(MEMO_HIT), "{log}");
+
+    // The source rewritten, one amount changed to another of as many digits.
+    let mut changed = rows.clone();
+    let i = changed
+        .iter()
+        .position(|r| r.2 == "a" && r.1.is_some() && (10..=88).contains(&r.3))
+        .unwrap();
+    changed[i].3 += 1;
+    let before = std::fs::metadata(p.path().join("events.csv"))
+        .unwrap()
+        .len();
+    write_csv(&p, &changed);
+    assert_eq!(
+        std::fs::metadata(p.path().join("events.csv"))
+            .unwrap()
+            .len(),
+        before
+    );
+    let (after, log) = logged(&p, "lake", range, &[]);
+    assert!(!log.contains(MEMO_HIT), "{log}");
+    assert_ne!(check(&after, &changed), computed);
+
+    // The memo serves the source side; each window that lost a row is refused all the same.
+    let (dropped, log) = logged(
+        &p,
+        "lake",
+        range,
+        &[("IDEMLAKE_TEST_FAULT", "output-drop-row")],
+    );
+    assert!(log.contains(MEMO_HIT), "{log}");
+    assert_eq!(code(&dropped), 3, "{}", text(&dropped));
+    let refused = json_lines(&dropped)
+        .iter()
+        .filter(|l| {
+            l.get("window").is_some()
+                && l["reconciliation"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|c| c["check"] == "n" && c["source"] != "0")
+        })
+        .map(|l| {
+            assert_eq!(l["status"], "mismatch", "{l}");
+            assert_eq!(l["published"], false, "{l}");
+        })
+        .count();
+    assert!(refused >= 3, "{}", text(&dropped));
+}

@@ -271,6 +271,7 @@ impl TableProvider for CheckZone {
 
 mod bounded;
 mod files;
+mod ranges;
 
 pub use files::ZoneScanExec;
 

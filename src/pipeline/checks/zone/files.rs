@@ -45,17 +45,13 @@ use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
 };
-use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt, TryStreamExt};
+use futures::{StreamExt, TryStreamExt};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::ArrowReaderOptions;
 use parquet::arrow::arrow_reader::{ArrowReaderBuilder, ParquetRecordBatchReaderBuilder};
-use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
-use parquet::errors::ParquetError;
-use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::file::reader::ChunkReader;
 
 /// A remote file this small or smaller is fetched whole, with one GET; a larger one is read
@@ -412,7 +408,7 @@ impl Out {
         tx: &tokio::sync::mpsc::Sender<Result<RecordBatch>>,
     ) -> Result<bool> {
         let meta = &file.object_meta;
-        let reader = Ranges {
+        let reader = super::ranges::Ranges {
             store,
             location: meta.location.clone(),
             size: meta.size,
@@ -460,59 +456,5 @@ impl Out {
             columns,
             &options,
         )?)
-    }
-}
-
-/// A remote file read by ranges (its size known from the listing).
-struct Ranges {
-    store: Arc<dyn ObjectStore>,
-    location: Path,
-    size: u64,
-}
-
-fn parquet_error(e: object_store::Error) -> ParquetError {
-    ParquetError::External(Box::new(e))
-}
-
-impl AsyncFileReader for Ranges {
-    fn get_bytes(
-        &mut self,
-        range: std::ops::Range<u64>,
-    ) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
-        async move {
-            self.store
-                .get_range(&self.location, range)
-                .await
-                .map_err(parquet_error)
-        }
-        .boxed()
-    }
-
-    fn get_byte_ranges(
-        &mut self,
-        ranges: Vec<std::ops::Range<u64>>,
-    ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
-        async move {
-            self.store
-                .get_ranges(&self.location, &ranges)
-                .await
-                .map_err(parquet_error)
-        }
-        .boxed()
-    }
-
-    fn get_metadata<'a>(
-        &'a mut self,
-        options: Option<&'a ArrowReaderOptions>,
-    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
-        async move {
-            let size = self.size;
-            let metadata = ParquetMetaDataReader::new()
-                .with_arrow_reader_options(options)
-                .load_and_finish(self, size)
-                .await?;
-            Ok(Arc::new(metadata))
-        }
-        .boxed()
     }
 }
