@@ -262,13 +262,18 @@ def check(store, tool: str, lo: dt.date, hi: dt.date):
 
 
 def requests_of_day(store, project: str, d: dt.date) -> str:
-    r = subprocess.run(idem(project, store.lake("idemlake"), "-v", "run", "events", "--window", str(d)),
-                       capture_output=True, text=True, env=store.env)
-    found = [line.split("storage requests: ", 1)[1] for line in (r.stderr + r.stdout).splitlines()
-             if "storage requests: " in line]
-    if r.returncode != 0 or not found:
-        raise SystemExit(f"the -v day window failed or printed no request summary:\n{r.stderr}")
-    return found[-1]
+    """The -v request summary of a re-run of day `d` (the checks' source side from their memo),
+    then of one with IDEMLAKE_CHECK_MEMO=0 (computed, as on a first run)."""
+    out = []
+    for memo in ("1", "0"):
+        r = subprocess.run(idem(project, store.lake("idemlake"), "-v", "run", "events", "--window", str(d)),
+                           capture_output=True, text=True, env={**store.env, "IDEMLAKE_CHECK_MEMO": memo})
+        found = [line.split("storage requests: ", 1)[1] for line in (r.stderr + r.stdout).splitlines()
+                 if "storage requests: " in line]
+        if r.returncode != 0 or not found:
+            raise SystemExit(f"the -v day window failed or printed no request summary:\n{r.stderr}")
+        out.append(found[-1])
+    return f"{out[0]} re-run, the checks' source side from their memo; {out[1]} with IDEMLAKE_CHECK_MEMO=0"
 
 
 def scenario(store, name, reps, cmd_of, warm=False):
