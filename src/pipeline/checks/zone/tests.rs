@@ -206,6 +206,10 @@ async fn lists_only_the_directories_a_window_names(own_reader: bool) {
         vec![day(2), day(3)],
         "own reader: {own_reader}"
     );
+    // Days without a directory (a gap in the zone) are listed and hold nothing.
+    let gap = "SELECT sum(v) FROM t WHERE dt >= DATE '2026-11-05' AND dt < DATE '2026-11-08'";
+    assert_eq!(sum(&ctx, gap).await, 5 * 111);
+    assert_eq!(lists(&store), vec![day(5), day(6), day(7)]);
     // Bounded on one side only: the root's directories, those the filter accepts.
     let from = "SELECT sum(v) FROM t WHERE dt >= DATE '2026-11-04'";
     assert_eq!(sum(&ctx, from).await, 4 * 111 + 5 * 111);
