@@ -387,7 +387,7 @@ impl Grouped {
                 .map(|w| WindowRange::of(task, w).params())
                 .collect();
             let context = format!("{:?}\n{bounds:?}", self.measure);
-            Some((m, super::memo::key(&plan, &context)?))
+            Some((m, m.key(&plan, &context)?))
         });
         if let Some((m, key)) = &memo
             && let Some(results) = m.get(key, self.measure, windows.len()).await

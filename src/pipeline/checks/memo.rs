@@ -2,15 +2,19 @@
 //! table's `_idemlake/checks/` and reused by a later run that would compute them from the
 //! same files the same way.
 //!
-//! A window's source side is a function of the check query, the windows' bounds and the bytes
-//! of the files the query reads. The key is a SHA-256 of: idemlake's version, the measure, the
-//! windows' bounds, the physical plan as DataFusion displays it (filters with their bound
-//! literals, projections, aggregates) and, for each of its scans, every file it reads — path,
-//! size, modification time, ETag or version, partition values, byte range — as its own
-//! planning listed them (DataFusion's listing, delta-rs's file list at the pinned version, the
-//! checks' own zone listing). A file rewritten, added or removed changes the key; so does
-//! another query, window or version of idemlake. A plan with a scan whose files it cannot name
-//! (an in-memory table, another provider's node) is not memoised.
+//! A window's source side is a function of the check query, the windows' bounds, the sources'
+//! declarations and the bytes of the files the query reads. The key is a SHA-256 of: this
+//! binary (version, size, modification time), the task's sources as declared (format and its
+//! options), the Delta sources' pinned versions, the measure, the windows' bounds, the physical
+//! plan as DataFusion displays it (filters with their bound literals, projections, aggregates)
+//! and, for each of its scans, the schema it produces and every file it reads — path, size,
+//! modification time, ETag or version, partition values, byte range — as its own planning
+//! listed them (DataFusion's listing, delta-rs's file list at the pinned version, the checks'
+//! own zone listing). A file rewritten (another size, modification time or ETag), added or
+//! removed changes the key; so does another query, window, declaration, Delta version or
+//! build of idemlake. A plan with a scan whose files it cannot name (an in-memory table,
+//! another provider's leaf) is not memoised. What it assumes: a file whose bytes change also
+//! changes its size, modification time or ETag (as the runner's own change detection does).
 //!
 //! What it does not share: the runner never reads or writes the memo, and a result is only
 //! ever written by the checks' own query (see `grouped`), so a memoised source side is what
@@ -50,12 +54,54 @@ pub struct Memo {
     store: Arc<dyn ObjectStore>,
     /// The table's root in `store`.
     root: Path,
+    /// What every key of this run includes: this binary, the task's sources as its file
+    /// declares them, the Delta sources' pinned versions.
+    context: String,
 }
 
 impl Memo {
-    /// The memo of the table at `root` in `store`.
-    pub fn new(store: Arc<dyn ObjectStore>, root: Path) -> Memo {
-        Memo { store, root }
+    /// The memo of the table at `root` in `store`, for a run whose keys all include `context`
+    /// (see [`Memo::context`]).
+    pub fn new(store: Arc<dyn ObjectStore>, root: Path, context: String) -> Memo {
+        Memo {
+            store,
+            root,
+            context,
+        }
+    }
+
+    /// What every key of a run includes: this binary (its version, size and modification
+    /// time: a rebuilt checker never trusts an older one's results), the task's `sources` as
+    /// declared (format and its options) and the Delta sources' pinned versions (a Delta file
+    /// read again at another version may have other deletion vectors). `None` if the binary
+    /// cannot be named: no memo then.
+    pub fn context(
+        sources: &[crate::task::Source],
+        pins: &[crate::pipeline::sources::SourceVersion],
+    ) -> Option<String> {
+        let exe = std::fs::metadata(std::env::current_exe().ok()?).ok()?;
+        let built = exe
+            .modified()
+            .ok()?
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?;
+        let deltas: Vec<(&str, Option<i64>)> = pins
+            .iter()
+            .filter(|p| p.format == crate::task::Format::Delta)
+            .map(|p| (p.alias.as_str(), p.version))
+            .collect();
+        Some(format!(
+            "{} {} {}\n{sources:?}\n{deltas:?}",
+            env!("CARGO_PKG_VERSION"),
+            exe.len(),
+            built.as_nanos()
+        ))
+    }
+
+    /// The key of running `plan` for `windows` (the measure and the windows' bounds; see
+    /// [`key`]).
+    pub fn key(&self, plan: &Arc<dyn ExecutionPlan>, windows: &str) -> Option<String> {
+        key(plan, &format!("{}\n{windows}", self.context))
     }
 
     fn path(&self, key: &str) -> Path {
@@ -94,7 +140,7 @@ impl Memo {
         let bytes = match encode(measure, results) {
             Ok(b) => b,
             Err(e) => {
-                tracing::debug!(key, "the checks' results are not memoised: {e}");
+                tracing::info!(key, "the checks' results are not memoised: {e}");
                 return;
             }
         };
@@ -108,12 +154,10 @@ impl Memo {
     }
 }
 
-/// The memo key of running `plan` for `context` (the measure and windows, see the module
-/// documentation); `None` if a scan of the plan cannot name the files it reads.
+/// The memo key of running `plan` for `context` (see the module documentation); `None` if a
+/// scan of the plan cannot name the files it reads.
 pub fn key(plan: &Arc<dyn ExecutionPlan>, context: &str) -> Option<String> {
     let mut h = Sha256::new();
-    h.update(env!("CARGO_PKG_VERSION").as_bytes());
-    h.update(b"\0");
     h.update(context.as_bytes());
     h.update(b"\0");
     h.update(
@@ -130,6 +174,9 @@ pub fn key(plan: &Arc<dyn ExecutionPlan>, context: &str) -> Option<String> {
 fn scans(plan: &Arc<dyn ExecutionPlan>, h: &mut Sha256) -> Option<()> {
     let children = plan.children();
     if children.is_empty() {
+        // The columns and types it produces (a zone's schema comes from a file it may not
+        // read; a cast to it is part of the answer).
+        h.update(format!("{:?}\0", plan.schema()).as_bytes());
         if let Some(z) = plan.downcast_ref::<ZoneScanExec>() {
             h.update(b"zone\0");
             files(z.files().iter(), h);

@@ -170,13 +170,12 @@ impl Checker {
             1
         };
         let table_store = crate::delta::readback::own_root(table)?;
-        let memo = if config.check_memo && batch_size > 1 {
-            match &table_store {
-                Some(own) => Some(memo::Memo::new(own.clone(), Default::default())),
-                None => memo_root(table),
-            }
-        } else {
-            None
+        let memo = match memo::Memo::context(&task.sources, pins) {
+            Some(context) if config.check_memo && batch_size > 1 => match &table_store {
+                Some(own) => Some(memo::Memo::new(own.clone(), Default::default(), context)),
+                None => memo_root(table, context),
+            },
+            _ => None,
         };
         Ok(Checker {
             ctx,
@@ -384,13 +383,13 @@ impl Checker {
 }
 
 /// The checks' memo of a local table (`None` for another location: no memo).
-fn memo_root(table: &url::Url) -> Option<memo::Memo> {
+fn memo_root(table: &url::Url, context: String) -> Option<memo::Memo> {
     if table.scheme() != "file" {
         return None;
     }
     let root = object_store::path::Path::from_url_path(table.path()).ok()?;
     let store = Arc::new(object_store::local::LocalFileSystem::new());
-    Some(memo::Memo::new(store, root))
+    Some(memo::Memo::new(store, root, context))
 }
 
 /// Landing zones read through [`zone::CheckZone`]: DataFusion's listing table, listing only

@@ -2,6 +2,7 @@
 //! answer depends on.
 
 use arrow::array::{Decimal128Array, Int64Array};
+use arrow::datatypes::{DataType, Field, Schema};
 use chrono::{TimeZone, Utc};
 use datafusion::datasource::listing::PartitionedFile;
 use object_store::ObjectMeta;
@@ -36,7 +37,11 @@ fn shown(results: &[PerWindow]) -> String {
 /// as the measure and number of windows they were written for.
 #[tokio::test]
 async fn entries_read_back_as_written_for_their_measure_only() {
-    let memo = Memo::new(Arc::new(InMemory::new()), Path::from("lake/t"));
+    let memo = Memo::new(
+        Arc::new(InMemory::new()),
+        Path::from("lake/t"),
+        String::new(),
+    );
     let cases = [
         (
             Measure::Query,
@@ -99,10 +104,14 @@ fn file(path: &str, size: u64, secs: i64, etag: Option<&str>) -> PartitionedFile
 }
 
 fn scan(files: Vec<PartitionedFile>) -> Arc<dyn ExecutionPlan> {
-    use arrow::datatypes::{DataType, Field, Schema};
+    scan_as(files, DataType::Int64)
+}
+
+/// A Parquet scan of `files` producing a column `v` of type `ty`.
+fn scan_as(files: Vec<PartitionedFile>, ty: DataType) -> Arc<dyn ExecutionPlan> {
     use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource};
     use datafusion::execution::object_store::ObjectStoreUrl;
-    let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, true)]));
+    let schema = Arc::new(Schema::new(vec![Field::new("v", ty, true)]));
     let source = Arc::new(ParquetSource::new(schema.clone()));
     let config = FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), source)
         .with_file_groups(vec![files.into()])
@@ -148,10 +157,11 @@ fn the_key_changes_with_every_file_read_and_the_context() {
             "rows [w1]",
         ),
         k(vec![a(), b()], "rows [w2]"),
+        key(&scan_as(vec![a(), b()], DataType::Int32), "rows [w1]").unwrap(),
     ];
     others.sort();
     others.dedup();
-    assert_eq!(others.len(), 6);
+    assert_eq!(others.len(), 7);
     assert!(!others.contains(&base));
 
     let memory = datafusion::datasource::memory::MemorySourceConfig::try_new_exec(
@@ -161,4 +171,32 @@ fn the_key_changes_with_every_file_read_and_the_context() {
     )
     .unwrap();
     assert!(key(&(memory as Arc<dyn ExecutionPlan>), "rows").is_none());
+}
+
+/// Every key of a run includes the Delta sources' pinned versions: a Delta file read again
+/// at another version (other deletion vectors, same path and size) is another key.
+#[test]
+fn a_delta_sources_pinned_version_is_part_of_every_key() {
+    use crate::pipeline::sources::SourceVersion;
+    use crate::task::Format;
+    let pin = |version| SourceVersion {
+        alias: "orders".into(),
+        format: Format::Delta,
+        version: Some(version),
+        files: None,
+        fingerprint: None,
+        read: Vec::new(),
+    };
+    let (v3, v4) = (
+        Memo::context(&[], &[pin(3)]).unwrap(),
+        Memo::context(&[], &[pin(4)]).unwrap(),
+    );
+    assert_ne!(v3, v4);
+    assert_eq!(v3, Memo::context(&[], &[pin(3)]).unwrap());
+    let memo = |c: String| Memo::new(Arc::new(InMemory::new()), Path::from("t"), c);
+    let plan = scan(vec![file("orders/part-0.parquet", 10, 0, None)]);
+    assert_ne!(
+        memo(v3).key(&plan, "rows").unwrap(),
+        memo(v4).key(&plan, "rows").unwrap()
+    );
 }

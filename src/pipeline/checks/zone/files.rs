@@ -61,6 +61,10 @@ pub const WHOLE_FILE_BYTES: u64 = 8 << 20;
 /// Remote files fetched at once by one partition of a scan.
 const FETCHES: usize = 8;
 
+/// Whole remote files a scan holds in memory at once, fetched or waiting to be read, across
+/// its partitions: at most this many times [`WHOLE_FILE_BYTES`] (128 MiB).
+const HELD: usize = 16;
+
 /// Directory listings made at once.
 const LISTINGS: usize = 8;
 
@@ -158,6 +162,7 @@ pub fn scan(
     // Local files are read from the file system directly (a read of a part is a `pread`).
     let store = (root.scheme() != "file").then_some(store);
     let read = files.clone();
+    let held = Arc::new(tokio::sync::Semaphore::new(HELD));
     let per = files.len().div_ceil(partitions.max(1)).max(1);
     let mut streams: Vec<Arc<dyn PartitionStream>> = Vec::new();
     let mut files = files.into_iter().peekable();
@@ -168,6 +173,7 @@ pub fn scan(
             files: files.by_ref().take(per).collect(),
             store: store.clone(),
             whole,
+            held: held.clone(),
         }));
     }
     let inner: Arc<dyn ExecutionPlan> = if streams.is_empty() {
@@ -261,6 +267,8 @@ struct Files {
     store: Option<Arc<dyn ObjectStore>>,
     /// A remote file this small or smaller is fetched whole.
     whole: u64,
+    /// Permits to hold a fetched file, shared by the scan's partitions (see [`HELD`]).
+    held: Arc<tokio::sync::Semaphore>,
 }
 
 impl PartitionStream for Files {
@@ -296,21 +304,25 @@ impl PartitionStream for Files {
             });
             return builder.build();
         };
-        let whole = self.whole;
+        let (whole, held) = (self.whole, self.held.clone());
         builder.spawn(async move {
             let out = Arc::new(out);
             let fetched = futures::stream::iter(files)
-                .map(|file| fetch(store.clone(), file, whole))
-                .buffered(FETCHES);
+                .map(|file| fetch(store.clone(), file, whole, held.clone()))
+                // In the order they arrive: a fetched file holding a permit is always read
+                // next, never waiting behind one that waits for a permit.
+                .buffer_unordered(FETCHES);
             futures::pin_mut!(fetched);
             while let Some(fetched) = fetched.next().await {
                 let (file, bytes) = fetched?;
                 let going = match bytes {
-                    Some(bytes) => {
+                    Some((bytes, permit)) => {
                         let (out, tx) = (out.clone(), tx.clone());
                         tokio::task::spawn_blocking(move || {
                             let send = &mut |batch| tx.blocking_send(Ok(batch)).is_ok();
-                            out.read(bytes, &file, send)
+                            let read = out.read(bytes, &file, send);
+                            drop(permit);
+                            read
                         })
                         .await
                         .map_err(|e| DataFusionError::External(Box::new(e)))??
@@ -327,19 +339,28 @@ impl PartitionStream for Files {
     }
 }
 
-/// `file` fetched whole if it has at most `whole` bytes; `None`: read it by ranges.
+/// A fetched file and its permit to be held in memory.
+type Fetched = (Bytes, tokio::sync::OwnedSemaphorePermit);
+
+/// `file` fetched whole if it has at most `whole` bytes, once one of `held` is free; `None`:
+/// read it by ranges.
 async fn fetch(
     store: Arc<dyn ObjectStore>,
     file: PartitionedFile,
     whole: u64,
-) -> Result<(PartitionedFile, Option<Bytes>)> {
+    held: Arc<tokio::sync::Semaphore>,
+) -> Result<(PartitionedFile, Option<Fetched>)> {
     if file.object_meta.size > whole {
         return Ok((file, None));
     }
+    let permit = held
+        .acquire_owned()
+        .await
+        .map_err(|e| DataFusionError::External(Box::new(e)))?;
     let got = async { store.get(&file.object_meta.location).await?.bytes().await }
         .await
         .map_err(|e| DataFusionError::ObjectStore(Box::new(e)))?;
-    Ok((file, Some(got)))
+    Ok((file, Some((got, permit))))
 }
 
 /// What a scan produces from each file.
