@@ -191,7 +191,7 @@ pub fn scan(
     Ok(Arc::new(ZoneScanExec { inner, read }))
 }
 
-/// The checks' own scan of a zone's files: DataFusion's streaming table over [`Files`]
+/// The checks' own scan of a zone's files: DataFusion's streaming table over `Files`
 /// partitions, which says which files it reads (the checks' memo keys on them, see `memo`).
 #[derive(Debug)]
 pub struct ZoneScanExec {
