@@ -25,6 +25,7 @@
 //! their own that shares nothing with this one.
 
 mod glob;
+mod groups;
 mod local;
 mod pins;
 mod provider;
