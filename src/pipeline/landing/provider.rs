@@ -102,6 +102,9 @@ impl TableProvider for ZoneTable {
             let schema = project_schema(&self.schema, projection)?;
             return Ok(Arc::new(EmptyExec::new(schema)));
         }
+        let all_small = files
+            .iter()
+            .all(|f| f.object_meta.size <= super::whole::WHOLE_FILE_BYTES);
         let groups = self.read_groups(state, files.len());
         let groups = FileGroup::new(files).split_files(groups);
         let table_schema = TableSchemaBuilder::from(&self.zone.file_schema)
@@ -133,7 +136,12 @@ impl TableProvider for ZoneTable {
         if remote_parquet.is_some() {
             // Not `create_physical_plan`: it would put DataFusion's reader factory back.
             let scan = DataSourceExec::from_data_source(config);
-            return Ok(Arc::new(KeptGroups::new(scan)));
+            // Small files: round trips to overlap, nothing to prune inside a file. Larger
+            // ones: DataFusion's grouping by byte ranges and its filters inside the scan.
+            if all_small {
+                return Ok(Arc::new(KeptGroups::new(scan)));
+            }
+            return Ok(scan);
         }
         format.create_physical_plan(state, config).await
     }
