@@ -108,16 +108,22 @@ pub(super) async fn vacuum(
     } else {
         "deleted"
     };
-    for f in &report.files {
+    for f in report.files.iter().chain(&report.memo_entries) {
         println!("{verb} {f}");
     }
     println!(
-        "vacuum {} ({} mode, retention {} h; the table's minimum is {} h): {verb} {} file(s)",
+        "vacuum {} ({} mode, retention {} h; the table's minimum is {} h): {verb} {} file(s) and {} checks' memo entr{}",
         report.task,
         if report.full { "full" } else { "lite" },
         report.retention_hours,
         report.table_retention_hours,
-        report.files.len()
+        report.files.len(),
+        report.memo_entries.len(),
+        if report.memo_entries.len() == 1 {
+            "y"
+        } else {
+            "ies"
+        }
     );
     Ok(0)
 }

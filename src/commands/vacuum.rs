@@ -10,6 +10,9 @@
 //!   publishing windows.
 //! - `_idemlake/` (the run log) and `_delta_log/` are never touched (delta-rs skips paths whose
 //!   first component starts with `_`, other than partition directories).
+//! - The checks' memo (`_idemlake/checks/`, see `pipeline::checks::memo`) is pruned by the
+//!   same retention: entries written longer ago are deleted (a later run over the same files
+//!   computes its checks again), younger ones kept. Nothing else under `_idemlake/` is.
 //! - `--dry-run` lists what would be deleted and deletes nothing.
 
 use deltalake::operations::vacuum::VacuumMode;
@@ -37,6 +40,8 @@ pub struct VacuumReport {
     pub table_retention_hours: i64,
     /// Files deleted (or to delete), relative to the table root.
     pub files: Vec<String>,
+    /// The checks' memo entries deleted (or to delete), relative to the table root.
+    pub memo_entries: Vec<String>,
 }
 
 /// Options of one vacuum.
@@ -101,6 +106,7 @@ pub async fn vacuum(project: &Project, task: &Task, opts: VacuumOptions) -> Resu
         "retention_hours": retention.num_hours(),
         "full": opts.full,
     });
+    let memo_entries = prune_checks_memo(&table, retention, opts.dry_run).await?;
     let (_, metrics) = table
         .vacuum()
         .with_retention_period(retention)
@@ -136,5 +142,46 @@ pub async fn vacuum(project: &Project, task: &Task, opts: VacuumOptions) -> Resu
         retention_hours: retention.num_hours(),
         table_retention_hours: minimum.num_hours(),
         files,
+        memo_entries,
     })
+}
+
+/// The checks' memo entries of `table` written more than `retention` ago, deleted unless
+/// `dry_run`; their paths relative to the table root, sorted.
+async fn prune_checks_memo(
+    table: &deltalake::DeltaTable,
+    retention: chrono::Duration,
+    dry_run: bool,
+) -> Result<Vec<String>> {
+    use futures::TryStreamExt;
+    use object_store::ObjectStoreExt;
+    let store = table.log_store().object_store(None);
+    let prefix = object_store::path::Path::from(crate::pipeline::checks::memo::PREFIX);
+    let cutoff = chrono::Utc::now()
+        .checked_sub_signed(retention)
+        .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
+    let listed: Vec<object_store::ObjectMeta> = store
+        .list(Some(&prefix))
+        .try_collect()
+        .await
+        .map_err(|e| Error::runtime(format!("cannot list the checks' memo: {e}")))?;
+    let mut old: Vec<object_store::path::Path> = listed
+        .into_iter()
+        .filter(|m| m.last_modified < cutoff)
+        .map(|m| m.location)
+        .collect();
+    old.sort();
+    if !dry_run {
+        for path in &old {
+            match store.delete(path).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => {
+                    return Err(Error::runtime(format!(
+                        "cannot delete the checks' memo entry {path}: {e}"
+                    )));
+                }
+            }
+        }
+    }
+    Ok(old.into_iter().map(|p| p.to_string()).collect())
 }

@@ -399,9 +399,14 @@ impl Grouped {
             );
             return Ok(results);
         }
+        let listed = plan.clone();
         let results = self.results(plan, windows.len()).await?;
         if let Some((m, key)) = &memo {
-            m.put(key, self.measure, &results).await;
+            if super::memo::still_as_listed(&listed) {
+                m.put(key, self.measure, &results).await;
+            } else {
+                tracing::info!("a source file changed while the checks read it: not memoised");
+            }
         }
         Ok(results)
     }

@@ -44,7 +44,7 @@ use super::grouped::{Measure, PerWindow};
 use super::zone::ZoneScanExec;
 
 /// Where memo entries live, below the table's root.
-const PREFIX: &str = "_idemlake/checks";
+pub const PREFIX: &str = "_idemlake/checks";
 
 /// The schema metadata naming an entry's measure.
 const MEASURE: &str = "idemlake.check.measure";
@@ -196,6 +196,33 @@ fn scans(plan: &Arc<dyn ExecutionPlan>, h: &mut Sha256) -> Option<()> {
         scans(c, h)?;
     }
     Some(())
+}
+
+/// Whether every local file DataFusion's scans below `plan` read still has the size and
+/// modification time their listing gave (what the key holds): results over a file that
+/// changed while the query ran are not memoised. (The checks' own zone reader pins each read
+/// to its listed version itself; other remote scans' files are not asked again, a request
+/// each: there the memo relies on a changed object having another ETag.)
+pub fn still_as_listed(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    if let Some(d) = plan.downcast_ref::<DataSourceExec>()
+        && let Some(config) = d.data_source().downcast_ref::<FileScanConfig>()
+        && config.object_store_url.as_str().starts_with("file://")
+    {
+        let same = |f: &PartitionedFile| {
+            let m = &f.object_meta;
+            let path = std::path::Path::new("/").join(m.location.as_ref());
+            std::fs::metadata(path).is_ok_and(|now| {
+                now.len() == m.size
+                    && now
+                        .modified()
+                        .is_ok_and(|t| chrono::DateTime::<chrono::Utc>::from(t) == m.last_modified)
+            })
+        };
+        if !config.file_groups.iter().all(|g| g.iter().all(same)) {
+            return false;
+        }
+    }
+    plan.children().into_iter().all(still_as_listed)
 }
 
 fn files<'a>(files: impl Iterator<Item = &'a PartitionedFile>, h: &mut Sha256) {

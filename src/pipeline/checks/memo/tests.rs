@@ -200,3 +200,44 @@ fn a_delta_sources_pinned_version_is_part_of_every_key() {
         memo(v4).key(&plan, "rows").unwrap()
     );
 }
+
+/// Regression (a local file rewritten while the checks' query read it could be memoised under
+/// the key of the version listed before): results are kept only if every local file a scan
+/// read still has its listed size and modification time.
+#[test]
+fn a_local_file_changed_after_its_listing_is_not_memoised() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.parquet");
+    std::fs::write(&path, b"0123456789").unwrap();
+    let listed = |p: &std::path::Path| {
+        let m = std::fs::metadata(p).unwrap();
+        PartitionedFile::from(ObjectMeta {
+            location: Path::from_absolute_path(p).unwrap(),
+            last_modified: m.modified().unwrap().into(),
+            size: m.len(),
+            e_tag: None,
+            version: None,
+        })
+    };
+    let as_listed = scan(vec![listed(&path)]);
+    assert!(super::still_as_listed(&as_listed));
+    // Touched: another modification time.
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.set_modified(later).unwrap();
+    drop(f);
+    assert!(!super::still_as_listed(&as_listed));
+    assert!(super::still_as_listed(&scan(vec![listed(&path)])));
+    // Another size; and gone.
+    std::fs::write(&path, b"01234").unwrap();
+    let before = scan(vec![listed(&path)]);
+    std::fs::write(&path, b"0123456789").unwrap();
+    assert!(!super::still_as_listed(&before));
+    std::fs::remove_file(&path).unwrap();
+    assert!(!super::still_as_listed(&scan(vec![file(
+        "/no/such/file",
+        1,
+        0,
+        None
+    )])));
+}

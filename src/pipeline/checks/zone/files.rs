@@ -46,9 +46,9 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
 };
 use futures::{StreamExt, TryStreamExt};
+use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowReaderBuilder, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
@@ -294,6 +294,9 @@ impl PartitionStream for Files {
                         .path_to_filesystem(location)
                         .map_err(|e| DataFusionError::ObjectStore(Box::new(e)))?;
                     let handle = std::fs::File::open(&path).map_err(|e| out.context(file, &e))?;
+                    let opened = handle.metadata().map_err(|e| out.context(file, &e))?;
+                    super::ranges::local_unchanged(&file.object_meta, &opened)
+                        .map_err(|e| out.context(file, &e))?;
                     // `false`: the query was dropped.
                     let send = &mut |batch| tx.blocking_send(Ok(batch)).is_ok();
                     if !out.read(handle, file, send)? {
@@ -357,9 +360,21 @@ async fn fetch(
         .acquire_owned()
         .await
         .map_err(|e| DataFusionError::External(Box::new(e)))?;
-    let got = async { store.get(&file.object_meta.location).await?.bytes().await }
-        .await
-        .map_err(|e| DataFusionError::ObjectStore(Box::new(e)))?;
+    let listed = &file.object_meta;
+    let got = async {
+        let got = store
+            .get_opts(&listed.location, super::ranges::pinned(listed, None))
+            .await?;
+        if let Err(why) = super::ranges::unchanged(listed, &got.meta) {
+            return Err(object_store::Error::Precondition {
+                path: listed.location.to_string(),
+                source: why.into(),
+            });
+        }
+        got.bytes().await
+    }
+    .await
+    .map_err(|e| DataFusionError::ObjectStore(Box::new(e)))?;
     Ok((file, Some((got, permit))))
 }
 
@@ -428,11 +443,9 @@ impl Out {
         file: &PartitionedFile,
         tx: &tokio::sync::mpsc::Sender<Result<RecordBatch>>,
     ) -> Result<bool> {
-        let meta = &file.object_meta;
         let reader = super::ranges::Ranges {
             store,
-            location: meta.location.clone(),
-            size: meta.size,
+            listed: file.object_meta.clone(),
         };
         let builder = ParquetRecordBatchStreamBuilder::new(reader)
             .await
