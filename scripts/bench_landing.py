@@ -18,15 +18,15 @@ Scenarios, tools alternating rep by rep (A B C A B C ...), medians reported:
 Every table is compared with polars over the source, day by day, after each scenario.
 With LANDING_S3=1 the source and the tables are on the local S3 server (scripts/s3-server
 start first; LANDING_S3_LATENCY_MS > 0 puts scripts/latency-proxy in front), and the report
-gives the object-store requests of one idemlake day window (its -v summary).
+gives the object-store requests of one idemlake day window (its -v summary). DuckDB reads S3
+through its httpfs extension, loaded from the duckdb-ext-httpfs wheel (scripts/py-env).
 
 The issue's zone six times larger (105,120 files, same 24 files a day) is LANDING_DAYS=4380.
 
 Knobs: BENCH_BIN, LANDING_DAYS [730], LANDING_FILES [24], LANDING_ROWS [100], LANDING_REPS [5],
 LANDING_RANGE [30], LANDING_PARALLEL [4], LANDING_WORK [/tmp/idemlake-landing], LANDING_OUT
 [bench/LANDING.md, appended], LANDING_SCENARIOS [load,day,range], LANDING_S3 [0] (LANDING_DAYS
-defaults to 90 there), LANDING_S3_LATENCY_MS [0]. On S3 the DuckDB peer is left out (its httpfs
-extension is downloaded at run time, which this machine's closed network refuses).
+defaults to 90 there), LANDING_S3_LATENCY_MS [0].
 Runs with the project's .venv-py (polars, deltalake, duckdb: scripts/py-env).
 """
 import datetime as dt
@@ -149,7 +149,7 @@ class Local:
 
 class S3:
     """Source and tables on the local S3 server (optionally behind the latency proxy)."""
-    tools = ("idemlake", "polars")
+    tools = ("idemlake", "polars", "duckdb")
 
     def __init__(self, local_src: str):
         import pyarrow.fs as pafs
@@ -227,8 +227,19 @@ if tool == "polars":
     df = q.with_columns(pl.col("ts").dt.date().alias("day")).select("day", "ts", "id", "v").collect()
     arrow = df.to_arrow()
 else:
-    import duckdb
+    import duckdb, glob, os, sysconfig
     con = duckdb.connect()
+    if src.startswith("s3://"):
+        # httpfs from the duckdb-ext-httpfs wheel (scripts/py-env), loaded by path: no
+        # download at run time; the S3 settings from the same AWS_* environment as the others.
+        ext = glob.glob(os.path.join(sysconfig.get_paths()["purelib"], "duckdb_ext", "extensions",
+                                     "v" + duckdb.__version__, "*", "httpfs.duckdb_extension"))[0]
+        con.execute(f"LOAD '{ext}'")
+        e = os.environ
+        scheme, endpoint = e["AWS_ENDPOINT_URL"].rstrip("/").split("://", 1)
+        con.execute(f"CREATE SECRET s3 (TYPE s3, KEY_ID '{e['AWS_ACCESS_KEY_ID']}', "
+                    f"SECRET '{e['AWS_SECRET_ACCESS_KEY']}', ENDPOINT '{endpoint}', URL_STYLE 'path', "
+                    f"USE_SSL {'true' if scheme == 'https' else 'false'}, REGION '{e['AWS_REGION']}')")
     where = "" if mode == "load" else f"WHERE dt BETWEEN DATE '{lo}' AND DATE '{hi}'"
     arrow = con.execute(f"SELECT CAST(ts AS DATE) AS day, ts, id, v FROM read_parquet('{src}/*/*.parquet', hive_partitioning = true) {where}").arrow()
 if mode == "load":

@@ -118,9 +118,12 @@ async fn register_one(
     if s.format == Format::Delta {
         return Ok((register_delta(ctx, s, pin, engine, own).await?, None));
     }
-    let prefix = remote_prefix(ctx, s).await?;
+    let (prefix, root) = match remote_prefix(ctx, s).await? {
+        Some((p, listed)) => (Some(p), Some(listed)),
+        None => (None, None),
+    };
     let s = prefix.as_ref().unwrap_or(s);
-    if let Some(zone) = crate::pipeline::landing::register(ctx, s, route).await? {
+    if let Some(zone) = crate::pipeline::landing::register(ctx, s, route, root).await? {
         // Each window records the files it read (see `landing`), not the whole source.
         let v = SourceVersion {
             alias: s.alias.clone(),
@@ -216,9 +219,13 @@ async fn register_delta(
 /// prefix: an object that exists is a one-file source; otherwise, if anything lies under
 /// `s3://raw/events/`, the source is that prefix (as a local path names a file or a
 /// directory). `None`: keep `s` as it is (a location where nothing is is then reported as not
-/// existing). A HEAD request, and a LIST if no object has that name; none for local paths,
-/// globs and locations ending in `/`.
-async fn remote_prefix(ctx: &SessionContext, s: &Source) -> Result<Option<Source>> {
+/// existing). A HEAD request, and a LIST if no object has that name (returned with the
+/// prefix: a landing zone keeps it as its root's listing); none for local paths, globs and
+/// locations ending in `/`.
+async fn remote_prefix(
+    ctx: &SessionContext,
+    s: &Source,
+) -> Result<Option<(Source, object_store::ListResult)>> {
     let plain = !s.uri.ends_with('/') && !s.uri.contains(['*', '?', '[']);
     if s.format == Format::Delta || !plain || !s.uri.contains("://") || s.uri.starts_with("file:") {
         return Ok(None);
@@ -233,10 +240,11 @@ async fn remote_prefix(ctx: &SessionContext, s: &Source) -> Result<Option<Source
             if listed.objects.is_empty() && listed.common_prefixes.is_empty() {
                 return Ok(None);
             }
-            Ok(Some(Source {
+            let prefix = Source {
                 uri: format!("{}/", s.uri),
                 ..s.clone()
-            }))
+            };
+            Ok(Some((prefix, listed)))
         }
         Err(e) => Err(e.into()),
     }
@@ -338,7 +346,7 @@ pub async fn current_versions(
             });
             continue;
         }
-        let prefix = remote_prefix(ctx, s).await?;
+        let prefix = remote_prefix(ctx, s).await?.map(|(p, _)| p);
         let url = listing_url(&prefix.as_ref().unwrap_or(s).uri)?;
         let store = ctx.runtime_env().object_store(&url)?;
         let (files, fp) = fingerprint(store.as_ref(), &url).await?;

@@ -73,6 +73,25 @@ struct Dir {
     dirs: Vec<Path>,
 }
 
+impl Dir {
+    /// A delimiter listing's visible entries: non-empty files and directories whose names
+    /// start with neither `.` nor `_`.
+    fn of(listed: object_store::ListResult) -> Dir {
+        let visible = |p: &Path| {
+            p.filename()
+                .is_some_and(|n| !n.starts_with('.') && !n.starts_with('_'))
+        };
+        Dir {
+            files: listed
+                .objects
+                .into_iter()
+                .filter(|m| m.size > 0 && visible(&m.location))
+                .collect(),
+            dirs: listed.common_prefixes.into_iter().filter(visible).collect(),
+        }
+    }
+}
+
 /// A Hive-partitioned directory source (see the module documentation).
 #[derive(Debug)]
 pub struct LandingZone {
@@ -93,13 +112,14 @@ impl LandingZone {
     /// The landing zone behind source `uri`, or `None` when it is not one: a single file, a
     /// directory without `key=value` levels (with `partitioning = "auto"`), or `none`.
     /// `options` carry the format (from the session's defaults); reads one listing per level
-    /// down the first directories and one file's schema.
+    /// down the first directories and one file's schema. `listed_root`: the root's delimiter listing
+    /// if the caller made one (kept as the run's pinned listing of the root, not made again).
     pub async fn open(
         ctx: &SessionContext,
-        alias: &str,
-        uri: &str,
+        (alias, uri): (&str, &str),
         partitioning: &Partitioning,
         options: ListingOptions,
+        listed_root: Option<object_store::ListResult>,
     ) -> Result<Option<LandingZone>> {
         let Some((root, glob)) = split_location(uri, partitioning)? else {
             return Ok(None);
@@ -126,6 +146,11 @@ impl LandingZone {
             glob,
             pinned: Mutex::new(HashMap::new()),
         };
+        if let Some(listed) = listed_root.filter(|_| zone.glob.is_none()) {
+            let dir = Arc::new(Dir::of(listed));
+            let key = zone.url.prefix().clone();
+            zone.pinned.lock().expect("not poisoned").insert(key, dir);
+        }
         let Some((levels, first)) = zone.first_file().await? else {
             return Err(Error::input(format!(
                 "no {} files under {}: check the source's uri (and its format)",
@@ -313,18 +338,7 @@ impl LandingZone {
                 ))
             })?,
         };
-        let visible = |p: &Path| {
-            p.filename()
-                .is_some_and(|n| !n.starts_with('.') && !n.starts_with('_'))
-        };
-        let dir = Arc::new(Dir {
-            files: listed
-                .objects
-                .into_iter()
-                .filter(|m| m.size > 0 && visible(&m.location))
-                .collect(),
-            dirs: listed.common_prefixes.into_iter().filter(visible).collect(),
-        });
+        let dir = Arc::new(Dir::of(listed));
         if how == Listing::Fresh {
             return Ok(dir);
         }

@@ -198,10 +198,10 @@ mod tests {
             .to_listing_options(&ctx.copied_config(), ctx.copied_table_options());
         let zone = LandingZone::open(
             &ctx,
-            "events",
-            "s3://zone-test/zone/",
+            ("events", "s3://zone-test/zone/"),
             &crate::task::Partitioning::Auto,
             options,
+            None,
         )
         .await
         .unwrap()

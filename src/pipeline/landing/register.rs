@@ -20,16 +20,18 @@ pub enum Route {
 
 /// Register source `s` in `ctx` if it is a landing zone (a directory with `key=value` levels,
 /// or `partitioning = "hive"`); `None` when it is not one (the caller registers it as before).
+/// `root`: the location's delimiter listing, if the caller made one (not made again).
 pub async fn register(
     ctx: &SessionContext,
     s: &Source,
     route: Route,
+    root: Option<object_store::ListResult>,
 ) -> Result<Option<Arc<LandingZone>>> {
     let Some(options) = listing_options(ctx, s) else {
         return Ok(None);
     };
-    let Some(zone) = LandingZone::open(ctx, &s.alias, &s.uri, &s.partitioning, options).await?
-    else {
+    let at = (s.alias.as_str(), s.uri.as_str());
+    let Some(zone) = LandingZone::open(ctx, at, &s.partitioning, options, root).await? else {
         return Ok(None);
     };
     let zone = Arc::new(zone);

@@ -45,7 +45,7 @@ async fn the_checks_list_a_landing_zone_themselves_not_through_the_runners_pins(
     };
     // The runner's route: the zone's pinned listings, made now.
     let runner = SessionContext::new();
-    let zone = crate::pipeline::landing::register(&runner, &source, Route::Zone)
+    let zone = crate::pipeline::landing::register(&runner, &source, Route::Zone, None)
         .await
         .unwrap()
         .expect("a landing zone");
