@@ -475,6 +475,17 @@ async fn s3_a_landing_zone_named_without_a_trailing_slash_reads_only_its_day() {
         .map(|(_, l)| l.clone())
         .collect();
     assert!(listed_days.len() <= 2, "{listed_days:?}");
+    // The root: listed by the prefix check (which the zone keeps as its root's listing) and
+    // afresh right before the commit; not a third time.
+    let root = format!("{prefix}/events");
+    let root_lists = requests
+        .iter()
+        .filter(|(k, l)| k == "LIST" && l.ends_with(&root))
+        .count();
+    assert!(
+        root_lists <= 2,
+        "{root_lists} LISTs of {root}: {requests:?}"
+    );
 }
 
 /// A backfill of more days than the checks narrow their listing to (64) has its grouped check
