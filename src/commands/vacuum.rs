@@ -106,7 +106,7 @@ pub async fn vacuum(project: &Project, task: &Task, opts: VacuumOptions) -> Resu
         "retention_hours": retention.num_hours(),
         "full": opts.full,
     });
-    let memo_entries = prune_checks_memo(&table, retention, opts.dry_run).await?;
+    let memo_store = table.log_store().object_store(None);
     let (_, metrics) = table
         .vacuum()
         .with_retention_period(retention)
@@ -134,6 +134,7 @@ pub async fn vacuum(project: &Project, task: &Task, opts: VacuumOptions) -> Resu
         })
         .collect();
     files.sort();
+    let memo_entries = prune_checks_memo(memo_store, retention, opts.dry_run).await;
     Ok(VacuumReport {
         task: task.name.clone(),
         table_version: Some(version as i64),
@@ -146,42 +147,51 @@ pub async fn vacuum(project: &Project, task: &Task, opts: VacuumOptions) -> Resu
     })
 }
 
-/// The checks' memo entries of `table` written more than `retention` ago, deleted unless
-/// `dry_run`; their paths relative to the table root, sorted.
+/// The checks' memo entries (`_idemlake/checks/<key>.arrow`) of the table `store` is rooted
+/// at, written more than `retention` ago, deleted unless `dry_run`; their paths relative to
+/// the table root, sorted. The memo is never a failure: a listing or deletion that fails is
+/// logged (the entries stay, and are tried again by the next vacuum).
 async fn prune_checks_memo(
-    table: &deltalake::DeltaTable,
+    store: std::sync::Arc<dyn object_store::ObjectStore>,
     retention: chrono::Duration,
     dry_run: bool,
-) -> Result<Vec<String>> {
-    use futures::TryStreamExt;
-    use object_store::ObjectStoreExt;
-    let store = table.log_store().object_store(None);
-    let prefix = object_store::path::Path::from(crate::pipeline::checks::memo::PREFIX);
+) -> Vec<String> {
+    use futures::StreamExt;
+    use object_store::path::Path;
+    let prefix = Path::from(crate::pipeline::checks::memo::PREFIX);
     let cutoff = chrono::Utc::now()
         .checked_sub_signed(retention)
         .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
-    let listed: Vec<object_store::ObjectMeta> = store
-        .list(Some(&prefix))
-        .try_collect()
-        .await
-        .map_err(|e| Error::runtime(format!("cannot list the checks' memo: {e}")))?;
-    let mut old: Vec<object_store::path::Path> = listed
+    let listed = match store.list_with_delimiter(Some(&prefix)).await {
+        Ok(l) => l.objects,
+        Err(e) => {
+            tracing::warn!("the checks' memo was not pruned: cannot list it: {e}");
+            return Vec::new();
+        }
+    };
+    let mut old: Vec<Path> = listed
         .into_iter()
-        .filter(|m| m.last_modified < cutoff)
+        .filter(|m| m.last_modified < cutoff && m.location.extension() == Some("arrow"))
         .map(|m| m.location)
         .collect();
     old.sort();
     if !dry_run {
-        for path in &old {
-            match store.delete(path).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => {
-                    return Err(Error::runtime(format!(
-                        "cannot delete the checks' memo entry {path}: {e}"
-                    )));
+        let paths = futures::stream::iter(old.clone()).map(Ok).boxed();
+        let deleted: std::collections::HashSet<Path> = store
+            .delete_stream(paths)
+            .filter_map(|r| async move {
+                match r {
+                    Ok(p) => Some(p),
+                    Err(object_store::Error::NotFound { path, .. }) => Some(Path::from(path)),
+                    Err(e) => {
+                        tracing::warn!("a checks' memo entry was not deleted: {e}");
+                        None
+                    }
                 }
-            }
-        }
+            })
+            .collect()
+            .await;
+        old.retain(|p| deleted.contains(p));
     }
-    Ok(old.into_iter().map(|p| p.to_string()).collect())
+    old.into_iter().map(|p| p.to_string()).collect()
 }

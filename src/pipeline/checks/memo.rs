@@ -198,29 +198,38 @@ fn scans(plan: &Arc<dyn ExecutionPlan>, h: &mut Sha256) -> Option<()> {
     Some(())
 }
 
-/// Whether every local file DataFusion's scans below `plan` read still has the size and
-/// modification time their listing gave (what the key holds): results over a file that
-/// changed while the query ran are not memoised. (The checks' own zone reader pins each read
-/// to its listed version itself; other remote scans' files are not asked again, a request
-/// each: there the memo relies on a changed object having another ETag.)
+/// Whether every local file the scans below `plan` read (DataFusion's, and the checks' own
+/// zone reader's) still has the size and modification time their listing gave (what the key
+/// holds): results over a file that changed while the query ran are not memoised. A file
+/// listed without a modification time (delta-rs names a Delta table's files by path and
+/// size; the key holds the table's pinned version) is compared by size. Remote files are not
+/// asked again (a request each): the checks' zone reader reads them conditionally on their
+/// listed ETag, and elsewhere the memo relies on a changed object having another ETag.
 pub fn still_as_listed(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let same = |f: &PartitionedFile| {
+        let m = &f.object_meta;
+        let path = std::path::Path::new("/").join(m.location.as_ref());
+        let untimed = m.last_modified.timestamp_nanos_opt() == Some(0);
+        std::fs::metadata(path).is_ok_and(|now| {
+            now.len() == m.size
+                && (untimed
+                    || now
+                        .modified()
+                        .is_ok_and(|t| chrono::DateTime::<chrono::Utc>::from(t) == m.last_modified))
+        })
+    };
     if let Some(d) = plan.downcast_ref::<DataSourceExec>()
         && let Some(config) = d.data_source().downcast_ref::<FileScanConfig>()
         && config.object_store_url.as_str().starts_with("file://")
+        && !config.file_groups.iter().all(|g| g.iter().all(same))
     {
-        let same = |f: &PartitionedFile| {
-            let m = &f.object_meta;
-            let path = std::path::Path::new("/").join(m.location.as_ref());
-            std::fs::metadata(path).is_ok_and(|now| {
-                now.len() == m.size
-                    && now
-                        .modified()
-                        .is_ok_and(|t| chrono::DateTime::<chrono::Utc>::from(t) == m.last_modified)
-            })
-        };
-        if !config.file_groups.iter().all(|g| g.iter().all(same)) {
-            return false;
-        }
+        return false;
+    }
+    if let Some(z) = plan.downcast_ref::<ZoneScanExec>()
+        && z.is_local()
+        && !z.files().iter().all(same)
+    {
+        return false;
     }
     plan.children().into_iter().all(still_as_listed)
 }

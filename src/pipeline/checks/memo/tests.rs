@@ -241,3 +241,20 @@ fn a_local_file_changed_after_its_listing_is_not_memoised() {
         None
     )])));
 }
+
+/// Regression (found in review: every grouped check over a local Delta source went
+/// unmemoised): delta-rs lists a Delta table's files with no modification time (the epoch);
+/// such a file is compared by its size, the key holding the table's pinned version.
+#[test]
+fn a_file_listed_without_a_time_is_compared_by_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("part-0.parquet");
+    std::fs::write(&path, b"0123456789").unwrap();
+    let as_delta_lists = |size| {
+        let mut f = file("x", size, 0, None);
+        f.object_meta.location = Path::from_absolute_path(&path).unwrap();
+        f
+    };
+    assert!(super::still_as_listed(&scan(vec![as_delta_lists(10)])));
+    assert!(!super::still_as_listed(&scan(vec![as_delta_lists(9)])));
+}

@@ -27,7 +27,6 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions, new_null_array};
 use arrow::datatypes::{DataType, SchemaRef};
-use bytes::Bytes;
 use datafusion::catalog::Session;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DFSchema, ScalarValue};
@@ -160,7 +159,8 @@ pub fn scan(
         })
         .collect();
     // Local files are read from the file system directly (a read of a part is a `pread`).
-    let store = (root.scheme() != "file").then_some(store);
+    let local = root.scheme() == "file";
+    let store = (!local).then_some(store);
     let read = files.clone();
     let held = Arc::new(tokio::sync::Semaphore::new(HELD));
     let per = files.len().div_ceil(partitions.max(1)).max(1);
@@ -188,7 +188,7 @@ pub fn scan(
             None,
         )?)
     };
-    Ok(Arc::new(ZoneScanExec { inner, read }))
+    Ok(Arc::new(ZoneScanExec { inner, read, local }))
 }
 
 /// The checks' own scan of a zone's files: DataFusion's streaming table over `Files`
@@ -197,12 +197,19 @@ pub fn scan(
 pub struct ZoneScanExec {
     inner: Arc<dyn ExecutionPlan>,
     read: Vec<PartitionedFile>,
+    /// Its files are on local disk.
+    local: bool,
 }
 
 impl ZoneScanExec {
     /// The files the scan reads, with their partition values.
     pub fn files(&self) -> &[PartitionedFile] {
         &self.read
+    }
+
+    /// Whether its files are on local disk (their locations are absolute paths).
+    pub fn is_local(&self) -> bool {
+        self.local
     }
 }
 
@@ -311,7 +318,7 @@ impl PartitionStream for Files {
         builder.spawn(async move {
             let out = Arc::new(out);
             let fetched = futures::stream::iter(files)
-                .map(|file| fetch(store.clone(), file, whole, held.clone()))
+                .map(|file| super::ranges::fetch(store.clone(), file, whole, held.clone()))
                 // In the order they arrive: a fetched file holding a permit is always read
                 // next, never waiting behind one that waits for a permit.
                 .buffer_unordered(FETCHES);
@@ -340,42 +347,6 @@ impl PartitionStream for Files {
         });
         builder.build()
     }
-}
-
-/// A fetched file and its permit to be held in memory.
-type Fetched = (Bytes, tokio::sync::OwnedSemaphorePermit);
-
-/// `file` fetched whole if it has at most `whole` bytes, once one of `held` is free; `None`:
-/// read it by ranges.
-async fn fetch(
-    store: Arc<dyn ObjectStore>,
-    file: PartitionedFile,
-    whole: u64,
-    held: Arc<tokio::sync::Semaphore>,
-) -> Result<(PartitionedFile, Option<Fetched>)> {
-    if file.object_meta.size > whole {
-        return Ok((file, None));
-    }
-    let permit = held
-        .acquire_owned()
-        .await
-        .map_err(|e| DataFusionError::External(Box::new(e)))?;
-    let listed = &file.object_meta;
-    let got = async {
-        let got = store
-            .get_opts(&listed.location, super::ranges::pinned(listed, None))
-            .await?;
-        if let Err(why) = super::ranges::unchanged(listed, &got.meta) {
-            return Err(object_store::Error::Precondition {
-                path: listed.location.to_string(),
-                source: why.into(),
-            });
-        }
-        got.bytes().await
-    }
-    .await
-    .map_err(|e| DataFusionError::ObjectStore(Box::new(e)))?;
-    Ok((file, Some((got, permit))))
 }
 
 /// What a scan produces from each file.

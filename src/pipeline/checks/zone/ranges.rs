@@ -8,6 +8,8 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::error::{DataFusionError, Result as DfResult};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use object_store::path::Path;
@@ -17,20 +19,31 @@ use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::errors::{ParquetError, Result};
 use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 
-/// A read of the version of a file its listing saw: conditional on its ETag when the
-/// listing gave one (storage refuses the read if the object was replaced since; a local
-/// file's ETag is object_store's, of its inode, size and modification time). The body's
-/// metadata is checked too ([`unchanged`]).
+/// An ETag as a value to compare: without a weak marker (`W/`) or quotes; `None` if empty
+/// (some S3-compatible servers list versioned objects with an empty ETag).
+fn etag(e: &Option<String>) -> Option<&str> {
+    let e = e.as_deref()?.trim();
+    let e = e.strip_prefix("W/").unwrap_or(e).trim_matches('"');
+    (!e.is_empty()).then_some(e)
+}
+
+/// A read of a remote file's version its listing saw: conditional on the listed ETag when
+/// the listing gave one (storage refuses the read if the object was replaced since). The
+/// returned object's metadata is checked too ([`unchanged`]).
 pub fn pinned(listed: &ObjectMeta, range: Option<Range<u64>>) -> GetOptions {
     GetOptions {
-        if_match: listed.e_tag.clone(),
+        if_match: listed
+            .e_tag
+            .clone()
+            .filter(|_| etag(&listed.e_tag).is_some()),
         range: range.map(GetRange::Bounded),
         ..Default::default()
     }
 }
 
-/// Whether the object a read returned is the one listed: same size, and the same ETag or
-/// (without one) the same modification time. `Err`: what differs.
+/// Whether the object a read returned is the one listed: same size, and the same ETag (quotes
+/// and weak markers aside); without a listed ETag, the same modification time. `Err`: what
+/// differs.
 pub fn unchanged(listed: &ObjectMeta, got: &ObjectMeta) -> std::result::Result<(), String> {
     if got.size != listed.size {
         return Err(format!(
@@ -38,15 +51,52 @@ pub fn unchanged(listed: &ObjectMeta, got: &ObjectMeta) -> std::result::Result<(
             got.size, listed.size
         ));
     }
-    let same = match (&listed.e_tag, &got.e_tag) {
+    let same = match (etag(&listed.e_tag), etag(&got.e_tag)) {
         (Some(a), Some(b)) => a == b,
-        _ => got.last_modified == listed.last_modified,
+        (Some(_), None) => false,
+        (None, _) => got.last_modified == listed.last_modified,
     };
     if same {
         Ok(())
     } else {
         Err("it changed after it was listed (another ETag or modification time)".to_string())
     }
+}
+
+/// A fetched file and its permit to be held in memory.
+pub type Fetched = (Bytes, tokio::sync::OwnedSemaphorePermit);
+
+/// `file` fetched whole, pinned to its listed version, if it has at most `whole` bytes, once
+/// one of `held` is free; `None`: read it by ranges.
+pub async fn fetch(
+    store: Arc<dyn ObjectStore>,
+    file: PartitionedFile,
+    whole: u64,
+    held: Arc<tokio::sync::Semaphore>,
+) -> DfResult<(PartitionedFile, Option<Fetched>)> {
+    if file.object_meta.size > whole {
+        return Ok((file, None));
+    }
+    let permit = held
+        .acquire_owned()
+        .await
+        .map_err(|e| DataFusionError::External(Box::new(e)))?;
+    let listed = &file.object_meta;
+    let got = async {
+        let got = store
+            .get_opts(&listed.location, pinned(listed, None))
+            .await?;
+        if let Err(why) = unchanged(listed, &got.meta) {
+            return Err(object_store::Error::Precondition {
+                path: listed.location.to_string(),
+                source: why.into(),
+            });
+        }
+        got.bytes().await
+    }
+    .await
+    .map_err(|e| DataFusionError::ObjectStore(Box::new(e)))?;
+    Ok((file, Some((got, permit))))
 }
 
 /// Whether an opened local file is the one listed: same size and modification time (a file

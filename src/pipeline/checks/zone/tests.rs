@@ -532,3 +532,32 @@ async fn a_file_replaced_after_the_checks_listed_it_fails_their_read() {
         );
     }
 }
+
+/// ETags compare as values: quotes and a weak marker aside; an empty listed ETag is no ETag
+/// (no `If-Match` sent, the modification time compared); an ETag listed but not returned is a
+/// change.
+#[test]
+fn etags_compare_without_quotes_and_an_empty_one_is_none() {
+    use super::ranges::{pinned, unchanged};
+    let meta = |etag: Option<&str>, secs: i64| ObjectMeta {
+        location: Path::from("zone/dt=2026-11-01/part-0.parquet"),
+        last_modified: chrono::TimeZone::timestamp_opt(&chrono::Utc, secs, 0).unwrap(),
+        size: 10,
+        e_tag: etag.map(str::to_string),
+        version: None,
+    };
+    assert!(unchanged(&meta(Some("\"abc\""), 1), &meta(Some("abc"), 2)).is_ok());
+    assert!(unchanged(&meta(Some("W/\"abc\""), 1), &meta(Some("\"abc\""), 2)).is_ok());
+    assert!(unchanged(&meta(Some("\"abc\""), 1), &meta(Some("\"abd\""), 1)).is_err());
+    assert!(unchanged(&meta(Some("\"abc\""), 1), &meta(None, 1)).is_err());
+    assert!(unchanged(&meta(Some(""), 1), &meta(Some("\"abc\""), 1)).is_ok());
+    assert!(unchanged(&meta(Some(""), 1), &meta(Some("\"abc\""), 2)).is_err());
+    let mut bigger = meta(Some("\"abc\""), 1);
+    bigger.size = 11;
+    assert!(unchanged(&meta(Some("\"abc\""), 1), &bigger).is_err());
+    assert_eq!(pinned(&meta(Some(""), 1), None).if_match, None);
+    assert_eq!(
+        pinned(&meta(Some("\"abc\""), 1), None).if_match.as_deref(),
+        Some("\"abc\"")
+    );
+}
