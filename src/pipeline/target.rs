@@ -23,6 +23,7 @@ use crate::task::Task;
 use crate::task::range::WindowRange;
 
 mod background;
+mod prefetch;
 use background::open_in_background;
 pub use background::{background, finish_background};
 
@@ -50,6 +51,8 @@ pub struct Target {
     /// The last metadata this process committed (as JSON): windows planned against the table
     /// before that commit carry the same schema change, which is not committed twice.
     metadata_committed: std::sync::Mutex<Option<String>>,
+    /// The read-back's first replay, opened early (see `prefetch`).
+    prefetch: prefetch::Prefetch,
 }
 
 /// What the committer holds: the table (protocol, schema, configuration; its snapshot may lag
@@ -129,6 +132,7 @@ impl Target {
             loaded: tokio::sync::OnceCell::new(),
             on_schema_change: task.on_schema_change,
             metadata_committed: std::sync::Mutex::new(None),
+            prefetch: prefetch::Prefetch::default(),
         })
     }
 
@@ -450,6 +454,9 @@ impl Target {
         version: i64,
         expected: &[readback::Expected<'_>],
     ) -> Result<Vec<std::result::Result<Vec<WindowFile>, String>>> {
+        if replay.is_none() {
+            *replay = self.prefetch.take().await;
+        }
         readback::read_back(
             replay,
             &self.readback,

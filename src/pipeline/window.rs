@@ -85,8 +85,7 @@ impl Runner {
             .map_err(|e| Error::runtime(format!("runner closed: {e}")))
     }
 
-    /// Stages 1–3 and the checks right before a commit: the window ready to commit, or `None`
-    /// when its run ends without one (an empty result skipped).
+    /// Stages 1–3 and the pre-commit checks: the window ready to commit (`None`: skipped, empty).
     pub(super) async fn prepare(
         &self,
         window: &Window,
@@ -103,6 +102,7 @@ impl Runner {
         if self.skip_empty(&reconciled, &plan.table, window, report)? {
             return Ok(None);
         }
+        self.target.prefetch_readback().await; // about to commit (see `target::prefetch`)
         let data_checks = self.data_checks(&plan, &reconciled, window, report).await?;
         self.check_inputs(&reconciled.window, &pins).await?;
         crate::fault::hit("before-commit", None)?;

@@ -531,3 +531,30 @@ fn a_long_landing_zone_backfill_is_checked_by_the_checks_own_reader() {
         assert_eq!(rows["ok"], false, "{r}");
     }
 }
+
+/// The read-back's first replay is opened before the commit, beside the window's last checks
+/// (`target::prefetch`). Commits other writers land meanwhile — the same window and another —
+/// are read past by the read-back's own route: the paused run publishes, its read-back
+/// confirms the window's files, and the table matches polars over the source. Also the plain
+/// twin (the replay opened by the read-back itself).
+#[test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
+fn a_read_back_opened_before_other_writers_commits_reads_past_them() {
+    for accelerate in ["1", "0"] {
+        let p = landing_project(5, 2);
+        p.run_ok("events", &day(1).to_string());
+        let child = paused_run(&p, 2, &[("IDEMLAKE_ACCELERATE", accelerate)]);
+        p.run_ok("events", &day(2).to_string());
+        p.run_ok("events", &day(3).to_string());
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(code(&out), 0, "accelerate={accelerate}: {}", text(&out));
+        let report = &json_lines(&out)[0];
+        assert_eq!(report["published"], true, "{report}");
+        assert!(report["table_version"].as_i64().unwrap() >= 3, "{report}");
+        assert!(text(&out).contains("rows_committed"), "{}", text(&out));
+        assert_matches_polars(&p, &p.table_dir("events"), 1, 3);
+    }
+}

@@ -39,6 +39,7 @@ pub fn own_root(url: &url::Url) -> Result<Option<std::sync::Arc<dyn object_store
 /// session and commits use), for delta-rs's loads (`bucket`) and rooted at the table for
 /// commit files and footers (`root`); for a local table, delta-rs's own local store and the
 /// table's (neither keeps anything between reads).
+#[derive(Clone)]
 pub struct Route {
     pub url: url::Url,
     pub bucket: Option<std::sync::Arc<dyn object_store::ObjectStore>>,
