@@ -185,16 +185,7 @@ impl LandingZone {
             .format
             .infer_schema(&state, &zone.store, std::slice::from_ref(&first))
             .await?;
-        if let Some(clash) = zone
-            .columns
-            .iter()
-            .find(|(c, _)| schema.field_with_name(c).is_ok())
-        {
-            return Err(Error::input(format!(
-                "partition column `{}` is also a column of the files ({}); rename the directory level or the column",
-                clash.0, first.location
-            )));
-        }
+        no_clash(&zone.columns, &schema, &first)?;
         zone.file_schema = schema;
         Ok(Some(zone))
     }
@@ -476,6 +467,20 @@ fn check_levels(
 
 /// Whether a local path without a trailing `/` is a directory (remote URLs must end in `/`
 /// to name a prefix).
+/// A partition column that is also a column of the files is the task's mistake.
+fn no_clash(columns: &[(String, DataType)], schema: &Schema, first: &ObjectMeta) -> Result<()> {
+    match columns
+        .iter()
+        .find(|(c, _)| schema.field_with_name(c).is_ok())
+    {
+        Some(clash) => Err(Error::input(format!(
+            "partition column `{}` is also a column of the files ({}); rename the directory level or the column",
+            clash.0, first.location
+        ))),
+        None => Ok(()),
+    }
+}
+
 fn is_directory(url: &ListingTableUrl) -> bool {
     url.scheme() == "file"
         && url
