@@ -273,18 +273,24 @@ def check(store, tool: str, lo: dt.date, hi: dt.date):
 
 
 def requests_of_day(store, project: str, d: dt.date) -> str:
-    """The -v request summary of a re-run of day `d` (the checks' source side from their memo),
-    then of one with IDEMLAKE_CHECK_MEMO=0 (computed, as on a first run)."""
-    out = []
-    for memo in ("1", "0"):
+    """The -v request summaries of ten re-runs of day `d` in a row (the checks' source side
+    from their memo; ten runs cover the table's checkpoint interval, so one of them writes a
+    checkpoint and the log read after it grows from none to nine commits), then of one with
+    IDEMLAKE_CHECK_MEMO=0 (computed, as on a first run)."""
+    def one(memo: str):
         r = subprocess.run(idem(project, store.lake("idemlake"), "-v", "run", "events", "--window", str(d)),
                            capture_output=True, text=True, env={**store.env, "IDEMLAKE_CHECK_MEMO": memo})
         found = [line.split("storage requests: ", 1)[1] for line in (r.stderr + r.stdout).splitlines()
                  if "storage requests: " in line]
         if r.returncode != 0 or not found:
             raise SystemExit(f"the -v day window failed or printed no request summary:\n{r.stderr}")
-        out.append(found[-1])
-    return f"{out[0]} re-run, the checks' source side from their memo; {out[1]} with IDEMLAKE_CHECK_MEMO=0"
+        return found[-1]
+    reruns = [one("1") for _ in range(10)]
+    totals = sorted(int(x.split(" ", 1)[0]) for x in reruns)
+    computed = one("0")
+    return (f"re-runs, the checks' source side from their memo (10 in a row): median "
+            f"{statistics.median(totals):.0f}, min {totals[0]}, max {totals[-1]} (the run writing the "
+            f"table's checkpoint); the last: {reruns[-1]}; with IDEMLAKE_CHECK_MEMO=0: {computed}")
 
 
 def scenario(store, name, reps, cmd_of, warm=False):
