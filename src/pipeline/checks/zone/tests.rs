@@ -398,6 +398,20 @@ async fn remote_zone(ctx: &SessionContext) -> (Arc<Recording>, ListingTable) {
     (store, ListingTable::try_new(config).unwrap())
 }
 
+/// A fresh checks' session with `t` the remote zone read by the checks' own reader, a file of
+/// at most `whole` bytes fetched whole; and the zone's recording store.
+async fn remote_own_reader(whole: u64) -> (SessionContext, Arc<Recording>) {
+    let ctx = build(false, Listings::Narrow).unwrap();
+    let (store, plain) = remote_zone(&ctx).await;
+    let url = plain.table_paths()[0].clone();
+    let own = CheckZone::new(plain, url, &columns())
+        .unwrap()
+        .with_own_reader(true)
+        .with_whole_file_bytes(whole);
+    ctx.register_table("t", Arc::new(own)).unwrap();
+    (ctx, store)
+}
+
 /// Every file under `dir`, recursively.
 fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
@@ -423,14 +437,7 @@ async fn on_an_object_store_the_checks_own_reader_gets_each_small_file_once() {
         let twin_ctx = build(false, Listings::Narrow).unwrap();
         let (twin_store, twin) = remote_zone(&twin_ctx).await;
         twin_ctx.register_table("t", Arc::new(twin)).unwrap();
-        let ctx = build(false, Listings::Narrow).unwrap();
-        let (store, plain) = remote_zone(&ctx).await;
-        let url = plain.table_paths()[0].clone();
-        let own = CheckZone::new(plain, url, &columns())
-            .unwrap()
-            .with_own_reader(true)
-            .with_whole_file_bytes(whole);
-        ctx.register_table("t", Arc::new(own)).unwrap();
+        let (ctx, store) = remote_own_reader(whole).await;
 
         // One window's directory: its three files.
         gets(&store);

@@ -39,14 +39,7 @@ async fn a_file_replaced_after_the_checks_listed_it_fails_their_read() {
 
     // Remote: every file of the zone put again (same bytes, a new ETag) after planning.
     for whole in [files::WHOLE_FILE_BYTES, 0] {
-        let ctx = build(false, Listings::Narrow).unwrap();
-        let (store, plain) = remote_zone(&ctx).await;
-        let url = plain.table_paths()[0].clone();
-        let own = CheckZone::new(plain, url, &columns())
-            .unwrap()
-            .with_own_reader(true)
-            .with_whole_file_bytes(whole);
-        ctx.register_table("t", Arc::new(own)).unwrap();
+        let (ctx, store) = remote_own_reader(whole).await;
         let q = "SELECT count(*), sum(v) FROM t WHERE dt >= DATE '2026-11-02' AND dt < DATE '2026-11-03'";
         let before = ctx.sql(q).await.unwrap().collect().await.unwrap();
         let plan = ctx
