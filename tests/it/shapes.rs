@@ -414,3 +414,43 @@ fn reconcile_queries_and_the_default_check_run_together_when_asked() {
         .collect();
     assert_eq!(failed, ["source_content"], "{}", text(&out));
 }
+
+/// Regression (a backfill of a task whose window parameters also bound a subquery failed its
+/// windows with exit 3: the grouped check bound the subquery to the whole batch's range, so a
+/// `HAVING` or an average inside it saw every window's rows at once): such a task is checked
+/// window by window, and its backfill passes with the numbers window-by-window checks give.
+#[test]
+fn a_window_filter_inside_a_subquery_is_checked_window_by_window() {
+    let p = TestProject::new();
+    let cols = "l_orderkey, l_linenumber, l_shipdate AS ship_date";
+    let tasks = [
+        (
+            "in_subquery",
+            format!(
+                "SELECT {cols} FROM lineitem WHERE {BOUNDS} AND l_orderkey IN \
+                 (SELECT l_orderkey FROM lineitem WHERE {BOUNDS} \
+                  GROUP BY l_orderkey HAVING count(*) > 1)"
+            ),
+        ),
+        (
+            "above_average",
+            format!(
+                "SELECT {cols} FROM lineitem WHERE {BOUNDS} AND l_extendedprice > \
+                 (SELECT avg(l_extendedprice) FROM lineitem WHERE {BOUNDS})"
+            ),
+        ),
+    ];
+    for (name, sql) in tasks {
+        for (suffix, extra) in [
+            ("", ""),
+            ("_content", "[reconcile]\ndefault = \"content\"\n"),
+        ] {
+            let task = format!("{name}{suffix}");
+            p.task(&task, &shape_task(&sql, extra));
+            let (grouped, was_grouped) = backfill(&p, &task, &format!("lake-{task}-g"), None);
+            assert!(!was_grouped, "{task}: grouped over the batch");
+            let (single, _) = backfill(&p, &task, &format!("lake-{task}-1"), Some("1"));
+            assert_eq!(grouped, single, "{task}");
+        }
+    }
+}

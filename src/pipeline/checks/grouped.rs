@@ -232,12 +232,24 @@ impl Grouped {
             plan = without_projected_parameters(plan)?;
         }
         let mut holders = Vec::new();
-        plan.apply_with_subqueries(|p| {
+        plan.apply(|p| {
             if node_has_placeholder(p) {
                 holders.push(p.clone());
             }
             Ok(TreeNodeRecursion::Continue)
         })?;
+        // A subquery bound by the window (`IN (SELECT … HAVING …)`, a scalar average) would
+        // be bound to the whole batch's range: what it computes would mix the windows.
+        let mut in_subqueries = 0usize;
+        plan.apply_with_subqueries(|p| {
+            in_subqueries += usize::from(node_has_placeholder(p));
+            Ok(TreeNodeRecursion::Continue)
+        })?;
+        if in_subqueries != holders.len() {
+            return Err(NotGroupable(
+                "a subquery uses the window parameters (each window's subquery differs)".into(),
+            ));
+        }
         // Every node holding a window parameter is a window filter (a `UNION` has one per
         // branch; equal filters bound the same way).
         let mut filters: Vec<(Expr, Vec<Pair>)> = Vec::new();
