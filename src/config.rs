@@ -230,8 +230,11 @@ fn log_filter(strict: bool) -> Result<Option<String>> {
     }
 }
 
+/// Where `pause-<point>:MS` may pause a run (see `fault::pause`).
+pub const PAUSE_POINTS: [&str; 3] = ["before-inputs-check", "before-source-checks", "before-pins"];
+
 /// The faults and mutations `IDEMLAKE_TEST_FAULT` may name (see `fault`), beside
-/// `batch:N` and `pause-before-inputs-check:MS`.
+/// `batch:N` and `pause-<point>:MS`.
 pub const TEST_FAULTS: [&str; 14] = [
     "before-commit",
     "abort-before-commit",
@@ -250,7 +253,7 @@ pub const TEST_FAULTS: [&str; 14] = [
 ];
 
 /// `IDEMLAKE_TEST_FAULT`: one of [`TEST_FAULTS`], `batch:N` or
-/// `pause-before-inputs-check:MS`; anything else is an error when `strict` (a misspelt fault
+/// `pause-<point>:MS` (a point of [`PAUSE_POINTS`]); anything else is an error when `strict` (a misspelt fault
 /// would inject nothing and a test of it would pass vacuously), else unset. In a build without
 /// the `faults` feature any value is such an error: the hooks are not there to inject it.
 fn test_fault(strict: bool) -> Result<Option<String>> {
@@ -277,13 +280,20 @@ fn test_fault_of(v: Option<String>, strict: bool, hooks: bool) -> Result<Option<
     let number = |n: Option<&str>| n.is_some_and(|n| n.parse::<u64>().is_ok());
     let known = TEST_FAULTS.contains(&v.as_str())
         || number(v.strip_prefix("batch:"))
-        || number(v.strip_prefix("pause-before-inputs-check:"));
+        || PAUSE_POINTS.iter().any(|p| {
+            number(
+                v.strip_prefix("pause-")
+                    .and_then(|r| r.strip_prefix(p))
+                    .and_then(|r| r.strip_prefix(':')),
+            )
+        });
     match known {
         true => Ok(Some(v)),
         false if !strict => Ok(None),
         false => Err(Error::input(format!(
-            "{NAME} must be one of {}, batch:N or pause-before-inputs-check:MS, got `{v}`",
-            TEST_FAULTS.join(", ")
+            "{NAME} must be one of {}, batch:N or pause-<point>:MS (point: {}), got `{v}`",
+            TEST_FAULTS.join(", "),
+            PAUSE_POINTS.join(", ")
         ))),
     }
 }

@@ -13,7 +13,10 @@
 //!   delta-rs does when its post-commit steps fail (the run must find its commit).
 //!
 //! - `pause-before-inputs-check:MS` sleeps MS ms right before a window's inputs are checked
-//!   (after its checks, before its commit), printing `idemlake: paused at before-inputs-check`.
+//!   (after its checks, before its commit), printing `idemlake: paused at before-inputs-check`;
+//!   `pause-before-pins:MS` before a window lists the files it reaches, and
+//!   `pause-before-source-checks:MS` before the checks compute a window's source side
+//!   (after its files were pinned), alike.
 //!
 //! Mutations of the accelerations, to prove the independent checks catch their bugs:
 //! - `slice-drop-row`: every shared-scan slice loses its last row;

@@ -140,4 +140,49 @@ impl Runner {
                 || locations.iter().any(|u| u.contains(&path, false))
         }))
     }
+
+    /// The inputs must still be the ones the run started with (file sources are not
+    /// versioned: a file rewritten while the window ran may have been read half old, half
+    /// new). Checked after the checks, right before the commit.
+    pub(super) async fn check_inputs(
+        &self,
+        w: &crate::pipeline::stages::StagedWindow,
+        pins: &[Pin],
+    ) -> Result<()> {
+        crate::fault::pause("before-inputs-check").await;
+        let unchanged = self.inputs_unchanged(pins).await;
+        if unchanged.is_err() {
+            crate::pipeline::execute::discard(&w.store, &w.staged.adds).await;
+        }
+        unchanged
+    }
+
+    /// Every file the window pinned is as it was, and every other source as at the start of
+    /// the run (exit 1, retryable, otherwise).
+    pub(super) async fn inputs_unchanged(&self, pins: &[Pin]) -> Result<()> {
+        self.check_pins(pins).await?;
+        let task = self.task();
+        let mut changed = crate::pipeline::sources::changed_since(
+            self.checker().session(),
+            &task.sources,
+            self.source_versions(),
+        )
+        .await?;
+        if changed.is_empty() {
+            let faulted = self.faulted_reads(pins)?;
+            if !faulted.is_empty() {
+                changed.push(format!(
+                    "(memory-mapped file(s) truncated under the read: {})",
+                    faulted.join(", ")
+                ));
+            }
+        }
+        if changed.is_empty() {
+            return Ok(());
+        }
+        Err(Error::runtime(format!(
+            "source(s) {} changed while the window ran (files, sizes or modification times differ from the start of the run); nothing was published — re-run once the sources are stable",
+            changed.join(", ")
+        )))
+    }
 }

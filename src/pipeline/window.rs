@@ -19,7 +19,6 @@ use crate::pipeline::checks::{data, staged};
 use crate::pipeline::execute::{self, Sink};
 use crate::pipeline::reconcile::{self, Check};
 use crate::pipeline::runner::Runner;
-use crate::pipeline::sources;
 use crate::pipeline::stage::{stage, temp_sink, tempdir_for_merge};
 use crate::pipeline::stages::{
     CommitError, Committed, Ready, Reconciled, StagedWindow, WindowPlan,
@@ -92,12 +91,13 @@ impl Runner {
         run_id: &str,
         report: &mut Report,
     ) -> Result<Option<Ready>> {
+        crate::fault::pause("before-pins").await;
         let pins = self.pin_window(window).await?;
         let plan = self.plan_stage(window, report).await?;
         let staged = self.stage_window(&plan, window).await?;
         let schema = plan.planned.schema.clone();
         let reconciled = self
-            .reconcile_window(staged, (window, &schema), report)
+            .reconcile_window(staged, (window, &schema, &pins), report)
             .await?;
         if self.skip_empty(&reconciled, &plan.table, window, report)? {
             return Ok(None);
@@ -237,6 +237,7 @@ impl Runner {
                 sink
             ),
             async {
+                crate::fault::pause("before-source-checks").await;
                 self.checker()
                     .source_side(task, window)
                     .await
@@ -270,38 +271,64 @@ impl Runner {
     /// the staged files.
     async fn reconcile_window(
         &self,
-        w: StagedWindow,
-        (window, schema): (&Window, &arrow::datatypes::SchemaRef),
+        mut w: StagedWindow,
+        (window, schema, pins): (
+            &Window,
+            &arrow::datatypes::SchemaRef,
+            &[crate::pipeline::pins::Pin],
+        ),
         report: &mut Report,
     ) -> Result<Reconciled> {
         let task = self.task();
-        let staged = &w.staged;
         let mut checks = vec![Check::counts(
             "rows_staged",
-            staged.rows,
-            execute::rows_in(&staged.adds)?,
+            w.staged.rows,
+            execute::rows_in(&w.staged.adds)?,
         )];
-        let (rc, on_mismatch) =
-            match crate::pipeline::independent::compare(self.checker(), task, &w, schema).await {
+        let mut attempt = 0;
+        let rc = loop {
+            let compared = crate::pipeline::independent::compare(self.checker(), task, &w, schema);
+            let (rc, on_mismatch) = match compared.await {
                 Ok(r) => r,
                 Err(e) => {
-                    execute::discard(&w.store, &staged.adds).await;
+                    execute::discard(&w.store, &w.staged.adds).await;
                     return Err(e);
                 }
             };
-        let failed = rc.iter().any(|c| !c.ok);
-        if failed && on_mismatch == OnMismatch::Fail {
-            execute::discard(&w.store, &staged.adds).await;
+            if !(rc.iter().any(|c| !c.ok) && on_mismatch == OnMismatch::Fail) {
+                break rc;
+            }
             report.reconciliation = checks.iter().chain(&rc).cloned().collect();
-            return Err(Error::mismatch(format!(
-                "reconciliation failed, nothing was published: {}",
-                reconcile::describe_failures(&rc)
-            )));
-        }
+            // A source that changed while the window ran explains a mismatch: retryable.
+            if let Err(e) = self.inputs_unchanged(pins).await {
+                execute::discard(&w.store, &w.staged.adds).await;
+                return Err(e);
+            }
+            // The window's files are as it pinned them, but the checks may have listed the
+            // source before a file the window read had landed (a backfill's grouped check
+            // lists every window's directories first): once more, afresh, by their own route.
+            attempt += 1;
+            if attempt > 1 {
+                execute::discard(&w.store, &w.staged.adds).await;
+                return Err(Error::mismatch(format!(
+                    "reconciliation failed, nothing was published: {}",
+                    reconcile::describe_failures(&rc)
+                )));
+            }
+            tracing::info!(window = %window.label(), "a check failed with the window's files unchanged: the checks compute the source side again");
+            w.source_side = match self.checker().window_side(task, window).await {
+                Ok(side) => side,
+                Err(e) => {
+                    execute::discard(&w.store, &w.staged.adds).await;
+                    return Err(e);
+                }
+            };
+        };
+        let failed = rc.iter().any(|c| !c.ok);
         checks.extend(rc);
         report.reconciliation = checks.clone();
         if !checks[0].ok {
-            execute::discard(&w.store, &staged.adds).await;
+            execute::discard(&w.store, &w.staged.adds).await;
             return Err(Error::runtime(format!(
                 "the files written hold {} rows but the query produced {}; nothing was published",
                 checks[0].output, checks[0].source
@@ -414,45 +441,6 @@ impl Runner {
                 Ok(true)
             }
         }
-    }
-
-    /// The inputs must still be the ones the run started with (file sources are not
-    /// versioned: a file rewritten while the window ran may have been read half old, half
-    /// new). Checked after the checks, right before the commit.
-    async fn check_inputs(
-        &self,
-        w: &StagedWindow,
-        pins: &[crate::pipeline::pins::Pin],
-    ) -> Result<()> {
-        crate::fault::pause("before-inputs-check").await;
-        if let Err(e) = self.check_pins(pins).await {
-            execute::discard(&w.store, &w.staged.adds).await;
-            return Err(e);
-        }
-        let task = self.task();
-        let mut changed = sources::changed_since(
-            self.checker().session(),
-            &task.sources,
-            self.source_versions(),
-        )
-        .await?;
-        if changed.is_empty() {
-            let faulted = self.faulted_reads(pins)?;
-            if !faulted.is_empty() {
-                changed.push(format!(
-                    "(memory-mapped file(s) truncated under the read: {})",
-                    faulted.join(", ")
-                ));
-            }
-        }
-        if changed.is_empty() {
-            return Ok(());
-        }
-        execute::discard(&w.store, &w.staged.adds).await;
-        Err(Error::runtime(format!(
-            "source(s) {} changed while the window ran (files, sizes or modification times differ from the start of the run); nothing was published — re-run once the sources are stable",
-            changed.join(", ")
-        )))
     }
 
     /// The last stage: the read-back check joins the report, which says published and ok

@@ -242,6 +242,17 @@ fn a_backfill_completes_while_files_land_in_other_days() {
 /// Start `run events --window <day d>` paused before its inputs check; returns the child once
 /// it says it paused.
 fn paused_run(p: &TestProject, d: i64, extra_env: &[(&str, &str)]) -> std::process::Child {
+    paused_at(p, d, "before-inputs-check", extra_env)
+}
+
+/// Start `run events --window <day d>` paused at `point` (see `fault::pause`); returns the
+/// child once it says it paused.
+fn paused_at(
+    p: &TestProject,
+    d: i64,
+    point: &str,
+    extra_env: &[(&str, &str)],
+) -> std::process::Child {
     use std::io::{BufRead, BufReader};
     let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin!("idemlake"));
     cmd.arg("--project")
@@ -250,7 +261,7 @@ fn paused_run(p: &TestProject, d: i64, extra_env: &[(&str, &str)]) -> std::proce
         .arg(day(d).to_string())
         .env_remove("IDEMLAKE_LAKE")
         .env_remove("IDEMLAKE_PROJECT")
-        .env("IDEMLAKE_TEST_FAULT", "pause-before-inputs-check:4000")
+        .env("IDEMLAKE_TEST_FAULT", format!("pause-{point}:4000"))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     for (k, v) in extra_env {
@@ -264,7 +275,7 @@ fn paused_run(p: &TestProject, d: i64, extra_env: &[(&str, &str)]) -> std::proce
             .next()
             .expect("the run ended before it paused")
             .unwrap();
-        if line.contains("paused at before-inputs-check") {
+        if line.contains(&format!("paused at {point}")) {
             break;
         }
     }
@@ -303,6 +314,55 @@ fn a_file_added_to_a_running_windows_own_directory_fails_it_and_publishes_nothin
         p.run_ok("events", &day(2).to_string());
         assert_matches_polars(&p, &p.table_dir("events"), 2, 2);
     }
+}
+
+/// Regression (a file landing in a running window's own directory after the window listed it
+/// but before the checks did was reported as a mismatch, exit 3, never retried): the window's
+/// files are checked again before a mismatch is reported, and a change there is exit 1,
+/// retryable, nothing published.
+#[test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
+fn a_file_landing_after_the_window_listed_it_and_before_the_checks_did_is_retryable() {
+    let p = landing_project(5, 2);
+    // Window by window, the checks list the window's directory when they start.
+    let env = [("IDEMLAKE_CHECK_BATCH", "1")];
+    let child = paused_at(&p, 2, "before-source-checks", &env);
+    write_file(&p.path().join("events"), day(2), 77);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    let report = &json_lines(&out)[0];
+    assert_eq!(report["published"], false, "{report}");
+    assert_eq!(report["retryable"], true, "{report}");
+    let error = report["error"].as_str().unwrap();
+    assert!(
+        error.contains("changed inside this window's reach") && error.contains("part-00077"),
+        "{error}"
+    );
+    assert_eq!(log_version(&p.table_dir("events")), None);
+}
+
+/// Regression (the same race the other way round: a backfill's grouped check lists every
+/// window's directories first, and a file landing before a window lists its own made the
+/// window's output larger than the checks' source side, exit 3): with the window's files
+/// unchanged since it listed them, the checks compute its source side again, by their own
+/// route, and the window publishes what it read.
+#[test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
+fn a_file_landing_after_the_checks_listed_it_and_before_the_window_did_is_read() {
+    let p = landing_project(5, 2);
+    let child = paused_at(&p, 2, "before-pins", &[]);
+    // The checks' grouped query started beside the pause: let it list first.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    write_file(&p.path().join("events"), day(2), 77);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_matches_polars(&p, &p.table_dir("events"), 2, 2);
 }
 
 #[test]
