@@ -317,6 +317,8 @@ pub async fn audit(
 ) -> Result<Vec<WindowAudit>> {
     let task = runner.task();
     let windows = Window::range(from, to)?;
+    // A window reaching a landing-zone file off the zone's layout is an error, as in `run`.
+    runner.reach(&windows).await?;
     let columns: Vec<String> = plan::plan(runner.checker().session(), task, None)
         .await?
         .schema

@@ -225,6 +225,9 @@ impl Runner {
     /// or a chunk of this one window), the prepared plans bound to it, memory maps; the same
     /// window check and reconciliation tee as a run. For `verify`.
     pub async fn stage_to_temp(&self, window: &Window) -> Result<(tempfile::TempDir, Staged)> {
+        // The files the window reaches, as `run` lists them (a file off the zone's layout is
+        // an error here too).
+        self.pin_window(window).await?;
         let session = self.session_for(window).await?;
         let planned = self
             .planner

@@ -618,3 +618,60 @@ fn a_read_back_opened_before_other_writers_commits_reads_past_them() {
         assert_matches_polars(&p, &p.table_dir("events"), 1, 3);
     }
 }
+
+/// Move the files of day `d` into a subdirectory `hour=01` of their directory.
+fn nest_day(root: &Path, d: jiff::civil::Date) {
+    let dir = root.join(format!("dt={d}"));
+    let nested = dir.join("hour=01");
+    std::fs::create_dir_all(&nested).unwrap();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let path = e.unwrap().path();
+        if path.is_file() {
+            std::fs::rename(&path, nested.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+}
+
+/// Regression (a zone whose directory depth changed over time lost rows silently: with the
+/// layout `dt=/hour=/` taken from its first file, a later day's files directly under `dt=`
+/// were read by neither route, and the window published 0 rows with every check passing):
+/// a window that reaches files or `key=value` directories at another depth than the zone's
+/// layout fails with exit 2 naming them, and nothing is published; either way round.
+#[test]
+fn a_window_reaching_files_at_another_depth_than_the_zones_layout_fails() {
+    for nested_first in [true, false] {
+        let p = landing_project(3, 2);
+        let root = p.path().join("events");
+        let (nested, window) = if nested_first {
+            (day(0), day(1))
+        } else {
+            (day(1), day(1))
+        };
+        nest_day(&root, nested);
+        let out = p.run(&[
+            "--output",
+            "json",
+            "run",
+            "events",
+            "--window",
+            &window.to_string(),
+        ]);
+        assert_eq!(code(&out), 2, "nested_first={nested_first}: {}", text(&out));
+        let report = &json_lines(&out)[0];
+        let error = report["error"].as_str().unwrap();
+        let named = if nested_first {
+            format!("dt={window}/part-")
+        } else {
+            format!("dt={window}/hour=01")
+        };
+        assert!(
+            error.contains(&named) && error.contains("layout"),
+            "{error}"
+        );
+        assert_eq!(
+            log_version(&p.table_dir("events")),
+            None,
+            "nothing published"
+        );
+    }
+}

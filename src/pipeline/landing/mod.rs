@@ -26,6 +26,7 @@
 
 mod glob;
 mod groups;
+mod layout;
 mod local;
 mod pins;
 mod provider;
@@ -269,6 +270,11 @@ impl LandingZone {
                 .await?;
             let mut children: Vec<(Path, Vec<ScalarValue>)> = Vec::new();
             for (_, values, dir) in listed {
+                if depth > 0
+                    && let Some(f) = dir.files.iter().find(|m| self.is_source_file(&m.location))
+                {
+                    return Err(self.off_layout(&f.location, "a file"));
+                }
                 for child in &dir.dirs {
                     let Some(v) = self.value_of(child, depth)? else {
                         continue;
@@ -290,6 +296,12 @@ impl LandingZone {
             .await?;
         let mut out = Vec::new();
         for (values, dir) in leaves {
+            let nested = dir.dirs.iter().find(|d| {
+                !self.columns.is_empty() && d.filename().is_some_and(|n| n.contains('='))
+            });
+            if let Some(d) = nested {
+                return Err(self.off_layout(d, "a partition directory"));
+            }
             for meta in &dir.files {
                 if !self.is_source_file(&meta.location) {
                     continue;
@@ -335,39 +347,6 @@ impl LandingZone {
         }
         let mut pinned = self.pinned.lock().expect("not poisoned");
         Ok(pinned.entry(path.clone()).or_insert(dir).clone())
-    }
-
-    /// The value of partition column `depth` a directory names (`key=value`, its last
-    /// segment), typed; `None` for a directory of another key (not part of the source).
-    fn value_of(&self, dir: &Path, depth: usize) -> Result<Option<ScalarValue>> {
-        let (name, ty) = &self.columns[depth];
-        let Some(segment) = dir.filename() else {
-            return Ok(None);
-        };
-        let Some((key, raw)) = segment.split_once('=') else {
-            return Ok(None);
-        };
-        if key != name {
-            return Ok(None);
-        }
-        let text = percent_decode(raw);
-        match ScalarValue::try_from_string(text.clone(), ty) {
-            Ok(v) if !v.is_null() => Ok(Some(v)),
-            _ => Err(Error::input(format!(
-                "directory {dir} of source `{}`: `{text}` is not a {ty} value of partition column `{name}` (declare its type in partition_columns)",
-                self.alias
-            ))),
-        }
-    }
-
-    /// Whether an object under the zone is one of its files: the format's extension, and the
-    /// glob's file pattern if there is one.
-    fn is_source_file(&self, location: &Path) -> bool {
-        location.as_ref().ends_with(&self.options.file_extension)
-            && self
-                .glob
-                .as_ref()
-                .is_none_or(|g| location.filename().is_some_and(|name| g.matches_file(name)))
     }
 
     /// The first file in path order and the `key=value` levels above it: one pinned listing

@@ -1,0 +1,63 @@
+//! Where a landing zone's files may lie: the `key=value` directories of its partition levels,
+//! typed, and the files at the last level; anything a window reaches elsewhere is an error
+//! (rows it would silently miss).
+
+use datafusion::common::ScalarValue;
+use object_store::path::Path;
+
+use super::{LandingZone, percent_decode};
+use crate::error::{Error, Result};
+
+impl LandingZone {
+    /// The value of partition column `depth` a directory names (`key=value`, its last
+    /// segment), typed; `None` for a directory of another key (not part of the source).
+    pub(super) fn value_of(&self, dir: &Path, depth: usize) -> Result<Option<ScalarValue>> {
+        let (name, ty) = &self.columns[depth];
+        let Some(segment) = dir.filename() else {
+            return Ok(None);
+        };
+        let Some((key, raw)) = segment.split_once('=') else {
+            return Ok(None);
+        };
+        if key != name {
+            // Beside the zone's own directories, the root may hold others; below them, a
+            // directory of another key holds rows no window reads.
+            return match depth {
+                0 => Ok(None),
+                _ => Err(self.off_layout(dir, "a partition directory")),
+            };
+        }
+        let text = percent_decode(raw);
+        match ScalarValue::try_from_string(text.clone(), ty) {
+            Ok(v) if !v.is_null() => Ok(Some(v)),
+            _ => Err(Error::input(format!(
+                "directory {dir} of source `{}`: `{text}` is not a {ty} value of partition column `{name}` (declare its type in partition_columns)",
+                self.alias
+            ))),
+        }
+    }
+
+    /// The error for `what` at `location`, found where the zone's layout (its partition levels)
+    /// has none: rows the window would silently miss.
+    pub(super) fn off_layout(&self, location: &Path, what: &str) -> Error {
+        let layout: String = self
+            .columns
+            .iter()
+            .map(|(n, _)| format!("{n}=…/"))
+            .collect();
+        Error::input(format!(
+            "source `{}`: {location} is {what} outside the zone's layout `{layout}` (its partition levels, from partition_columns or its first file): a window would not read it; move it into the layout or declare the partition columns to match; nothing was read",
+            self.alias
+        ))
+    }
+
+    /// Whether an object under the zone is one of its files: the format's extension, and the
+    /// glob's file pattern if there is one.
+    pub(super) fn is_source_file(&self, location: &Path) -> bool {
+        location.as_ref().ends_with(&self.options.file_extension)
+            && self
+                .glob
+                .as_ref()
+                .is_none_or(|g| location.filename().is_some_and(|name| g.matches_file(name)))
+    }
+}
