@@ -194,6 +194,14 @@ fn datafusion_kind(e: &datafusion::error::DataFusionError) -> ErrorKind {
 
 impl From<datafusion::error::DataFusionError> for Error {
     fn from(e: datafusion::error::DataFusionError) -> Self {
+        // The user's mistake found by idemlake's own code inside DataFusion's (a landing
+        // zone's file that does not fit its layout or schema): that error, as it was.
+        if let datafusion::error::DataFusionError::External(inner) = e.find_root()
+            && let Some(ours) = inner.downcast_ref::<Error>()
+            && ours.kind == ErrorKind::Input
+        {
+            return Error::input(ours.message.clone());
+        }
         let kind = datafusion_kind(&e);
         Error::caused(kind, Cause::DataFusion(Box::new(e)))
     }

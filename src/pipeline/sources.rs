@@ -55,10 +55,10 @@ pub async fn register_with_zones(
     sources: &[Source],
     engine: &Engine,
 ) -> Result<(Vec<SourceVersion>, Vec<Arc<LandingZone>>)> {
-    let route = if engine.is_local() && crate::accel::session::accelerated() {
-        Route::Zone
-    } else {
-        Route::Plain
+    let route = match (engine.is_local(), crate::accel::session::accelerated()) {
+        (true, true) => Route::Zone,
+        (true, false) => Route::Plain,
+        (false, _) => Route::Listing,
     };
     let mut out = Vec::with_capacity(sources.len());
     let mut zones = Vec::new();
@@ -99,7 +99,7 @@ pub async fn register_pinned(
             .iter()
             .find(|p| p.alias == s.alias)
             .and_then(|p| p.version);
-        let (_, zone) = register_one(ctx, s, pin, engine, (Route::Plain, Client::Own))
+        let (_, zone) = register_one(ctx, s, pin, engine, (Route::Listing, Client::Own))
             .await
             .map_err(|e| e.context(format!("source `{}` ({})", s.alias, s.uri)))?;
         zones.extend(zone);

@@ -675,3 +675,99 @@ fn a_window_reaching_files_at_another_depth_than_the_zones_layout_fails() {
         );
     }
 }
+
+/// Rewrite file `path` with its column `v` as `v` (same `ts`, `id`).
+fn retype_v(path: &Path, v: Arc<dyn datafusion::arrow::array::Array>) {
+    let file = std::fs::File::open(path).unwrap();
+    let mut reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+        .unwrap()
+        .build()
+        .unwrap();
+    let batch = reader.next().unwrap().unwrap();
+    let schema = Arc::new(Schema::new(vec![
+        batch.schema().field(0).clone(),
+        batch.schema().field(1).clone(),
+        Field::new("v", v.data_type().clone(), false),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![batch.column(0).clone(), batch.column(1).clone(), v],
+    )
+    .unwrap();
+    let mut w =
+        parquet::arrow::ArrowWriter::try_new(std::fs::File::create(path).unwrap(), schema, None)
+            .unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+}
+
+/// Regression (a file whose column had a wider type than the zone's was converted silently:
+/// `DOUBLE` 1.5 published as `BIGINT` 1, every check passing, since both routes converted
+/// alike): a conversion that could change values fails the window with exit 2 naming the
+/// column and both types, nothing published, on the runner's route and its plain twin; one
+/// that keeps every value (`INT` into `BIGINT`) is read.
+#[test]
+fn a_file_whose_column_cannot_be_converted_without_loss_fails_its_window() {
+    use datafusion::arrow::array::{Float64Array, Int32Array};
+    for accelerate in ["1", "0"] {
+        let p = landing_project(3, 2);
+        let root = p.path().join("events");
+        let lossy: Vec<f64> = (0..10).map(|i| i as f64 + 0.5).collect();
+        retype_v(
+            &root.join(format!("dt={}/part-00001.parquet", day(1))),
+            Arc::new(Float64Array::from(lossy)),
+        );
+        retype_v(
+            &root.join(format!("dt={}/part-00001.parquet", day(2))),
+            Arc::new(Int32Array::from((0..10).collect::<Vec<i32>>())),
+        );
+        let env = ("IDEMLAKE_ACCELERATE", accelerate);
+        let out = p.run_env(
+            env.0,
+            env.1,
+            &[
+                "--output",
+                "json",
+                "run",
+                "events",
+                "--window",
+                &day(1).to_string(),
+            ],
+        );
+        assert_eq!(code(&out), 2, "accelerate={accelerate}: {}", text(&out));
+        let error = json_lines(&out)[0]["error"].as_str().unwrap().to_string();
+        assert!(
+            error.contains("column `v` is Float64") && error.contains("Int64"),
+            "{error}"
+        );
+        assert_eq!(
+            log_version(&p.table_dir("events")),
+            None,
+            "nothing published"
+        );
+        let out = p.run_env(
+            env.0,
+            env.1,
+            &["run", "events", "--window", &day(2).to_string()],
+        );
+        assert_eq!(code(&out), 0, "accelerate={accelerate}: {}", text(&out));
+        // polars reads the day's two files (one INT, one BIGINT) and the table apart.
+        let script = format!(
+            "import polars as pl\n\
+             s = pl.concat([pl.read_parquet(f).select(pl.col('v').cast(pl.Int64)) \
+               for f in ['{d}/part-00000.parquet', '{d}/part-00001.parquet']])\n\
+             t = pl.read_delta('{t}')\n\
+             print(s.height, s['v'].sum(), t.height, t['v'].sum(), t.schema['v'])",
+            d = root.join(format!("dt={}", day(2))).display(),
+            t = p.table_dir("events").display()
+        );
+        let out = std::process::Command::new(python())
+            .args(["-c", &script])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        let got = String::from_utf8_lossy(&out.stdout);
+        let f: Vec<&str> = got.split_whitespace().collect();
+        assert_eq!((f[0], f[1], f[4]), (f[2], f[3], "Int64"), "{got}");
+    }
+}

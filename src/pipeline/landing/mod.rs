@@ -24,6 +24,7 @@
 //! DataFusion's own `ListingTable` with the same partition columns and schema: a listing of
 //! their own that shares nothing with this one.
 
+mod casts;
 mod glob;
 mod groups;
 mod layout;
@@ -43,6 +44,7 @@ use std::sync::{Arc, Mutex};
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::ScalarValue;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl, PartitionedFile,
 };
@@ -227,9 +229,31 @@ impl LandingZone {
     }
 
     /// DataFusion's own listing table over the same location, partition columns and schema:
-    /// the plain twin, and the independent checks' route (a listing of its own).
-    pub fn listing_table(&self) -> Result<ListingTable> {
-        self.listing_table_with(self.options.clone())
+    /// the plain twin (`strict`: refusing lossy conversions of a file's columns, see
+    /// `casts`), a remote engine's and the independent checks' route (a listing of its own).
+    pub fn listing_table(&self, strict: bool) -> Result<ListingTable> {
+        let table = self.listing_table_with(self.options.clone())?;
+        if !strict
+            || self
+                .options
+                .format
+                .downcast_ref::<ParquetFormat>()
+                .is_none()
+        {
+            return Ok(table);
+        }
+        let config = ListingTableConfig::new(table.table_paths()[0].clone())
+            .with_listing_options(table.options().clone())
+            .with_schema(self.file_schema.clone())
+            .with_expr_adapter_factory(self.strict_casts());
+        Ok(ListingTable::try_new(config)?)
+    }
+
+    /// The adapter of a Parquet file's columns to the zone's schema the runner reads through.
+    pub fn strict_casts(&self) -> Arc<casts::StrictCasts> {
+        Arc::new(casts::StrictCasts {
+            alias: self.alias.clone(),
+        })
     }
 
     /// [`LandingZone::listing_table`] with another session's `options` (its format settings).

@@ -128,7 +128,9 @@ impl TableProvider for ZoneTable {
             }
             None => format.file_source(table_schema),
         };
+        let parquet = format.downcast_ref::<ParquetFormat>().is_some();
         let config = FileScanConfigBuilder::new(self.zone.url.object_store(), source)
+            .with_expr_adapter(parquet.then(|| self.zone.strict_casts() as _))
             .with_file_groups(groups)
             .with_projection_indices(projection.cloned())?
             .with_limit(limit)

@@ -14,8 +14,11 @@ use crate::task::{Format, Source};
 pub enum Route {
     /// The runner's: [`ZoneTable`], pruned listings pinned for the run.
     Zone,
-    /// DataFusion's own listing table (the plain twin, a remote engine, the checks).
+    /// DataFusion's own listing table, refusing lossy conversions of a file's columns
+    /// (`casts::StrictCasts`): the runner's plain twin on the local engine.
     Plain,
+    /// DataFusion's own listing table as it is (a remote engine, the checks).
+    Listing,
 }
 
 /// Register source `s` in `ctx` if it is a landing zone (a directory with `key=value` levels,
@@ -45,7 +48,12 @@ pub async fn register(
         Route::Zone => {
             ctx.register_table(s.alias.as_str(), Arc::new(ZoneTable::new(zone.clone())))?
         }
-        Route::Plain => ctx.register_table(s.alias.as_str(), Arc::new(zone.listing_table()?))?,
+        Route::Plain => {
+            ctx.register_table(s.alias.as_str(), Arc::new(zone.listing_table(true)?))?
+        }
+        Route::Listing => {
+            ctx.register_table(s.alias.as_str(), Arc::new(zone.listing_table(false)?))?
+        }
     };
     Ok(Some(zone))
 }
