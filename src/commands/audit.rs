@@ -11,9 +11,10 @@
 //! What counts as damage depends on the write mode:
 //! - overwrite: duplicate keys, or a row count different from the source's (a window with no
 //!   data where the source has data included). Without a key, rows may legitimately repeat:
-//!   each distinct row's copies in the table are compared with its copies in the source's
-//!   result for the window, and only copies beyond the source's (beyond one, for a row the
-//!   source does not give) are duplicates;
+//!   the window's rows and the source's result for the window are compared as multisets.
+//!   Copies of a row beyond the source's (every copy, for a row the source does not give) are
+//!   extra rows, copies the source gives that the table lacks are missing rows; either is
+//!   damage, also when the row count agrees (a row another writer changed);
 //! - merge (upsert): duplicate keys, or keys the source produces for the window that the
 //!   table lacks. Rows the latest output no longer produces are kept by design (upsert
 //!   semantics) and are not damage, so the row counts are shown but not compared.
@@ -125,8 +126,19 @@ struct Expected {
     rows: u64,
     missing_keys: Option<u64>,
     null_keys: u64,
-    /// Without a key: (distinct rows with copies beyond the source's, the extra copies).
-    beyond: Option<(u64, u64)>,
+    /// Without a key: the multiset comparison with the table.
+    multiset: Option<Multiset>,
+}
+
+/// Without a key: the published window's rows against the source's, as multisets.
+#[derive(Default, Clone, Copy)]
+struct Multiset {
+    /// Distinct rows the table holds more often than the source gives them.
+    distinct_extra: u64,
+    /// Copies in the table beyond the source's.
+    extra: u64,
+    /// Copies the source gives that the table lacks.
+    missing: u64,
 }
 
 /// Internal column names of the multiplicity comparison.
@@ -134,18 +146,21 @@ const IN_TABLE: &str = "__idemlake_in_table";
 const IN_SOURCE: &str = "__idemlake_in_source";
 
 /// Without a key: the published window's rows against `source` (the task's result for `w`
-/// on the independent path), as multisets: the distinct rows the table holds more often than
-/// the source gives them (at least once), and how many copies too many.
-async fn copies_beyond_source(
+/// on the independent path, `rows` rows), as multisets (NULL-aware: rows are grouped).
+async fn compare_multisets(
     runner: &Runner,
     w: &Window,
     source: DataFrame,
-) -> Result<(u64, u64)> {
+    rows: u64,
+) -> Result<Multiset> {
     let task = runner.task();
     let ctx = runner.checker().session();
     let table = runner.table().await?;
     if table.version().is_none() {
-        return Ok((0, 0));
+        return Ok(Multiset {
+            missing: rows,
+            ..Multiset::default()
+        });
     }
     table.update_datafusion_session(&ctx.state())?;
     let published = ctx
@@ -172,7 +187,9 @@ async fn copies_beyond_source(
     table_side.extend([lit(1i64).alias(IN_TABLE), lit(0i64).alias(IN_SOURCE)]);
     source_side.extend([lit(0i64).alias(IN_TABLE), lit(1i64).alias(IN_SOURCE)]);
     let (t, s) = (column(IN_TABLE), column(IN_SOURCE));
-    let allowed = when(s.clone().gt(lit(1i64)), s).otherwise(lit(1i64))?;
+    let int = arrow::datatypes::DataType::Int64;
+    let extra = when(t.clone().gt(s.clone()), t.clone() - s.clone()).otherwise(lit(0i64))?;
+    let missing = when(s.clone().gt(t.clone()), s.clone() - t.clone()).otherwise(lit(0i64))?;
     let batches = published
         .select(table_side)?
         .union(source.select(source_side)?)?
@@ -183,17 +200,18 @@ async fn copies_beyond_source(
                 sum(column(IN_SOURCE)).alias(IN_SOURCE),
             ],
         )?
-        .filter(t.clone().gt(allowed.clone()))?
+        .filter(t.clone().not_eq(s.clone()))?
         .aggregate(
             vec![],
             vec![
-                count(lit(1)).alias("keys"),
-                sum(cast(t - allowed, arrow::datatypes::DataType::Int64)).alias("extra"),
+                sum(when(t.gt(s), lit(1i64)).otherwise(lit(0i64))?).alias("keys"),
+                sum(cast(extra, int.clone())).alias("extra"),
+                sum(cast(missing, int)).alias("missing"),
             ],
         )?
         .collect()
         .await?;
-    let mut out = [0u64; 2];
+    let mut out = [0u64; 3];
     for b in &batches {
         for (i, slot) in out.iter_mut().enumerate() {
             if let ScalarValue::Int64(Some(n)) = ScalarValue::try_from_array(b.column(i), 0)?
@@ -203,7 +221,11 @@ async fn copies_beyond_source(
             }
         }
     }
-    Ok((out[0], out[1]))
+    Ok(Multiset {
+        distinct_extra: out[0],
+        extra: out[1],
+        missing: out[2],
+    })
 }
 
 async fn expected(runner: &Runner, w: &Window) -> Result<Expected> {
@@ -212,8 +234,8 @@ async fn expected(runner: &Runner, w: &Window) -> Result<Expected> {
     let planned = plan::plan_query_window(ctx, task, w).await?;
     let rows = planned.df.clone().count().await? as u64;
     if task.mode != Mode::Merge {
-        let beyond = if task.key.is_empty() {
-            Some(copies_beyond_source(runner, w, planned.df.clone()).await?)
+        let multiset = if task.key.is_empty() {
+            Some(compare_multisets(runner, w, planned.df.clone(), rows).await?)
         } else {
             None
         };
@@ -221,7 +243,7 @@ async fn expected(runner: &Runner, w: &Window) -> Result<Expected> {
             rows,
             missing_keys: None,
             null_keys: 0,
-            beyond,
+            multiset,
         });
     }
     let keys: Vec<Expr> = task.key.iter().map(|k| column(k)).collect();
@@ -269,7 +291,7 @@ async fn expected(runner: &Runner, w: &Window) -> Result<Expected> {
         rows,
         missing_keys: Some(missing),
         null_keys,
-        beyond: None,
+        multiset: None,
     })
 }
 
@@ -277,7 +299,20 @@ async fn expected(runner: &Runner, w: &Window) -> Result<Expected> {
 /// `dup_rows` rows too many) that the source says should hold `e`.
 fn problems(e: &Expected, rows: u64, dup_keys: u64, dup_rows: u64) -> Vec<String> {
     let mut problems = Vec::new();
-    if dup_keys > 0 {
+    if let Some(m) = e.multiset {
+        if m.extra > 0 {
+            problems.push(format!(
+                "{} extra row(s) ({} distinct) beyond the source's copies",
+                m.extra, m.distinct_extra
+            ));
+        }
+        if m.missing > 0 {
+            problems.push(format!(
+                "{} row(s) the source gives are missing from the table",
+                m.missing
+            ));
+        }
+    } else if dup_keys > 0 {
         problems.push(format!(
             "{dup_keys} duplicate key(s), {dup_rows} extra row(s)"
         ));
@@ -339,8 +374,8 @@ pub async fn audit(
     let mut out = Vec::with_capacity(windows.len());
     for (w, e) in windows.iter().zip(expected) {
         let [rows, mut dup_keys, mut dup_rows] = actual.get(&w.key()).copied().unwrap_or_default();
-        if let Some((keys, extra)) = e.beyond {
-            (dup_keys, dup_rows) = (keys, extra);
+        if let Some(m) = e.multiset {
+            (dup_keys, dup_rows) = (m.distinct_extra, m.extra);
         }
         let mut problems = problems(&e, rows, dup_keys, dup_rows);
         let mut reconciliation = Vec::new();
@@ -364,6 +399,7 @@ pub async fn audit(
             duplicate_keys: dup_keys,
             duplicate_rows: dup_rows,
             missing_keys: e.missing_keys,
+            missing_rows: e.multiset.map(|m| m.missing),
             problems,
             reconciliation,
         });

@@ -86,6 +86,11 @@ pub struct WindowAudit {
     /// Merge tables: keys the source produces for the window that the table lacks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub missing_keys: Option<u64>,
+    /// Without a key: copies of rows the source gives for the window that the table lacks
+    /// (`duplicate_keys`/`duplicate_rows` then count the distinct rows and copies beyond the
+    /// source's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missing_rows: Option<u64>,
     pub problems: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub reconciliation: Vec<Check>,

@@ -243,3 +243,76 @@ async fn audit_without_a_key_counts_only_copies_beyond_the_sources() {
     let out = audit(&p);
     assert_eq!(code(&out), 0, "{}", text(&out));
 }
+
+/// Bug (audit without a key misses changed rows): without a `[write].key`, audit allowed every
+/// distinct row of the table once whether or not the source gives it, and never counted the
+/// source's rows the table lacks. Rows another writer changed to a value the source never has
+/// (row count unchanged) were called "ok" (exit 0). The window's rows are compared with the
+/// source's as multisets: copies beyond the source's are extra, copies the source gives that
+/// the table lacks are missing; either is damage.
+#[tokio::test]
+async fn audit_without_a_key_reports_rows_changed_by_another_writer() {
+    let p = TestProject::new();
+    p.task(
+        "flags",
+        &lineitem_task(
+            "SELECT l_returnflag, l_linestatus, l_quantity, l_shipdate AS ship_date \
+             FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end",
+            "",
+        ),
+    );
+    for d in 1..=3 {
+        p.run_ok("flags", &day(d));
+    }
+    let table = p.table_dir("flags");
+    // Another writer changes the day-1 rows with the smallest quantity, and the day-2 rows
+    // with a quantity below 10, to quantities the source never has.
+    let min = table_rows(&table, "ship_date = DATE '1995-06-01'")
+        .await
+        .iter()
+        .filter_map(|r| r.split('|').find_map(|c| c.strip_prefix("l_quantity=")))
+        .map(|q| q.parse::<f64>().unwrap())
+        .fold(f64::INFINITY, f64::min);
+    let changes = [
+        (
+            format!("ship_date = DATE '1995-06-01' AND l_quantity = {min}"),
+            "999",
+        ),
+        (
+            "ship_date = DATE '1995-06-02' AND l_quantity < 10".to_string(),
+            "777",
+        ),
+    ];
+    let mut changed = Vec::new();
+    for (filter, value) in changes {
+        let n = table_rows(&table, &filter).await.len();
+        assert!(n > 0, "{filter}");
+        let (t, _) = table_session(&table).await.unwrap();
+        t.update()
+            .with_predicate(filter.as_str())
+            .with_update("l_quantity", value)
+            .await
+            .unwrap();
+        changed.push(n as u64);
+    }
+    let out = p.run(&[
+        "--output",
+        "json",
+        "audit",
+        "flags",
+        "--from",
+        &day(1),
+        "--to",
+        &day(3),
+    ]);
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    let audits = json_lines(&out);
+    for (a, n) in audits.iter().zip(&changed) {
+        assert_eq!(a["status"], "damaged", "{a}");
+        assert_eq!(a["rows"], a["expected_rows"], "{a}");
+        assert_eq!(a["duplicate_rows"].as_u64(), Some(*n), "{a}");
+        assert_eq!(a["missing_rows"].as_u64(), Some(*n), "{a}");
+    }
+    assert_eq!(audits[2]["status"], "ok", "{}", audits[2]);
+    assert_eq!(audits[2]["missing_rows"], 0, "{}", audits[2]);
+}
