@@ -5,13 +5,15 @@
 //! commits after it) gives each window's rows and files from statistics and, from the tags
 //! idemlake puts on every file it commits, the run id, SQL hash, table version and time of the
 //! publish; one listing of the run log adds failed attempts and emptied windows. No commit
-//! file is read.
+//! file is read for a task reading no upstream task; for staleness, one reading upstream
+//! tasks also reads a merge-written window's publishing run record (its inputs) and the
+//! upstream's commits after the oldest version a window read (see `upstream`).
 
 use std::collections::BTreeMap;
 
 mod upstream;
 pub use upstream::{blocked, missing_inputs};
-use upstream::{recorded_inputs, stale_inputs, upstream_publishes};
+use upstream::{oldest_reads, recorded_inputs, stale_inputs, upstream_publishes};
 
 use crate::delta::overwrite::{
     TAG_CHECKS, TAG_INPUTS, TAG_PUBLISHED_AT, TAG_RESTORED_FROM, TAG_RUN_ID, TAG_SQL_HASH,
@@ -81,8 +83,8 @@ pub async fn status(
     };
 
     let current_hash = crate::task::plan::sql_hash(task);
-    let upstream = upstream_publishes(project, task).await?;
-    let mut out = Vec::new();
+    let has_upstream = task.sources.iter().any(|s| s.upstream.is_some());
+    let mut windows = Vec::new();
     for label in labels {
         let acc = data.remove(&label).unwrap_or_default();
         let inputs = acc.inputs.clone();
@@ -93,11 +95,17 @@ pub async fn status(
         // Files a merge wrote carry no tags: the inputs are in the publishing run's record.
         let inputs = match inputs {
             Some((_, i)) => Some(i),
-            None if !upstream.is_empty() && st.state.starts_with("published") => {
+            None if has_upstream && st.state.starts_with("published") => {
                 recorded_inputs(&table, &st).await
             }
             None => None,
         };
+        windows.push((st, inputs));
+    }
+    let read = oldest_reads(windows.iter().filter_map(|(_, i)| i.as_deref()));
+    let upstream = upstream_publishes(project, task, &read).await?;
+    let mut out = Vec::new();
+    for (mut st, inputs) in windows {
         if let Some(inputs) = &inputs {
             st.stale_inputs = stale_inputs(&st, inputs, &upstream);
             st.stale |= !st.stale_inputs.is_empty();

@@ -47,19 +47,35 @@ pub fn scalar_key(v: &Scalar) -> Option<i64> {
 /// `YYYY-MM-DD` for dates; `YYYY-MM-DD HH:MM:SS[.ffffff]` (UTC, optionally ISO-8601 with
 /// `T`/`Z`) for timestamps.
 pub fn partition_key(range: &WindowRange, raw: &str) -> Option<i64> {
-    let key = match range.span() {
-        Span::Date(..) => raw
+    raw_key(matches!(range.span(), Span::Date(..)), raw).map(|k| k + shift(range))
+}
+
+/// The key of a partition value as a commit serialises it, for a DATE column (`dates`) or a
+/// TIMESTAMP one (see [`partition_key`]).
+fn raw_key(dates: bool, raw: &str) -> Option<i64> {
+    if dates {
+        return raw
             .parse::<jiff::civil::Date>()
             .ok()
-            .map(|d| i64::from(epoch_days(d))),
-        Span::Micros(..) => {
-            let civil = raw.trim_end_matches(['Z', 'z']);
-            let dt = civil.parse::<jiff::civil::DateTime>().ok()?;
-            let ts = dt.to_zoned(jiff::tz::TimeZone::UTC).ok()?.timestamp();
-            Some(ts.as_microsecond())
-        }
+            .map(|d| i64::from(epoch_days(d)));
+    }
+    let civil = raw.trim_end_matches(['Z', 'z']);
+    let dt = civil.parse::<jiff::civil::DateTime>().ok()?;
+    let ts = dt.to_zoned(jiff::tz::TimeZone::UTC).ok()?.timestamp();
+    Some(ts.as_microsecond())
+}
+
+/// The window of `task` a partition value as a commit serialises it lies in (`None`: not a
+/// value of the task's partition column type, or one no window can hold).
+pub fn raw_window(task: &Task, raw: &str) -> Option<Window> {
+    let dates = task.grain.uses_dates();
+    let key = raw_key(dates, raw)?;
+    let value = if dates {
+        PartitionValue::Date(i32::try_from(key).ok()?)
+    } else {
+        PartitionValue::Micros(key)
     };
-    key.map(|k| k + shift(range))
+    value.window(task.grain, &task.timezone).ok()
 }
 
 /// A file of the current snapshot whose partition lies in the window.

@@ -357,3 +357,74 @@ async fn a_merge_downstream_window_goes_stale_too() {
         s[1]
     );
 }
+
+/// Bug (staleness ignores another writer's change upstream): a delta-rs `DELETE` removing
+/// rows of an upstream window left the downstream window that read it `stale: false`, and
+/// `backfill --stale` ran nothing (only idemlake's own publishes and restores counted). A
+/// downstream window is stale when a commit after the version it read changes data in an
+/// upstream window it read, whatever wrote the commit.
+#[tokio::test]
+async fn another_writers_delete_upstream_makes_the_downstream_window_stale() {
+    let p = TestProject::new();
+    let up = "lineitem_by_ship_day";
+    p.task("monthly", &monthly("month", up));
+    let out = p.run(&["backfill", up, "--from", "1995-06-01", "--to", "1995-08-01"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    for m in ["1995-06", "1995-07"] {
+        p.run_ok("monthly", m);
+    }
+    let table = p.table_dir(up);
+    let delete = |predicate: &'static str| {
+        let table = table.clone();
+        async move {
+            let (t, _) = table_session(&table).await.unwrap();
+            let (t, metrics) = t.delete().with_predicate(predicate).await.unwrap();
+            assert!(metrics.num_removed_files > 0, "{predicate}");
+            t.version().unwrap()
+        }
+    };
+    let status = || june_july_status(&p);
+    // Another writer's change to a day no published month read: nothing is stale.
+    delete("ship_date = '1995-08-01' AND l_linenumber = 1").await;
+    assert!(
+        status().iter().all(|s| s["stale"] == false),
+        "{:?}",
+        status()
+    );
+    // Rows of a June day deleted (its file rewritten): June is stale, July is not.
+    let v = delete("ship_date = '1995-06-10' AND l_linenumber = 1").await;
+    let s = status();
+    assert_eq!(s[0]["stale"], true, "{}", s[0]);
+    assert_eq!(
+        s[0]["stale_inputs"],
+        serde_json::json!([format!("{up}:1995-06-10@{v}")]),
+        "{}",
+        s[0]
+    );
+    assert_eq!(s[1]["stale"], false, "{}", s[1]);
+    let out = p.run(&[
+        "--output", "json", "backfill", "monthly", "--from", "1995-06", "--to", "1995-07",
+        "--stale",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let ran: Vec<String> = json_lines(&out)
+        .iter()
+        .map(|r| r["window"]["label"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ran, ["1995-06"]);
+    assert!(
+        status().iter().all(|s| s["stale"] == false),
+        "{:?}",
+        status()
+    );
+    // A whole July day deleted (its files removed, none added): July is stale.
+    let v = delete("ship_date = '1995-07-05'").await;
+    let s = status();
+    assert_eq!(s[0]["stale"], false, "{}", s[0]);
+    assert_eq!(
+        s[1]["stale_inputs"],
+        serde_json::json!([format!("{up}:1995-07-05@{v}")]),
+        "{}",
+        s[1]
+    );
+}

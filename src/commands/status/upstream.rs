@@ -5,14 +5,22 @@
 //! An upstream window *changed* at the newest table version that changed its content,
 //! whatever wrote it: an overwrite publish (its files' `idemlake.version` tag), or — where the
 //! files' tags do not say — a merge, a restore or an emptying publish (the version in the
-//! upstream's run log, which records every such attempt). An `optimize` changes no content:
-//! it keeps the files' tags and writes no run-log entry, so it changes nothing here.
+//! upstream's run log, which records every such attempt), or any commit after the oldest
+//! version a downstream window in question read whose `add` or `remove` actions change data
+//! (`dataChange`) in the window's partition: another writer's `DELETE`, `UPDATE` or append
+//! too. Those commits are read from the upstream's Delta log, one file each (no data file);
+//! commit files no longer in the log (cleaned up after a checkpoint) are not seen. An
+//! `optimize` changes no content: it keeps the files' tags, writes no run-log entry and marks
+//! its actions `dataChange: false`, so it changes nothing here.
 
 use std::collections::BTreeMap;
 
 use deltalake::DeltaTable;
+use futures::{StreamExt, TryStreamExt};
 
 use super::{WindowStatus, published_files, status};
+use crate::delta::actions::{self, Action};
+use crate::delta::partition::raw_window;
 use crate::delta::table;
 use crate::error::{Error, Result};
 use crate::report::runlog;
@@ -82,8 +90,14 @@ pub(super) type Upstream = Vec<(
 )>;
 
 /// What the task's upstream tasks (`task = "…"` sources) have published, window by window:
-/// the newest version that changed each window (see the module documentation).
-pub(super) async fn upstream_publishes(project: &Project, task: &Task) -> Result<Upstream> {
+/// the newest version that changed each window (see the module documentation). `read`: per
+/// source alias, the oldest version of it a downstream window in question read (see
+/// [`oldest_reads`]); the upstream's commits after it are read.
+pub(super) async fn upstream_publishes(
+    project: &Project,
+    task: &Task,
+    read: &BTreeMap<String, i64>,
+) -> Result<Upstream> {
     let mut out = Vec::new();
     for s in &task.sources {
         let Some(name) = &s.upstream else {
@@ -94,8 +108,15 @@ pub(super) async fn upstream_publishes(project: &Project, task: &Task) -> Result
         if table.version().is_none() {
             continue;
         }
+        let mut changed = changed_at(&table, &up).await?;
+        if let Some(&since) = read.get(&s.alias) {
+            for (label, v) in changed_in_log(&table, &up, since).await? {
+                let at = changed.entry(label).or_insert(v);
+                *at = (*at).max(v);
+            }
+        }
         let mut windows = Vec::new();
-        for (label, v) in changed_at(&table, &up).await? {
+        for (label, v) in changed {
             let Ok(w) = Window::parse(&label, up.grain, &up.timezone) else {
                 continue;
             };
@@ -128,6 +149,55 @@ async fn changed_at(table: &DeltaTable, task: &Task) -> Result<BTreeMap<String, 
         }
     }
     Ok(out)
+}
+
+/// Per window label of `task`'s table: the newest commit after `since` whose `add` or
+/// `remove` actions change data (`dataChange`) in the window, whoever wrote it (commit files
+/// missing from the log are skipped).
+async fn changed_in_log(
+    table: &DeltaTable,
+    task: &Task,
+    since: i64,
+) -> Result<BTreeMap<String, i64>> {
+    let latest = table.version().map_or(-1, |v| v as i64);
+    let mut commits = futures::stream::iter(since.max(-1) + 1..=latest)
+        .map(|v| async move { Ok::<_, Error>((v, actions::read(table, v).await?)) })
+        .buffered(8);
+    let mut out = BTreeMap::new();
+    while let Some((v, lines)) = commits.try_next().await? {
+        for a in lines.unwrap_or_default() {
+            let raw = match a {
+                Action::Add(a) if a.data_change => {
+                    a.partition_values.get(&task.partition_by).cloned()
+                }
+                Action::Remove(r) if r.data_change => r
+                    .partition_values
+                    .and_then(|p| p.get(&task.partition_by).cloned()),
+                _ => None,
+            };
+            // Versions ascend: the last commit seen for a window is its newest.
+            if let Some(w) = raw.flatten().and_then(|raw| raw_window(task, &raw)) {
+                out.insert(w.label(), v);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Per source alias: the oldest version of it that one of the windows' recorded inputs (in
+/// the form of the `idemlake.inputs` file tag) read.
+pub(super) fn oldest_reads<'a>(inputs: impl Iterator<Item = &'a str>) -> BTreeMap<String, i64> {
+    let mut out: BTreeMap<String, i64> = BTreeMap::new();
+    for i in inputs {
+        let Ok(read) = serde_json::from_str::<BTreeMap<String, i64>>(i) else {
+            continue;
+        };
+        for (alias, v) in read {
+            let at = out.entry(alias).or_insert(v);
+            *at = (*at).min(v);
+        }
+    }
+    out
 }
 
 /// The Delta source versions the run that published `st` read, from its commit's record, in
