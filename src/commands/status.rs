@@ -56,18 +56,13 @@ pub async fn status(
 ) -> Result<(Option<i64>, Vec<WindowStatus>)> {
     let url = project.table_url(task)?;
     let table = table::open(&url).await?;
-    let Some(version) = table.version() else {
-        let rows = match &range {
-            Some((a, b)) => Window::range(a, b)?
-                .iter()
-                .map(|w| WindowStatus::missing(&task.name, w.into()))
-                .collect(),
-            None => Vec::new(),
-        };
-        return Ok((None, rows));
+    let version = table.version();
+    // No table yet: no files, but the run log (beside where the table will be) may already
+    // hold failed attempts.
+    let mut data = match version {
+        Some(_) => published_files(&table, task)?,
+        None => BTreeMap::new(),
     };
-
-    let mut data = published_files(&table, task)?;
 
     let store = table.log_store().object_store(None);
     let attempts = crate::report::runlog::attempts(&store).await?;
@@ -113,7 +108,7 @@ pub async fn status(
         st.retryable = st.state == "missing" || st.failed_since > 0 || st.stale;
         out.push(st);
     }
-    Ok((Some(version as i64), out))
+    Ok((version.map(|v| v as i64), out))
 }
 
 /// What the table's snapshot says of each window: rows, files and the runs named by the
@@ -245,6 +240,10 @@ async fn window_status(
     if restored_from.is_some() && st.state.starts_with("published") {
         st.run_status = Some("restored".into());
         st.restored_from = restored_from;
+    }
+    // No data, and the attempts since failed: the window failed (as the picture draws it).
+    if st.state == "missing" && st.failed_since > 0 {
+        st.state = "failed".into();
     }
     st
 }

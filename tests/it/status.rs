@@ -406,3 +406,73 @@ fn the_run_log_holds_only_what_the_delta_log_does_not() {
     assert!(text(&out).contains("IDEMLAKE_RUN_LOG"), "{}", text(&out));
     assert_eq!(log_version(&table), version, "nothing written");
 }
+
+/// Bug (status hides failures until the first publish): while a task's table did not exist
+/// yet, `status` said "no table yet" and every window `missing` with `failed_since` 0, although
+/// the run log held the failed attempts; they appeared once any window was published. And a
+/// window with no data whose attempts failed said `missing` in its state column while the
+/// picture drew it failed: its state is `failed`.
+#[test]
+fn failures_show_before_the_first_publish() {
+    let p = TestProject::new();
+    p.task(
+        "bad",
+        &lineitem_task(
+            "SELECT l_shipdate AS ship_date, CAST(l_shipmode AS INT) AS mode FROM lineitem \
+             WHERE l_shipdate >= $window_start AND l_shipdate < $window_end",
+            "",
+        ),
+    );
+    for _ in 0..2 {
+        let out = p.run(&["run", "bad", "--window", "1995-06-02"]);
+        assert_eq!(code(&out), 1, "{}", text(&out));
+    }
+    let status = |args: &[&str]| {
+        let mut all = vec!["status", "bad"];
+        all.extend_from_slice(args);
+        let out = p.run(&all);
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let out = p.run(&[
+        "--output",
+        "json",
+        "status",
+        "bad",
+        "--from",
+        "1995-06-01",
+        "--to",
+        "1995-06-02",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let rows = json_lines(&out);
+    let (clean, failed) = (
+        by_window(&rows, "1995-06-01"),
+        by_window(&rows, "1995-06-02"),
+    );
+    assert_eq!(clean["state"], "missing", "{clean}");
+    assert_eq!(clean["failed_since"], 0, "{clean}");
+    assert_eq!(failed["failed_since"], 2, "{failed}");
+    assert_eq!(failed["state"], "failed", "{failed}");
+    assert_eq!(failed["retryable"], true, "{failed}");
+    assert!(
+        failed["last_error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{failed}"
+    );
+    // The text: the window's state column and the picture agree.
+    let shown = status(&["--from", "1995-06-01", "--to", "1995-06-02"]);
+    let row = shown
+        .lines()
+        .find(|l| l.trim_start().starts_with("1995-06-02"))
+        .unwrap_or_else(|| panic!("{shown}"));
+    assert_eq!(row.split_whitespace().nth(1), Some("failed"), "{shown}");
+    assert!(
+        shown.contains("x failed 1") && shown.contains(". missing 1"),
+        "{shown}"
+    );
+    // Without a range, the failed window is listed too.
+    let out = p.run(&["--output", "json", "status", "bad"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let all = json_lines(&out);
+    assert_eq!(by_window(&all, "1995-06-02")["failed_since"], 2, "{all:?}");
+}

@@ -50,7 +50,11 @@ pub async fn missing_inputs(
             continue;
         };
         let (_, states) = status(project, &up, Some(range)).await?;
-        for st in states.iter().filter(|st| st.state == "missing") {
+        // A window whose attempts all failed holds nothing either.
+        for st in states
+            .iter()
+            .filter(|st| st.state == "missing" || st.state == "failed")
+        {
             let (Ok(a), Ok(b)) = (
                 st.window.start.parse::<jiff::Timestamp>(),
                 st.window.end.parse::<jiff::Timestamp>(),
