@@ -71,6 +71,7 @@ pub fn volatile_functions(plan: &LogicalPlan) -> Result<Vec<Finding>> {
     Ok(found.into_iter().collect())
 }
 
+mod float;
 mod order;
 mod tz;
 

@@ -20,8 +20,9 @@
 //!
 //! The rule is about names: a column that is unique on its own (an id) does not make an
 //! order total unless the other output columns are in the ORDER BY too (the lint cannot
-//! know uniqueness); `[lint] allow` accepts such a query. Float sums and averages, whose last
-//! bits depend on the order of additions, are not refused.
+//! know uniqueness); `[lint] allow` accepts such a query.
+//! - `float_aggregate`: sums and other adding aggregates of floating-point values (see
+//!   `float`).
 
 use std::collections::{BTreeSet, HashSet};
 
@@ -119,8 +120,12 @@ pub fn order_dependence(plan: &LogicalPlan) -> Result<Vec<OrderFinding>> {
             }
             _ => {}
         }
+        let below = node.inputs().first().map(|i| i.schema().clone());
         node.apply_expressions(|expr| {
             expr.apply(|e| {
+                if let Some(schema) = &below {
+                    found.extend(super::float::float_finding(e, schema));
+                }
                 if let Expr::AggregateFunction(f) = e {
                     found.extend(aggregate_finding(
                         f.func.name(),

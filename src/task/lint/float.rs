@@ -1,0 +1,122 @@
+//! Rule `float_aggregate`: an aggregate that adds floating-point values (`sum`, `avg`,
+//! `stddev`, …, as an aggregate or a window function) gives results whose last digits depend
+//! on the order the values are added, and that order differs between a run of a window and
+//! the same window in a backfill (another partitioning of the same rows), so a re-run would
+//! not publish the same rows. Refused unless allowed; aggregating a DECIMAL is exact. An
+//! integer argument (`avg` of a `BIGINT`) is not refused: its partial sums are exact below
+//! 2^53.
+
+use datafusion::common::DFSchema;
+use datafusion::logical_expr::expr::WindowFunctionDefinition;
+use datafusion::logical_expr::{Expr, ExprSchemable};
+
+use super::order::OrderFinding;
+
+/// Aggregates whose floating-point result depends on the order of additions (DataFusion 55).
+const ADDING: [&str; 19] = [
+    "sum",
+    "avg",
+    "mean",
+    "stddev",
+    "stddev_pop",
+    "var",
+    "var_pop",
+    "var_samp",
+    "covar",
+    "covar_samp",
+    "covar_pop",
+    "corr",
+    "regr_slope",
+    "regr_intercept",
+    "regr_r2",
+    "regr_avgx",
+    "regr_avgy",
+    "regr_sxx",
+    "regr_sxy",
+];
+
+/// The finding for `e` (an aggregate or window function over `schema`'s rows) if it adds
+/// floating-point values.
+pub fn float_finding(e: &Expr, schema: &DFSchema) -> Option<OrderFinding> {
+    let (name, args) = match e {
+        Expr::AggregateFunction(f) => (f.func.name(), &f.params.args),
+        Expr::WindowFunction(w) => match &w.fun {
+            WindowFunctionDefinition::AggregateUDF(udf) => (udf.name(), &w.params.args),
+            _ => return None,
+        },
+        _ => return None,
+    };
+    let name = name.to_ascii_lowercase();
+    if !ADDING.contains(&name.as_str()) {
+        return None;
+    }
+    let float = args
+        .iter()
+        .find(|a| a.get_type(schema).is_ok_and(|t| t.is_floating()))?;
+    Some(OrderFinding {
+        rule: "float_aggregate",
+        word: name.clone(),
+        message: format!(
+            "{name}({float}) adds floating-point values, and the last digits of its result depend on the order they are added, which differs between a run of a window and the same window in a backfill: re-runs would not publish the same rows; aggregate a DECIMAL instead (e.g. {name}(CAST(… AS DECIMAL(38, 9))))"
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::prelude::SessionContext;
+
+    /// The (rule, word) of every finding of `sql` over `t (d DATE, x INT)`.
+    async fn rules_of(sql: &str) -> Vec<(&'static str, String)> {
+        let ctx = SessionContext::new();
+        ctx.sql("CREATE TABLE t (d DATE, x INT) AS VALUES (DATE '2026-01-01', 1)")
+            .await
+            .unwrap();
+        let plan = ctx.sql(sql).await.unwrap().logical_plan().clone();
+        super::super::order_dependence(&plan)
+            .unwrap()
+            .into_iter()
+            .map(|f| (f.rule, f.word))
+            .collect()
+    }
+
+    /// Regression (a task summing DOUBLEs published other last digits from `backfill` than
+    /// from `run` of the same window, so a re-run changed the table): adding aggregates of
+    /// floating-point values are refused, aggregates of integers and decimals are not.
+    #[tokio::test]
+    async fn aggregates_adding_floating_point_values_are_refused() {
+        let float = |w: &str| vec![("float_aggregate", w.to_string())];
+        for (sql, want) in [
+            (
+                "SELECT d, sum(CAST(x AS DOUBLE)) AS s FROM t GROUP BY d",
+                float("sum"),
+            ),
+            (
+                "SELECT d, avg(CAST(x AS FLOAT)) AS a FROM t GROUP BY d",
+                float("avg"),
+            ),
+            (
+                "SELECT d, stddev(CAST(x AS DOUBLE)) AS a FROM t GROUP BY d",
+                float("stddev"),
+            ),
+            (
+                "SELECT d, x, sum(CAST(x AS DOUBLE)) OVER (PARTITION BY d) AS s FROM t",
+                float("sum"),
+            ),
+            (
+                "SELECT d, sum(x) AS s, avg(x) AS a FROM t GROUP BY d",
+                vec![],
+            ),
+            (
+                "SELECT d, sum(CAST(x AS DECIMAL(20, 2))) AS s FROM t GROUP BY d",
+                vec![],
+            ),
+            (
+                "SELECT d, max(CAST(x AS DOUBLE)) AS m FROM t GROUP BY d",
+                vec![],
+            ),
+        ] {
+            assert_eq!(rules_of(sql).await, want, "{sql}");
+        }
+    }
+}
