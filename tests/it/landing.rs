@@ -771,3 +771,35 @@ fn a_file_whose_column_cannot_be_converted_without_loss_fails_its_window() {
         assert_eq!((f[0], f[1], f[4]), (f[2], f[3], "Int64"), "{got}");
     }
 }
+
+/// Regression (a top-level BIGINT directory spelled with leading zeros, `d=01`, was read by the
+/// runner but not by the checks, which find a top-level directory by its value's spelling
+/// `d=1`: the window failed its check, exit 3, and `audit` then called the never-published
+/// window clean, 0 rows on both sides): such a spelling is refused where a window reaches it,
+/// exit 2 naming the directory, by `run` and `audit` alike.
+#[test]
+fn a_top_level_directory_spelled_otherwise_than_its_value_is_refused() {
+    let p = landing_project(2, 1);
+    let root = p.path().join("events");
+    for d in 0..2 {
+        let from = root.join(format!("dt={}", day(d)));
+        std::fs::rename(&from, root.join(format!("n=0{}", day(d).day()))).unwrap();
+    }
+    p.task(
+        "events",
+        &TASK.replace(
+            "WHERE dt >= $window_start AND dt < $window_end",
+            "WHERE n >= date_part('day', $window_start) AND n < date_part('day', $window_start) + 1",
+        ),
+    );
+    let w = day(0).to_string();
+    for args in [
+        vec!["run", "events", "--window", &w],
+        vec!["audit", "events", "--from", &w, "--to", &w],
+    ] {
+        let out = p.run(&args);
+        assert_eq!(code(&out), 2, "{args:?}: {}", text(&out));
+        assert!(text(&out).contains("n=01"), "{args:?}: {}", text(&out));
+    }
+    assert_eq!(log_version(&p.table_dir("events")), None);
+}

@@ -29,6 +29,14 @@ impl LandingZone {
         }
         let text = percent_decode(raw);
         match ScalarValue::try_from_string(text.clone(), ty) {
+            // The checks name a window's top-level DATE or BIGINT directories by their values'
+            // spelling (`n=7/`): one spelled otherwise (`n=007`) they would never read.
+            Ok(v) if depth == 0 && is_named_by_value(ty) && v.to_string() != raw => {
+                Err(Error::input(format!(
+                    "directory {dir} of source `{}`: its value {v} is spelled `{raw}`; a top-level {ty} directory must be spelled as its value prints (`{name}={v}`), which is how the independent checks find it: rename it, or declare the column VARCHAR in partition_columns",
+                    self.alias
+                )))
+            }
             Ok(v) if !v.is_null() => Ok(Some(v)),
             _ => Err(Error::input(format!(
                 "directory {dir} of source `{}`: `{text}` is not a {ty} value of partition column `{name}` (declare its type in partition_columns)",
@@ -60,4 +68,12 @@ impl LandingZone {
                 .as_ref()
                 .is_none_or(|g| location.filename().is_some_and(|name| g.matches_file(name)))
     }
+}
+
+/// A top-level partition type the checks find directories of by their values' spelling.
+fn is_named_by_value(ty: &arrow::datatypes::DataType) -> bool {
+    matches!(
+        ty,
+        arrow::datatypes::DataType::Date32 | arrow::datatypes::DataType::Int64
+    )
 }
