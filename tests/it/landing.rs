@@ -803,3 +803,37 @@ fn a_top_level_directory_spelled_otherwise_than_its_value_is_refused() {
     }
     assert_eq!(log_version(&p.table_dir("events")), None);
 }
+
+/// Regression (a directory without `=` sorting before the partitions, `aaa/` or `_temporary/`,
+/// gave the zone its first file: the zone was read as unpartitioned and the task's filter on
+/// `dt` failed as invalid SQL): the layout is taken from a `key=value` directory, and the
+/// stray directories are not part of the zone.
+#[test]
+fn a_stray_directory_sorting_before_the_partitions_does_not_hide_them() {
+    let p = landing_project(3, 2);
+    let root = p.path().join("events");
+    for stray in ["aaa", "_temporary"] {
+        let from = write_file(&root, day(1), 9);
+        std::fs::create_dir_all(root.join(stray)).unwrap();
+        std::fs::rename(&from, root.join(stray).join("part-00009.parquet")).unwrap();
+    }
+    p.run_ok("events", &day(1).to_string());
+    let table = p.table_dir("events");
+    let rows = |t: &Path| {
+        let script = format!(
+            "import polars as pl; print(pl.read_delta('{}').height)",
+            t.display()
+        );
+        let out = std::process::Command::new(python())
+            .args(["-c", &script])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(
+        rows(&table),
+        "20",
+        "the day's two files, not the stray ones"
+    );
+}

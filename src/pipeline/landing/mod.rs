@@ -398,7 +398,19 @@ impl LandingZone {
                     .iter()
                     .filter(|p| g.matches_dir(depth, p.filename().unwrap_or_default()))
                     .collect(),
-                None => dir.dirs.iter().min().into_iter().collect(),
+                // A `key=value` directory first: a stray `aaa/` or `_temporary/` sorting
+                // before the partitions does not make the zone unpartitioned.
+                None => {
+                    let hive = |p: &&Path| {
+                        p.filename()
+                            .is_some_and(|n| n.contains('=') && !n.starts_with(['.', '_']))
+                    };
+                    let first = dir.dirs.iter().filter(hive).min();
+                    first
+                        .or_else(|| dir.dirs.iter().min())
+                        .into_iter()
+                        .collect()
+                }
             };
             next.sort_by(|a, b| b.cmp(a));
             for child in next {
