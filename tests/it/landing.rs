@@ -837,3 +837,31 @@ fn a_stray_directory_sorting_before_the_partitions_does_not_hide_them() {
         "the day's two files, not the stray ones"
     );
 }
+
+/// Regression (`dt=__HIVE_DEFAULT_PARTITION__`, Hive's spelling of a NULL partition value,
+/// failed with a hint to declare the type already declared, and `verify` with a raw cast
+/// error, exit 1): run and verify both refuse it with exit 2 naming the directory and what
+/// it is.
+#[test]
+fn a_null_partition_directory_is_refused_by_name() {
+    let p = landing_project(3, 2);
+    let root = p.path().join("events");
+    let from = write_file(&root, day(30), 0);
+    let null_dir = root.join("dt=__HIVE_DEFAULT_PARTITION__");
+    std::fs::create_dir_all(&null_dir).unwrap();
+    std::fs::rename(&from, null_dir.join("part-00000.parquet")).unwrap();
+    let w = day(1).to_string();
+    for args in [
+        vec!["run", "events", "--window", &w],
+        vec!["verify", "events", "--window", &w],
+    ] {
+        let out = p.run(&args);
+        assert_eq!(code(&out), 2, "{args:?}: {}", text(&out));
+        let t = text(&out);
+        assert!(
+            t.contains("__HIVE_DEFAULT_PARTITION__") && t.contains("is NULL"),
+            "{t}"
+        );
+        assert!(!t.contains("declare it"), "{t}");
+    }
+}

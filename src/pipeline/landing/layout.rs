@@ -28,6 +28,14 @@ impl LandingZone {
             };
         }
         let text = percent_decode(raw);
+        if text == HIVE_NULL {
+            // Hive's spelling of a NULL partition value (Spark, DuckDB and polars read NULL);
+            // DataFusion's listing table, the plain twin's route, cannot read it as such.
+            return Err(Error::input(format!(
+                "directory {dir} of source `{}` holds rows whose partition column `{name}` is NULL (`{HIVE_NULL}`), which idemlake does not read (no window's filter would accept them): move the directory out of the zone",
+                self.alias
+            )));
+        }
         match ScalarValue::try_from_string(text.clone(), ty) {
             // The checks name a window's top-level DATE or BIGINT directories by their values'
             // spelling (`n=7/`): one spelled otherwise (`n=007`) they would never read.
@@ -39,7 +47,7 @@ impl LandingZone {
             }
             Ok(v) if !v.is_null() => Ok(Some(v)),
             _ => Err(Error::input(format!(
-                "directory {dir} of source `{}`: `{text}` is not a {ty} value of partition column `{name}` (declare its type in partition_columns)",
+                "directory {dir} of source `{}`: `{text}` is not a {ty} value of partition column `{name}` (if the type was inferred from the first directory, declare it in partition_columns; a directory that is not part of the zone, move it out)",
                 self.alias
             ))),
         }
@@ -69,6 +77,9 @@ impl LandingZone {
                 .is_none_or(|g| location.filename().is_some_and(|name| g.matches_file(name)))
     }
 }
+
+/// The directory value Hive writers use for a NULL partition value.
+const HIVE_NULL: &str = "__HIVE_DEFAULT_PARTITION__";
 
 /// A top-level partition type the checks find directories of by their values' spelling.
 fn is_named_by_value(ty: &arrow::datatypes::DataType) -> bool {
