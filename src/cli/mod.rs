@@ -204,7 +204,7 @@ pub enum Command {
     },
     /// Per window: state, rows, table version, the run that published it, failures since; a calendar strip per task
     #[command(
-        after_help = "Examples:\n  idemlake status                                      # a calendar strip for every task\n  idemlake status daily_revenue --from 1995-06-01 --to 1995-06-30\n  idemlake status daily_revenue --picture              # only the strip\n  idemlake --output json status daily_revenue          # one JSON line per window\n\nStrip (plain text off a terminal): # published  ~ stale (other SQL)  x failed  o empty  ? not by idemlake  . missing"
+        after_help = "Examples:\n  idemlake status                                      # a calendar strip for every task\n  idemlake status daily_revenue --from 1995-06-01 --to 1995-06-30\n  idemlake status daily_revenue --picture              # only the strip\n  idemlake --output json status daily_revenue          # one JSON line per window\n\nStrip (plain text off a terminal): # published  ~ stale (other SQL or inputs)  x failed  o empty  ? not by idemlake  . missing"
     )]
     Status {
         /// Task; all tasks of the project if omitted

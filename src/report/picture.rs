@@ -101,7 +101,7 @@ impl Cell {
     fn name(self) -> &'static str {
         match self {
             Cell::Published => "published",
-            Cell::Stale => "stale (other SQL)",
+            Cell::Stale => "stale (other SQL or inputs)",
             Cell::Failed => "failed",
             Cell::Empty => "empty",
             Cell::Untracked => "not by idemlake",

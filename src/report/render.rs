@@ -110,6 +110,15 @@ pub fn print_status(
             w.sql_hash.as_deref().unwrap_or("-"),
             w.failed_since,
         );
+        if w.stale {
+            match w.stale_inputs.is_empty() {
+                true => println!("    stale: published by other SQL than the task's"),
+                false => println!(
+                    "    stale: read {}, published again since",
+                    w.stale_inputs.join(", ")
+                ),
+            }
+        }
         if let Some(e) = &w.last_error {
             println!("    last error: {}", redact(e));
         }

@@ -169,6 +169,16 @@ async fn a_republished_upstream_window_makes_exactly_its_downstream_window_stale
         s[0]
     );
     assert_eq!(s[1]["stale"], false, "{}", s[1]);
+    // Regression (text status said only `published` for the window, and its strip's legend
+    // "stale (other SQL)" though the SQL had not changed): the text names the input.
+    let out = p.run(&["status", "monthly", "--from", "1995-06", "--to", "1995-07"]);
+    let shown = text(&out);
+    assert!(
+        shown.contains(&format!(
+            "stale: read {up}:1995-06-17@{v}, published again since"
+        )) && shown.contains("stale (other SQL or inputs)"),
+        "{shown}"
+    );
     // backfill --stale re-runs June only; then nothing is stale.
     let out = p.run(&[
         "--output", "json", "backfill", "monthly", "--from", "1995-06", "--to", "1995-07",
