@@ -202,10 +202,26 @@ impl DataCheck {
             CheckKind::RowCount { .. } | CheckKind::Sql(_) => Vec::new(),
         }
     }
+
+    /// The SQL literals the check compares a column with, each as (role, column, literal):
+    /// `range`'s `min` and `max`, `accepted_values`' values (role `value`).
+    pub fn literals(&self) -> Vec<(&'static str, &str, &str)> {
+        match &self.kind {
+            CheckKind::Range { column, min, max } => [("min", min), ("max", max)]
+                .into_iter()
+                .filter_map(|(role, v)| Some((role, column.as_str(), v.as_deref()?)))
+                .collect(),
+            CheckKind::AcceptedValues(c, values) => values
+                .iter()
+                .map(|v| ("value", c.as_str(), v.as_str()))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
 }
 
 /// A double-quoted SQL identifier.
-fn quote(name: &str) -> String {
+pub fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 

@@ -525,3 +525,39 @@ async fn validate_plans_relationships_against_the_other_table() {
     assert_eq!(code(&out), 2, "{}", text(&out));
     assert!(log_version(&p.table_dir("orders")).is_none());
 }
+
+/// A `range` bound the column's type cannot hold (a string for a BIGINT or a DATE) is the
+/// user's mistake: `validate` and `run` refuse it before any data is read (exit 2, not
+/// retryable), in one sentence naming the check, the column and the bound.
+#[tokio::test]
+async fn a_range_bound_of_the_wrong_type_is_invalid_input() {
+    let p = project("");
+    for (checks, named) in [
+        (
+            "[checks]\nrange = { amount = { max = \"abc\" } }",
+            "[checks] range(amount): max 'abc' is not a value of column `amount`",
+        ),
+        (
+            "[checks]\nrange = { day = { min = \"notadate\" } }",
+            "[checks] range(day): min 'notadate' is not a value of column `day`",
+        ),
+        (
+            "[checks]\naccepted_values = { amount = [1, \"x\"] }",
+            "[checks] accepted_values(amount): 'x' is not a value of column `amount`",
+        ),
+        (
+            "[checks]\nrange = { status = { max = 5 } }",
+            "[checks] range(status): max 5 is not a value of column `status`",
+        ),
+    ] {
+        p.task("orders", &orders_task("overwrite", checks));
+        let out = p.run(&["validate", "orders"]);
+        assert_eq!(code(&out), 2, "validate {checks}: {}", text(&out));
+        assert!(text(&out).contains(named), "{}", text(&out));
+        let out = run_json(&p, "orders", "2026-11-01");
+        assert_eq!(code(&out), 2, "run {checks}: {}", text(&out));
+        assert!(text(&out).contains(named), "{}", text(&out));
+        assert_eq!(json_lines(&out)[0]["retryable"], false, "{}", text(&out));
+    }
+    assert!(log_version(&p.table_dir("orders")).is_none());
+}

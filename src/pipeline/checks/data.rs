@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef};
 use datafusion::catalog::TableProvider;
 use datafusion::common::{Column, JoinType, ScalarValue};
 use datafusion::datasource::MemTable;
@@ -20,7 +20,7 @@ use deltalake::DeltaTable;
 use crate::error::{Error, Result};
 use crate::report::record::DataCheckResult;
 use crate::task::Task;
-use crate::task::checks::{CheckKind, DataCheck, Severity, reference_table};
+use crate::task::checks::{CheckKind, DataCheck, Severity, quote, reference_table};
 use crate::task::plan::{self, OUTPUT_TABLE};
 use crate::task::range::WindowRange;
 use crate::task::window::Window;
@@ -291,7 +291,48 @@ pub async fn validate(
                 )));
             }
         }
+        literals_fit(&own, task, check, schema).await?;
         plan_check(&own, task, i, check, None).await?;
+    }
+    Ok(())
+}
+
+/// Each literal `check` compares a column with must be a value of the column's type: the
+/// comparison is planned and optimised (where DataFusion casts the literal) against the empty
+/// `output`, so a bound like `max = "abc"` for a DECIMAL column is refused here (exit 2), not
+/// when the window's rows are checked.
+async fn literals_fit(
+    own: &SessionContext,
+    task: &Task,
+    check: &DataCheck,
+    schema: &SchemaRef,
+) -> Result<()> {
+    for (role, c, lit) in check.literals() {
+        let ty = schema.field_with_name(c).map(|f| f.data_type().clone());
+        // DataFusion compares a text column with a number by casting every value of the
+        // column: a string literal only, there (the literals quote strings).
+        let text = ty.as_ref().is_ok_and(|t| {
+            t.is_string() || matches!(t, DataType::Dictionary(_, v) if v.is_string())
+        });
+        let sql = format!("SELECT * FROM output WHERE {} = {lit}", quote(c));
+        let fits = (!text || lit.starts_with('\''))
+            && match own.sql(&sql).await {
+                Ok(df) => df.into_optimized_plan().is_ok(),
+                Err(_) => false,
+            };
+        if !fits {
+            let role = if role == "value" {
+                String::new()
+            } else {
+                format!("{role} ")
+            };
+            return Err(Error::input(format!(
+                "{}: [checks] {}: {role}{lit} is not a value of column `{c}`, whose type is {}",
+                task.file.display(),
+                check.name,
+                ty.map(|t| t.to_string()).unwrap_or_default()
+            )));
+        }
     }
     Ok(())
 }
