@@ -76,7 +76,7 @@ mod order;
 mod tz;
 
 pub use order::{OrderFinding, order_dependence};
-pub use tz::check_time_zones;
+pub use tz::{check_time_zones, check_zone_names};
 
 /// Reject order-dependent SQL (see `order`) unless its rule is in `allow`, naming the
 /// function and its line (`sql` and `origin` locate it).

@@ -151,6 +151,7 @@ async fn plan_sql(
         .map_err(|e| Error::input(format!("{} ({what}): invalid SQL: {e}", file.display())))?;
     lint::check_determinism(df.logical_plan(), &task.lint_allow, sql, &origin)?;
     lint::check_order_dependence(df.logical_plan(), &task.lint_allow, sql, &origin)?;
+    lint::check_zone_names(df.logical_plan(), sql, &origin)?;
     lint::check_time_zones(df.logical_plan(), &task.lint_allow, sql, &origin)?;
     lint::check_parameters(df.logical_plan(), &origin, require_window)?;
     match params {

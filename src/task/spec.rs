@@ -309,6 +309,7 @@ impl Task {
         if sources.is_empty() {
             return Err(fail("[sources]", "at least one source is required".into()));
         }
+        source::check_distinct_aliases(&sources, &fail)?;
 
         let key = parse_key(&raw.write, &fail)?;
 

@@ -427,3 +427,59 @@ fn order_sensitive_aggregates_and_partial_window_orders_exit_2_naming_function_a
         assert_eq!(code(&out), 0, "{sql}: {}", text(&out));
     }
 }
+
+/// A time zone name DataFusion does not know (`asia/kolkata`: names are case-sensitive) in
+/// the task's SQL is refused by `validate` and by `run` before any data is read (exit 2),
+/// naming the zone and its line, however the SQL spells it.
+#[test]
+fn an_unknown_time_zone_in_the_sql_exits_2_naming_the_zone() {
+    let (p, v) = published();
+    for (expr, zone) in [
+        (
+            "CAST(l_shipdate AS TIMESTAMP) AT TIME ZONE 'asia/kolkata'",
+            "asia/kolkata",
+        ),
+        (
+            "CAST(CAST(l_shipdate AS TIMESTAMP) AT TIME ZONE 'Mars/Olympus' AS VARCHAR)",
+            "Mars/Olympus",
+        ),
+        (
+            "CAST(arrow_cast(CAST(l_shipdate AS TIMESTAMP), 'Timestamp(Nanosecond, Some(\"Europe/Nowhere\"))') AS VARCHAR)",
+            "Europe/Nowhere",
+        ),
+    ] {
+        let sql = format!(
+            "SELECT l_orderkey, l_linenumber, l_quantity, l_shipdate AS ship_date FROM lineitem\nWHERE {expr} IS NOT NULL\n  AND l_shipdate >= $window_start AND l_shipdate < $window_end"
+        );
+        p.task("t", &task(&sql, ""));
+        let needles = [&format!("time zone `{zone}`") as &str, "t.toml", "line 3"];
+        assert_rejected(&p, v, &["validate", "t"], 2, &needles);
+        assert_rejected(&p, v, &["run", "t", "--window", DAY], 2, &needles);
+    }
+    // The right spelling plans, and the message says which it is.
+    p.task(
+        "t",
+        &task(
+            "SELECT l_orderkey, l_linenumber, l_quantity, l_shipdate AS ship_date FROM lineitem WHERE CAST(l_shipdate AS TIMESTAMP) AT TIME ZONE 'asia/kolkata' IS NOT NULL AND l_shipdate >= $window_start AND l_shipdate < $window_end",
+            "",
+        ),
+    );
+    assert_rejected(&p, v, &["validate", "t"], 2, &["Asia/Kolkata"]);
+}
+
+/// Two source aliases that differ only in case name one SQL table: the task file is refused
+/// (exit 2) naming both, by `validate` and `run`.
+#[test]
+fn source_aliases_differing_only_in_case_exit_2_naming_both() {
+    let (p, v) = published();
+    p.task(
+        "t",
+        &task(
+            GOOD_SQL,
+            "[sources.LineItem]\nuri = \"data/orders.parquet\"\n",
+        ),
+    );
+    let needles = ["t.toml", "`lineitem`", "`LineItem`"];
+    assert_rejected(&p, v, &["validate", "t"], 2, &needles);
+    assert_rejected(&p, v, &["run", "t", "--window", DAY], 2, &needles);
+}

@@ -122,11 +122,31 @@ fn check_alias(alias: &str, field: &str, fail: &Fail<'_>) -> Result<()> {
             "the alias must be a plain SQL identifier".into(),
         ));
     }
-    if alias == "output" {
+    if alias.eq_ignore_ascii_case("output") {
         return Err(fail(
             field,
             "`output` is reserved for the run's result in [reconcile]".into(),
         ));
+    }
+    Ok(())
+}
+
+/// Refuse two aliases that differ only in case: SQL folds unquoted identifiers to lower
+/// case, so they would name one table.
+pub(super) fn check_distinct_aliases(sources: &[Source], fail: &Fail<'_>) -> Result<()> {
+    for (i, a) in sources.iter().enumerate() {
+        if let Some(b) = sources[..i]
+            .iter()
+            .find(|b| b.alias.eq_ignore_ascii_case(&a.alias))
+        {
+            return Err(fail(
+                &format!("[sources.{}]", a.alias),
+                format!(
+                    "`{}` and `{}` name the same table in SQL (unquoted identifiers are case-insensitive): rename one",
+                    b.alias, a.alias
+                ),
+            ));
+        }
     }
     Ok(())
 }
