@@ -11,7 +11,7 @@ use std::str::FromStr;
 
 use jiff::Timestamp;
 use jiff::Zoned;
-use jiff::civil::{Date, DateTime, ISOWeekDate, Weekday};
+use jiff::civil::{Date, ISOWeekDate, Weekday};
 use jiff::tz::TimeZone;
 
 use crate::error::{Error, Result};
@@ -130,58 +130,12 @@ impl Window {
                 let w: i8 = w
                     .parse()
                     .map_err(|_| Error::input(format!("malformed window `{text}`")))?;
-                ISOWeekDate::new(y, w, Weekday::Monday).map_err(bad)?.date()
+                iso_week(text, y, w)?
             }
             Grain::Hour => return Self::parse_hour(text, tz),
         };
         let zoned = start.to_zoned(tz.clone()).map_err(bad)?;
         Self::from_start(grain, zoned)
-    }
-
-    /// An hour window, `2026-11-28T05`, or `2026-10-25T02+01:00` for one of the two local
-    /// hours a time zone repeats when its clocks go back.
-    fn parse_hour(text: &str, tz: &TimeZone) -> Result<Window> {
-        let bad = |e: jiff::Error| Error::input(format!("malformed window `{text}`: {e}"));
-        let (d, h) = text.split_once('T').expect("checked by short_form_grain");
-        let d = Date::from_str(d).map_err(bad)?;
-        let (h, offset) = match h.len() {
-            2 => (h, None),
-            _ => (&h[..2], Some(&h[2..])),
-        };
-        let h: i8 = h
-            .parse()
-            .map_err(|_| Error::input(format!("malformed window `{text}`")))?;
-        let dt = DateTime::new(d.year(), d.month(), d.day(), h, 0, 0, 0).map_err(bad)?;
-        let ambiguous = tz.to_ambiguous_zoned(dt);
-        if let Some(offset) = offset {
-            // `2026-10-25T02+01:00`: the local hour at that offset (the label of a
-            // repeated hour).
-            let wanted = parse_offset(offset).ok_or_else(|| {
-                Error::input(format!(
-                    "malformed window `{text}`: `{offset}` is not an offset like +01:00"
-                ))
-            })?;
-            let zoned = dt
-                .to_zoned(TimeZone::fixed(wanted))
-                .map_err(bad)?
-                .timestamp()
-                .to_zoned(tz.clone());
-            if zoned.datetime() != dt || zoned.offset() != wanted {
-                return Err(Error::input(format!(
-                    "window `{text}`: {} has no local hour {} at offset {offset}",
-                    tz_name(tz),
-                    &text[..13]
-                )));
-            }
-            return Self::from_start(Grain::Hour, zoned);
-        }
-        let zoned = ambiguous.unambiguous().map_err(|e| {
-            Error::input(format!(
-                "window `{text}` is not a single hour in time zone {}: {e}; pass the explicit RFC 3339 interval instead",
-                tz_name(tz)
-            ))
-        })?;
-        Self::from_start(Grain::Hour, zoned)
     }
 
     fn parse_interval(text: &str, a: &str, b: &str, grain: Grain, tz: &TimeZone) -> Result<Window> {
@@ -453,6 +407,21 @@ pub fn time_zone(name: &str) -> Result<TimeZone> {
     TimeZone::get(name).map_err(|e| Error::input(format!("unknown time zone `{name}`: {e}")))
 }
 
+/// The Monday of ISO week `w` of ISO year `y` (window `text`): a year has 52 or 53 weeks.
+fn iso_week(text: &str, y: i16, w: i8) -> Result<Date> {
+    let weeks = |y: i16| {
+        // Dec 28th is always in the year's last ISO week.
+        Date::new(y, 12, 28).map(|d| d.iso_week_date().week())
+    };
+    match (ISOWeekDate::new(y, w, Weekday::Monday), weeks(y)) {
+        (Ok(d), _) => Ok(d.date()),
+        (Err(_), Ok(n)) if w > n || w < 1 => Err(Error::input(format!(
+            "window `{text}`: ISO year {y} has {n} weeks (W01 to W{n})"
+        ))),
+        (Err(e), _) => Err(Error::input(format!("malformed window `{text}`: {e}"))),
+    }
+}
+
 /// `+HH:MM` / `-HH:MM` as an offset.
 fn parse_offset(s: &str) -> Option<jiff::tz::Offset> {
     let b = s.as_bytes();
@@ -496,5 +465,6 @@ fn short_form_grain(s: &str) -> Option<Grain> {
     }
 }
 
+mod hour;
 #[cfg(test)]
 mod tests;

@@ -339,3 +339,37 @@ fn lookback_windows_are_the_ones_right_before() {
         ]
     );
 }
+
+/// `1995-W53`: ISO year 1995 has 52 weeks, and the message says so (it said "parameter
+/// 'iso-week' is not in the required range of 1..=53").
+#[test]
+fn week_53_of_a_52_week_year_says_the_year_has_52_weeks() {
+    let e = Window::parse("1995-W53", Grain::Week, &utc()).unwrap_err();
+    assert_eq!(e.kind(), crate::error::ErrorKind::Input);
+    assert!(e.message().contains("ISO year 1995 has 52 weeks"), "{e}");
+    assert!(!e.message().contains("1..=53"), "{e}");
+    assert!(Window::parse("2026-W53", Grain::Week, &utc()).is_ok());
+    let e = Window::parse("2026-W54", Grain::Week, &utc()).unwrap_err();
+    assert!(e.message().contains("ISO year 2026 has 53 weeks"), "{e}");
+}
+
+/// `2024-03-31T02` in Europe/Berlin: clocks skip that hour, so there is no such window; the
+/// message says so (it called the hour ambiguous and sent the user to an interval form that
+/// names no such hour either).
+#[test]
+fn an_hour_the_clocks_skip_is_said_not_to_exist() {
+    let e = Window::parse("2024-03-31T02", Grain::Hour, &berlin()).unwrap_err();
+    assert_eq!(e.kind(), crate::error::ErrorKind::Input);
+    let m = e.message();
+    assert!(
+        m.contains("does not exist in time zone Europe/Berlin") && m.contains("clocks skip it"),
+        "{e}"
+    );
+    assert!(!m.contains("ambiguous") && !m.contains("RFC 3339"), "{e}");
+    // A repeated hour still names the labels that pick one of the two.
+    let e = Window::parse("2026-10-25T02", Grain::Hour, &berlin()).unwrap_err();
+    assert!(
+        e.message().contains("2026-10-25T02+02:00") && e.message().contains("2026-10-25T02+01:00"),
+        "{e}"
+    );
+}
