@@ -222,3 +222,49 @@ fn locate_quoted(sql: &str, zone: &str) -> Option<u64> {
         .or_else(|| locate_word(sql, &[zone.to_string()]).map(|(l, _)| l))
         .or_else(|| literal(false))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `timezone_database` row of docs/src/concepts/tasks.md lists the zone names without
+    /// a region (`CET`, `EST5EDT`, …) the rule refuses: all of them (it said "today `EET` and
+    /// `WET`" while `CET`, `MET`, `EST5EDT`, … were refused too); the region names it gives
+    /// before its advice ("; use …") are refused, the others it names after it accepted.
+    #[test]
+    fn the_docs_list_the_zone_names_the_timezone_database_rule_refuses() {
+        let doc = include_str!("../../../docs/src/concepts/tasks.md");
+        let row = doc
+            .lines()
+            .find(|l| l.starts_with("| `timezone_database`"))
+            .expect("the rule's row");
+        let (refused, advised) = row.split_once("; use ").expect("the advice");
+        let names = |text: &str| -> BTreeSet<String> {
+            text.split('`')
+                .skip(1)
+                .step_by(2)
+                .filter(|w| w.starts_with(|c: char| c.is_ascii_uppercase()))
+                .map(str::to_string)
+                .collect()
+        };
+        let legacy: BTreeSet<String> = chrono_tz::TZ_VARIANTS
+            .iter()
+            .map(|t| t.name())
+            .filter(|z| !z.contains('/') && !fixed(z) && disagreement(z).is_some())
+            .map(str::to_string)
+            .collect();
+        let documented = names(refused);
+        let doc_legacy: BTreeSet<String> = documented
+            .iter()
+            .filter(|z| !z.contains('/'))
+            .cloned()
+            .collect();
+        assert_eq!(doc_legacy, legacy, "{row}");
+        for z in documented.iter().filter(|z| z.contains('/')) {
+            assert!(disagreement(z).is_some(), "{z} is listed as refused");
+        }
+        for z in names(advised).iter().filter(|z| !documented.contains(*z)) {
+            assert!(disagreement(z).is_none(), "{z} is advised but refused");
+        }
+    }
+}
