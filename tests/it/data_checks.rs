@@ -561,3 +561,24 @@ async fn a_range_bound_of_the_wrong_type_is_invalid_input() {
     }
     assert!(log_version(&p.table_dir("orders")).is_none());
 }
+
+/// A failed check's sample prints TIMESTAMP values as RFC 3339 text, in the column's time zone
+/// when it has one (they were microseconds since 1970, `"801878400000000"`), as it prints
+/// DATE values as dates.
+#[tokio::test]
+async fn timestamps_in_a_checks_sample_are_rfc3339_text() {
+    let p = project("");
+    let sql = r#"
+[[checks.sql]]
+name = "late"
+sql = "SELECT order_id, CAST(day AS TIMESTAMP) AS at, CAST(day AS TIMESTAMP) AT TIME ZONE 'Europe/Berlin' AS berlin, day FROM output WHERE order_id = 1"
+"#;
+    p.task("orders", &orders_task("overwrite", sql));
+    let out = run_json(&p, "orders", "2026-11-01");
+    assert_eq!(code(&out), 6, "{}", text(&out));
+    let report = json_lines(&out).remove(0);
+    let sample = &check_result(&report, "late")["sample"][0];
+    assert_eq!(sample["day"], "2026-11-01", "{sample}");
+    assert_eq!(sample["at"], "2026-11-01T00:00:00+00:00", "{sample}");
+    assert_eq!(sample["berlin"], "2026-11-01T00:00:00+01:00", "{sample}");
+}

@@ -9,8 +9,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
+use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef};
+use arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::catalog::TableProvider;
 use datafusion::common::{Column, JoinType, ScalarValue};
 use datafusion::datasource::MemTable;
@@ -191,7 +192,7 @@ fn rows(batches: &[RecordBatch]) -> Result<Vec<serde_json::Map<String, serde_jso
                 let v = if v.is_null() {
                     serde_json::Value::Null
                 } else {
-                    serde_json::Value::String(config.redact(&v.to_string()))
+                    serde_json::Value::String(config.redact(&value_text(b.column(i), r, v)?))
                 };
                 row.insert(f.name().clone(), v);
             }
@@ -199,6 +200,23 @@ fn rows(batches: &[RecordBatch]) -> Result<Vec<serde_json::Map<String, serde_jso
         }
     }
     Ok(out)
+}
+
+/// Value `row` of `array` (`value`) as text: a timestamp in RFC 3339, at its column's time
+/// zone (`+00:00` for one without: idemlake takes those as UTC); anything else as DataFusion
+/// prints it.
+fn value_text(array: &ArrayRef, row: usize, value: ScalarValue) -> Result<String> {
+    let naive = match array.data_type() {
+        DataType::Timestamp(_, None) => true,
+        DataType::Timestamp(_, Some(_)) => false,
+        _ => return Ok(value.to_string()),
+    };
+    let options = FormatOptions::default()
+        .with_timestamp_format(naive.then_some("%Y-%m-%dT%H:%M:%S%.f+00:00"))
+        .with_timestamp_tz_format(Some("%Y-%m-%dT%H:%M:%S%.f%:z"));
+    Ok(ArrayFormatter::try_new(array.as_ref(), &options)?
+        .value(row)
+        .to_string())
 }
 
 fn column(name: &str) -> Expr {
