@@ -863,5 +863,56 @@ fn a_null_partition_directory_is_refused_by_name() {
             "{t}"
         );
         assert!(!t.contains("declare it"), "{t}");
+
+/// An S3 landing zone that exists but holds no data files yet — only a folder marker
+/// (`raw/zone/`, as consoles create) or only `_SUCCESS` — fails the run with exit 1,
+/// `retryable: true` (it was exit 2, "no .parquet files under …").
+#[tokio::test(flavor = "multi_thread")]
+async fn s3_a_landing_zone_holding_only_a_marker_or_success_is_retryable() {
+    use object_store::{ObjectStoreExt, PutPayload, path::Path as ObjPath};
+    let p = landing_project(1, 1);
+    let prefix = format!("it-{}", uuid::Uuid::new_v4().simple());
+    let store = crate::s3::store();
+    store
+        .put(
+            &ObjPath::from(format!("{prefix}/success/_SUCCESS")),
+            PutPayload::from_static(b""),
+        )
+        .await
+        .unwrap();
+    let e = crate::s3::s3_env();
+    let marker = std::process::Command::new("curl")
+        .args(["-sf", "-X", "PUT", "--data-binary", ""])
+        .args(["--aws-sigv4", "aws:amz:us-east-1:s3", "--user"])
+        .arg(format!(
+            "{}:{}",
+            e["AWS_ACCESS_KEY_ID"], e["AWS_SECRET_ACCESS_KEY"]
+        ))
+        .arg(format!(
+            "{}/{}/{prefix}/marker/",
+            e["AWS_ENDPOINT_URL"],
+            crate::s3::bucket()
+        ))
+        .output()
+        .unwrap();
+    assert!(marker.status.success(), "{}", text(&marker));
+    let bucket = crate::s3::bucket();
+    for zone in ["marker", "success"] {
+        let uri = format!("s3://{bucket}/{prefix}/{zone}/");
+        p.task(
+            "events",
+            &TASK.replace("uri = \"events\"", &format!("uri = \"{uri}\"")),
+        );
+        let out = p
+            .cmd()
+            .envs(crate::s3::s3_env())
+            .env("IDEMLAKE_LAKE", format!("s3://{bucket}/{prefix}/lake"))
+            .args(["--output", "json", "run", "events", "--window"])
+            .arg(day(0).to_string())
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 1, "{zone}: {}", text(&out));
+        let r = &json_lines(&out)[0];
+        assert_eq!(r["retryable"], true, "{r}");
     }
 }

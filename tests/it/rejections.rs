@@ -483,3 +483,31 @@ fn source_aliases_differing_only_in_case_exit_2_naming_both() {
     assert_rejected(&p, v, &["validate", "t"], 2, &needles);
     assert_rejected(&p, v, &["run", "t", "--window", DAY], 2, &needles);
 }
+
+/// An empty landing zone at the start of the day is normal: a location that exists but holds
+/// no data files yet (nothing, or only `_SUCCESS` and other hidden files) fails the run with
+/// exit 1, `retryable: true` (it was exit 2, "no .parquet files under …", for a directory
+/// holding anything); one that does not exist stays exit 2, and so does one holding files of
+/// another format (the source's format is wrong).
+#[test]
+fn an_existing_location_with_no_data_files_yet_is_retryable() {
+    let (p, v) = published();
+    // In the project, not under data/ (shared by every test project).
+    let zone = p.path().join("zone");
+    std::fs::create_dir_all(&zone).unwrap();
+    p.task("t", &task_reading("zone/", "parquet"));
+    let run = ["--output", "json", "run", "t", "--window", DAY];
+    for hidden in ["", "_SUCCESS", ".keep"] {
+        if !hidden.is_empty() {
+            std::fs::write(zone.join(hidden), "").unwrap();
+        }
+        let out = p.run(&run);
+        assert_eq!(code(&out), 1, "{hidden}: {}", text(&out));
+        let r = &json_lines(&out)[0];
+        assert_eq!(r["retryable"], true, "{r}");
+        assert!(r["error"].as_str().unwrap().contains("/zone/"), "{r}");
+    }
+    std::fs::write(zone.join("part-0.csv"), "a\n1\n").unwrap();
+    assert_rejected(&p, v, &run, 2, &["part-0.csv", "format"]);
+    assert_eq!(log_version(&p.table_dir("t")), Some(v));
+}

@@ -3,9 +3,10 @@
 //! (rows it would silently miss).
 
 use datafusion::common::ScalarValue;
+use object_store::ObjectMeta;
 use object_store::path::Path;
 
-use super::{LandingZone, percent_decode};
+use super::{LandingZone, Listing, percent_decode};
 use crate::error::{Error, Result};
 
 impl LandingZone {
@@ -75,6 +76,99 @@ impl LandingZone {
                 .glob
                 .as_ref()
                 .is_none_or(|g| location.filename().is_some_and(|name| g.matches_file(name)))
+    }
+
+    /// The first file in path order and the `key=value` levels above it: one pinned listing
+    /// per level down the first directories (files directly in a directory come first; with a
+    /// glob, only at its depth and under directories it matches). `other`: the first visible
+    /// file seen without the format's extension.
+    pub(super) async fn first_file(
+        &self,
+        other: &mut Option<Path>,
+    ) -> Result<Option<(Vec<(String, String)>, ObjectMeta)>> {
+        let depth_of_files = self.glob.as_ref().map(|g| g.dirs.len());
+        // Depth-first, smallest path first: (directory, depth, levels above it).
+        let mut stack = vec![(self.url.prefix().clone(), 0usize, Vec::new())];
+        while let Some((path, depth, levels)) = stack.pop() {
+            let dir = self.list(&path, Listing::Pinned).await?;
+            let ext = &self.options.file_extension;
+            if let Some(f) = dir
+                .files
+                .iter()
+                .find(|f| !f.location.as_ref().ends_with(ext))
+            {
+                other.get_or_insert_with(|| f.location.clone());
+            }
+            if depth_of_files.is_none_or(|d| d == depth) {
+                let first = dir
+                    .files
+                    .iter()
+                    .filter(|m| self.is_source_file(&m.location))
+                    .min_by(|a, b| a.location.cmp(&b.location));
+                if let Some(f) = first {
+                    return Ok(Some((levels, f.clone())));
+                }
+            }
+            let mut next: Vec<&Path> = match &self.glob {
+                Some(g) => dir
+                    .dirs
+                    .iter()
+                    .filter(|p| g.matches_dir(depth, p.filename().unwrap_or_default()))
+                    .collect(),
+                None => dir.dirs.iter().min().into_iter().collect(),
+            };
+            next.sort_by(|a, b| b.cmp(a));
+            for child in next {
+                let segment = child.filename().unwrap_or_default();
+                let mut levels = levels.clone();
+                match segment.split_once('=') {
+                    Some((k, v)) => levels.push((k.to_string(), percent_decode(v))),
+                    None if self.glob.is_some() => {
+                        return Err(Error::input(format!(
+                            "directory {child} matches the glob of source `{}`, but a glob's directory levels must be key=value directories (Hive partitions)",
+                            self.alias
+                        )));
+                    }
+                    None => {}
+                }
+                stack.push((child.clone(), depth + 1, levels));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Why the zone has no first file: a location that does not exist (nothing at all under
+    /// it, hidden files included) or holding files of another extension (`other`) is the
+    /// task's mistake (exit 2); one that exists but holds no data files yet — empty, or only
+    /// `_SUCCESS`, folder markers and other hidden files — is retryable (exit 1): files may
+    /// still land.
+    pub(super) async fn no_files(&self, other: Option<Path>) -> Error {
+        let (ext, at) = (&self.options.file_extension, self.url.as_str());
+        if let Some(o) = other {
+            return Error::input(format!(
+                "no {ext} files under {at}, but {o} is there: check the source's format (and its uri)"
+            ));
+        }
+        let exists = if self.url.scheme() == "file" {
+            Ok(std::path::Path::new("/")
+                .join(self.url.prefix().as_ref())
+                .is_dir())
+        } else {
+            let mut listed = self.store.list(Some(self.url.prefix()));
+            futures::StreamExt::next(&mut listed)
+                .await
+                .transpose()
+                .map(|o| o.is_some())
+        };
+        match exists {
+            Ok(true) => Error::runtime(format!(
+                "no {ext} files under {at} yet: the location exists but holds no data files (files may still land; retry later)"
+            )),
+            Ok(false) => Error::input(format!(
+                "no {ext} files under {at}: nothing is there; check the source's uri (and its format)"
+            )),
+            Err(e) => e.into(),
+        }
     }
 }
 

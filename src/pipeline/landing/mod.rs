@@ -154,12 +154,9 @@ impl LandingZone {
             let key = zone.url.prefix().clone();
             zone.pinned.lock().expect("not poisoned").insert(key, dir);
         }
-        let Some((levels, first)) = zone.first_file().await? else {
-            return Err(Error::input(format!(
-                "no {} files under {}: check the source's uri (and its format)",
-                zone.options.file_extension,
-                zone.url.as_str()
-            )));
+        let mut other = None;
+        let Some((levels, first)) = zone.first_file(&mut other).await? else {
+            return Err(zone.no_files(other).await);
         };
         zone.columns = match partitioning {
             Partitioning::Hive(declared) if !declared.is_empty() => {
@@ -431,6 +428,7 @@ impl LandingZone {
         }
         Ok(None)
     }
+
 }
 
 /// A zone's root and glob; `None` when `partitioning = "none"` leaves a plain location alone.
