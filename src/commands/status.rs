@@ -54,6 +54,17 @@ pub async fn status(
     task: &Task,
     range: Option<(Window, Window)>,
 ) -> Result<(Option<i64>, Vec<WindowStatus>)> {
+    status_with(project, task, range, true).await
+}
+
+/// [`status`]; without `staleness`, what the windows hold only (no upstream log is read:
+/// `stale` is then false, `stale_inputs` empty).
+pub async fn status_with(
+    project: &Project,
+    task: &Task,
+    range: Option<(Window, Window)>,
+    staleness: bool,
+) -> Result<(Option<i64>, Vec<WindowStatus>)> {
     let url = project.table_url(task)?;
     let table = table::open(&url).await?;
     let version = table.version();
@@ -85,12 +96,13 @@ pub async fn status(
         let inputs = acc.inputs.clone();
         let log = attempts.get(&label).cloned().unwrap_or_default();
         let mut st = window_status(task, &label, acc, &log, &store).await;
-        st.stale =
-            st.state != "missing" && st.sql_hash.as_deref().is_some_and(|h| h != current_hash);
+        // Only a window holding data (or published empty) is stale, not one that failed.
+        let holds = st.state.starts_with("published") || st.state == "empty";
+        st.stale = staleness && holds && st.sql_hash.as_deref().is_some_and(|h| h != current_hash);
         // Files a merge wrote carry no tags: the inputs are in the publishing run's record.
         let inputs = match inputs {
             Some((_, i)) => Some(i),
-            None if has_upstream && st.state.starts_with("published") => {
+            None if staleness && has_upstream && st.state.starts_with("published") => {
                 recorded_inputs(&table, &st).await
             }
             None => None,
@@ -98,7 +110,10 @@ pub async fn status(
         windows.push((st, inputs));
     }
     let read = oldest_reads(windows.iter().filter_map(|(_, i)| i.as_deref()));
-    let upstream = upstream_publishes(project, task, &read).await?;
+    let upstream = match staleness {
+        true => upstream_publishes(project, task, &read).await?,
+        false => Default::default(),
+    };
     let mut out = Vec::new();
     for (mut st, inputs) in windows {
         if let Some(inputs) = &inputs {

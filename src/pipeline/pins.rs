@@ -43,9 +43,6 @@ async fn reach(
 }
 
 impl Runner {
-    /// The window's pins: its plan (the task's SQL bound to the window and optimised in the
-    /// runner's session) gives the filters on each zone, and those select its files from the
-    /// run's pinned listings (afresh on the plain twin, whose reads list for themselves).
     /// Each window's files, listed as `run` lists them, for commands that read windows
     /// another way (`audit`): a landing-zone file off the zone's layout is an error there too.
     pub async fn reach(&self, windows: &[Window]) -> Result<()> {
@@ -55,6 +52,9 @@ impl Runner {
         Ok(())
     }
 
+    /// The window's pins: its plan (the task's SQL bound to the window and optimised in the
+    /// runner's session) gives the filters on each zone, and those select its files from the
+    /// run's pinned listings (afresh on the plain twin, whose reads list for themselves).
     pub(super) async fn pin_window(&self, window: &Window) -> Result<Vec<Pin>> {
         if self.zones.is_empty() {
             return Ok(Vec::new());

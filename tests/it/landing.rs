@@ -745,6 +745,20 @@ fn a_file_whose_column_cannot_be_converted_without_loss_fails_its_window() {
             None,
             "nothing published"
         );
+        // A task that does not read `v` reads that file.
+        p.task(
+            "ids",
+            &TASK.replace(
+                "SELECT CAST(ts AS DATE) AS day, ts, id, v",
+                "SELECT CAST(ts AS DATE) AS day, ts, id",
+            ),
+        );
+        let out = p.run_env(
+            env.0,
+            env.1,
+            &["run", "ids", "--window", &day(1).to_string()],
+        );
+        assert_eq!(code(&out), 0, "accelerate={accelerate}: {}", text(&out));
         let out = p.run_env(
             env.0,
             env.1,
@@ -781,9 +795,10 @@ fn a_file_whose_column_cannot_be_converted_without_loss_fails_its_window() {
 fn a_top_level_directory_spelled_otherwise_than_its_value_is_refused() {
     let p = landing_project(2, 1);
     let root = p.path().join("events");
-    for d in 0..2 {
+    // Day 1 spelled `n=01`, day 2 as its value prints, `n=2`.
+    for (d, spelled) in [(0, "n=01"), (1, "n=2")] {
         let from = root.join(format!("dt={}", day(d)));
-        std::fs::rename(&from, root.join(format!("n=0{}", day(d).day()))).unwrap();
+        std::fs::rename(&from, root.join(spelled)).unwrap();
     }
     p.task(
         "events",
@@ -802,6 +817,9 @@ fn a_top_level_directory_spelled_otherwise_than_its_value_is_refused() {
         assert!(text(&out).contains("n=01"), "{args:?}: {}", text(&out));
     }
     assert_eq!(log_version(&p.table_dir("events")), None);
+    // A window that does not reach it is not refused (reviewer's finding: one such directory
+    // failed every window).
+    p.run_ok("events", &day(1).to_string());
 }
 
 /// Regression (a directory without `=` sorting before the partitions, `aaa/` or `_temporary/`,
@@ -863,6 +881,8 @@ fn a_null_partition_directory_is_refused_by_name() {
             "{t}"
         );
         assert!(!t.contains("declare it"), "{t}");
+    }
+}
 
 /// An S3 landing zone that exists but holds no data files yet — only a folder marker
 /// (`raw/zone/`, as consoles create) or only `_SUCCESS` — fails the run with exit 1,
@@ -915,4 +935,33 @@ async fn s3_a_landing_zone_holding_only_a_marker_or_success_is_retryable() {
         let r = &json_lines(&out)[0];
         assert_eq!(r["retryable"], true, "{r}");
     }
+}
+
+/// Regression (the zone's first file was looked for down the smallest directory only: an
+/// empty first day directory made a zone with files look empty, exit 1 for ever): the next
+/// directory is tried.
+#[test]
+fn an_empty_first_directory_does_not_make_the_zone_look_empty() {
+    let p = landing_project(3, 2);
+    std::fs::create_dir_all(p.path().join("events/dt=2026-10-31")).unwrap();
+    p.run_ok("events", &day(1).to_string());
+    assert_matches_polars(&p, &p.table_dir("events"), 1, 1);
+}
+
+/// Reviewer's finding: files in a subdirectory without `=` below the last level
+/// (`dt=…/batch1/part.parquet`) were skipped by both routes; the window fails naming it.
+#[test]
+fn a_plain_subdirectory_below_the_last_level_fails_the_window() {
+    let p = landing_project(2, 1);
+    let dir = p.path().join(format!("events/dt={}", day(1)));
+    std::fs::create_dir_all(dir.join("batch1")).unwrap();
+    std::fs::rename(
+        dir.join("part-00000.parquet"),
+        dir.join("batch1/part-00000.parquet"),
+    )
+    .unwrap();
+    let out = p.run(&["run", "events", "--window", &day(1).to_string()]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(text(&out).contains("batch1"), "{}", text(&out));
+    p.run_ok("events", &day(0).to_string());
 }

@@ -454,3 +454,40 @@ fn a_window_filter_inside_a_subquery_is_checked_window_by_window() {
         }
     }
 }
+
+/// Regression (the float rule of the lint also refused `[reconcile]` queries summing DOUBLEs,
+/// which are compared with a tolerance and never published): only the task's `sql` is held to
+/// it.
+#[test]
+fn float_sums_are_refused_in_the_published_sql_only() {
+    let p = TestProject::new();
+    let sum = "sum(CAST(l_extendedprice AS DOUBLE))";
+    let reconcile = format!(
+        "[reconcile]\nsource = \"SELECT {sum} AS s FROM lineitem WHERE {BOUNDS}\"\n\
+         output = \"SELECT sum(CAST(l_extendedprice AS DOUBLE)) AS s FROM output\"\n\
+         tolerance = {{ s = 1e-6 }}\n"
+    );
+    let cols = "l_orderkey, l_linenumber, l_extendedprice, l_shipdate AS ship_date";
+    p.task(
+        "checked",
+        &shape_task(
+            &format!("SELECT {cols} FROM lineitem WHERE {BOUNDS}"),
+            &reconcile,
+        ),
+    );
+    let out = p.run(&["validate", "checked"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    p.task(
+        "summed",
+        &shape_task(
+            &format!(
+                "SELECT l_shipdate AS ship_date, {sum} AS s FROM lineitem WHERE {BOUNDS} \
+                 GROUP BY l_shipdate"
+            ),
+            "",
+        ),
+    );
+    let out = p.run(&["validate", "summed"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(text(&out).contains("float_aggregate"), "{}", text(&out));
+}

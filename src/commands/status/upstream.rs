@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use deltalake::DeltaTable;
 use futures::{StreamExt, TryStreamExt};
 
-use super::{WindowStatus, published_files, status};
+use super::{WindowStatus, published_files};
 use crate::delta::actions::{self, Action};
 use crate::delta::partition::raw_window;
 use crate::delta::table;
@@ -49,7 +49,8 @@ pub async fn missing_inputs(
         let Some(range) = overlapping(&up, first.start_ts(), last.end_ts())? else {
             continue;
         };
-        let (_, states) = status(project, &up, Some(range)).await?;
+        // What the upstream holds, not whether it is stale (no log of its upstreams read).
+        let (_, states) = super::status_with(project, &up, Some(range), false).await?;
         // A window whose attempts all failed holds nothing either.
         for st in states
             .iter()

@@ -1,6 +1,7 @@
 //! A landing zone's files may disagree with its schema (taken from its first file): a column
 //! missing from a file is NULL, and a column of another type is converted to the zone's type
-//! only when every value of that type fits (`widens`). Anything else — a `DOUBLE` into a
+//! only when every value of that type fits (`widens`). Anything else, in a column the scan
+//! reads (its projection or filters), — a `DOUBLE` into a
 //! `BIGINT`, a `BIGINT` into an `INT`, text into a number — would change values silently, so
 //! the scan fails instead, naming the column and both types (exit 2, nothing published).
 //! Timestamps of another unit or time zone are converted as DataFusion does (a finer unit
@@ -10,7 +11,10 @@
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, SchemaRef};
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::error::DataFusionError;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr_adapter::{
     DefaultPhysicalExprAdapterFactory, PhysicalExprAdapter, PhysicalExprAdapterFactory,
 };
@@ -30,21 +34,55 @@ impl PhysicalExprAdapterFactory for StrictCasts {
         logical_file_schema: SchemaRef,
         physical_file_schema: SchemaRef,
     ) -> datafusion::error::Result<Arc<dyn PhysicalExprAdapter>> {
-        for want in logical_file_schema.fields() {
-            let Ok(got) = physical_file_schema.field_with_name(want.name()) else {
-                continue;
-            };
-            if !widens(got.data_type(), want.data_type()) {
-                return Err(DataFusionError::External(Box::new(Error::input(format!(
-                    "source `{}`: column `{}` is {} in one of the window's files but {} in the zone's schema (taken from its first file); converting it could change values, so nothing was read — rewrite the file with the zone's type, or make the zone's first file hold the wider type",
-                    self.alias,
-                    want.name(),
-                    got.data_type(),
-                    want.data_type()
-                )))));
+        let inner = DefaultPhysicalExprAdapterFactory
+            .create(logical_file_schema.clone(), physical_file_schema.clone())?;
+        Ok(Arc::new(StrictAdapter {
+            inner,
+            logical: logical_file_schema,
+            physical: physical_file_schema,
+            alias: self.alias.clone(),
+        }))
+    }
+}
+
+/// DataFusion's adapter for one file, refusing a lossy conversion of a column the scan reads
+/// (its projection and its filters: the columns the rewritten expressions name).
+#[derive(Debug)]
+struct StrictAdapter {
+    inner: Arc<dyn PhysicalExprAdapter>,
+    logical: SchemaRef,
+    physical: SchemaRef,
+    alias: String,
+}
+
+impl PhysicalExprAdapter for StrictAdapter {
+    fn rewrite(
+        &self,
+        expr: Arc<dyn PhysicalExpr>,
+    ) -> datafusion::error::Result<Arc<dyn PhysicalExpr>> {
+        let mut refused = None;
+        expr.apply(|e| {
+            if let Some(c) = e.downcast_ref::<Column>()
+                && let Ok(want) = self.logical.field_with_name(c.name())
+                && let Ok(got) = self.physical.field_with_name(c.name())
+                && !widens(got.data_type(), want.data_type())
+            {
+                refused = Some((
+                    c.name().to_string(),
+                    got.data_type().clone(),
+                    want.data_type().clone(),
+                ));
+                return Ok(TreeNodeRecursion::Stop);
             }
+            Ok(TreeNodeRecursion::Continue)
+        })?;
+        if let Some((name, got, want)) = refused {
+            return Err(DataFusionError::External(Box::new(Error::input(format!(
+                "source `{}`: column `{name}` is {got} in one of the window's files but {want} in the zone's schema (taken from its first file); converting it could change values, so nothing was read — rewrite the file with the zone's type, or make the zone's first file hold the wider type",
+                self.alias
+            )))));
         }
-        DefaultPhysicalExprAdapterFactory.create(logical_file_schema, physical_file_schema)
+        self.inner.rewrite(expr)
     }
 }
 

@@ -38,14 +38,6 @@ impl LandingZone {
             )));
         }
         match ScalarValue::try_from_string(text.clone(), ty) {
-            // The checks name a window's top-level DATE or BIGINT directories by their values'
-            // spelling (`n=7/`): one spelled otherwise (`n=007`) they would never read.
-            Ok(v) if depth == 0 && is_named_by_value(ty) && v.to_string() != raw => {
-                Err(Error::input(format!(
-                    "directory {dir} of source `{}`: its value {v} is spelled `{raw}`; a top-level {ty} directory must be spelled as its value prints (`{name}={v}`), which is how the independent checks find it: rename it, or declare the column VARCHAR in partition_columns",
-                    self.alias
-                )))
-            }
             Ok(v) if !v.is_null() => Ok(Some(v)),
             _ => Err(Error::input(format!(
                 "directory {dir} of source `{}`: `{text}` is not a {ty} value of partition column `{name}` (if the type was inferred from the first directory, declare it in partition_columns; a directory that is not part of the zone, move it out)",
@@ -115,7 +107,20 @@ impl LandingZone {
                     .iter()
                     .filter(|p| g.matches_dir(depth, p.filename().unwrap_or_default()))
                     .collect(),
-                None => dir.dirs.iter().min().into_iter().collect(),
+                // The `key=value` directories, smallest first, the next one tried when one
+                // holds no file: a stray `aaa/` or `_temporary/` sorting before the
+                // partitions, or an empty first day, does not hide the zone's layout.
+                None => {
+                    let hive = |p: &&Path| {
+                        p.filename()
+                            .is_some_and(|n| n.contains('=') && !n.starts_with(['.', '_']))
+                    };
+                    let partitions: Vec<&Path> = dir.dirs.iter().filter(hive).collect();
+                    match partitions.is_empty() {
+                        true => dir.dirs.iter().min().into_iter().collect(),
+                        false => partitions,
+                    }
+                }
             };
             next.sort_by(|a, b| b.cmp(a));
             for child in next {
@@ -169,6 +174,40 @@ impl LandingZone {
             )),
             Err(e) => e.into(),
         }
+    }
+}
+
+impl LandingZone {
+    /// The checks name a window's top-level DATE or BIGINT directories by their values'
+    /// spelling (`n=7/`) when its filters bound that column: among the directories a window
+    /// reaches (`kept`), one spelled otherwise (`n=007`) they would never read.
+    pub(super) fn spelled_as_values(
+        &self,
+        kept: &[(Path, Vec<ScalarValue>)],
+        filters: &[&datafusion::logical_expr::Expr],
+    ) -> Result<()> {
+        let (name, ty) = &self.columns[0];
+        let bounded = filters
+            .iter()
+            .any(|f| f.column_refs().iter().any(|c| &c.name == name));
+        if !is_named_by_value(ty) || !bounded {
+            return Ok(());
+        }
+        for (dir, values) in kept {
+            let raw = dir
+                .filename()
+                .and_then(|s| s.split_once('='))
+                .map(|(_, r)| r)
+                .unwrap_or_default();
+            let Some(v) = values.first() else { continue };
+            if v.to_string() != raw {
+                return Err(Error::input(format!(
+                    "directory {dir} of source `{}`: its value {v} is spelled `{raw}`; a top-level {ty} directory a window's filters bound must be spelled as its value prints (`{name}={v}`), which is how the independent checks find it: rename it, or declare the column VARCHAR in partition_columns",
+                    self.alias
+                )));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -306,6 +306,9 @@ impl LandingZone {
                 }
             }
             level = prune::keep(&self.columns, children, depth, &filters)?;
+            if depth == 0 {
+                self.spelled_as_values(&level, &filters)?;
+            }
         }
         let leaves: Vec<(Vec<ScalarValue>, Arc<Dir>)> =
             futures::stream::iter(level.into_iter().map(|(p, values)| async move {
@@ -317,11 +320,10 @@ impl LandingZone {
             .await?;
         let mut out = Vec::new();
         for (values, dir) in leaves {
-            let nested = dir.dirs.iter().find(|d| {
-                !self.columns.is_empty() && d.filename().is_some_and(|n| n.contains('='))
-            });
+            // Below the last level (hidden `_`/`.` directories are not listed).
+            let nested = dir.dirs.iter().find(|_| !self.columns.is_empty());
             if let Some(d) = nested {
-                return Err(self.off_layout(d, "a partition directory"));
+                return Err(self.off_layout(d, "a directory"));
             }
             for meta in &dir.files {
                 if !self.is_source_file(&meta.location) {
@@ -369,66 +371,6 @@ impl LandingZone {
         let mut pinned = self.pinned.lock().expect("not poisoned");
         Ok(pinned.entry(path.clone()).or_insert(dir).clone())
     }
-
-    /// The first file in path order and the `key=value` levels above it: one pinned listing
-    /// per level down the first directories (files directly in a directory come first; with a
-    /// glob, only at its depth and under directories it matches).
-    async fn first_file(&self) -> Result<Option<(Vec<(String, String)>, ObjectMeta)>> {
-        let depth_of_files = self.glob.as_ref().map(|g| g.dirs.len());
-        // Depth-first, smallest path first: (directory, depth, levels above it).
-        let mut stack = vec![(self.url.prefix().clone(), 0usize, Vec::new())];
-        while let Some((path, depth, levels)) = stack.pop() {
-            let dir = self.list(&path, Listing::Pinned).await?;
-            if depth_of_files.is_none_or(|d| d == depth) {
-                let first = dir
-                    .files
-                    .iter()
-                    .filter(|m| self.is_source_file(&m.location))
-                    .min_by(|a, b| a.location.cmp(&b.location));
-                if let Some(f) = first {
-                    return Ok(Some((levels, f.clone())));
-                }
-            }
-            let mut next: Vec<&Path> = match &self.glob {
-                Some(g) => dir
-                    .dirs
-                    .iter()
-                    .filter(|p| g.matches_dir(depth, p.filename().unwrap_or_default()))
-                    .collect(),
-                // A `key=value` directory first: a stray `aaa/` or `_temporary/` sorting
-                // before the partitions does not make the zone unpartitioned.
-                None => {
-                    let hive = |p: &&Path| {
-                        p.filename()
-                            .is_some_and(|n| n.contains('=') && !n.starts_with(['.', '_']))
-                    };
-                    let first = dir.dirs.iter().filter(hive).min();
-                    first
-                        .or_else(|| dir.dirs.iter().min())
-                        .into_iter()
-                        .collect()
-                }
-            };
-            next.sort_by(|a, b| b.cmp(a));
-            for child in next {
-                let segment = child.filename().unwrap_or_default();
-                let mut levels = levels.clone();
-                match segment.split_once('=') {
-                    Some((k, v)) => levels.push((k.to_string(), percent_decode(v))),
-                    None if self.glob.is_some() => {
-                        return Err(Error::input(format!(
-                            "directory {child} matches the glob of source `{}`, but a glob's directory levels must be key=value directories (Hive partitions)",
-                            self.alias
-                        )));
-                    }
-                    None => {}
-                }
-                stack.push((child.clone(), depth + 1, levels));
-            }
-        }
-        Ok(None)
-    }
-
 }
 
 /// A zone's root and glob; `None` when `partitioning = "none"` leaves a plain location alone.

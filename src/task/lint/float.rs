@@ -1,5 +1,6 @@
-//! Rule `float_aggregate`: an aggregate that adds floating-point values (`sum`, `avg`,
-//! `stddev`, …, as an aggregate or a window function) gives results whose last digits depend
+//! Rule `float_aggregate`: an aggregate that adds floating-point values (`sum` and `avg` of a
+//! float, `stddev`, `var`, `covar`, `corr`, `regr_*` of anything: DataFusion computes those in
+//! floating point; as an aggregate or a window function) gives results whose last digits depend
 //! on the order the values are added, and that order differs between a run of a window and
 //! the same window in a backfill (another partitioning of the same rows), so a re-run would
 //! not publish the same rows. Refused unless allowed; aggregating a DECIMAL is exact. An
@@ -12,11 +13,13 @@ use datafusion::logical_expr::{Expr, ExprSchemable};
 
 use super::order::OrderFinding;
 
-/// Aggregates whose floating-point result depends on the order of additions (DataFusion 55).
-const ADDING: [&str; 19] = [
-    "sum",
-    "avg",
-    "mean",
+/// Aggregates that add their arguments: order-dependent for a floating-point argument only
+/// (integer partial sums are exact below 2^53, decimal ones always).
+const ADDING: [&str; 3] = ["sum", "avg", "mean"];
+
+/// Aggregates DataFusion 55 computes in floating point whatever their argument's type
+/// (incremental means and divisions): order-dependent always.
+const FLOATING: [&str; 16] = [
     "stddev",
     "stddev_pop",
     "var",
@@ -47,17 +50,21 @@ pub fn float_finding(e: &Expr, schema: &DFSchema) -> Option<OrderFinding> {
         _ => return None,
     };
     let name = name.to_ascii_lowercase();
-    if !ADDING.contains(&name.as_str()) {
-        return None;
-    }
-    let float = args
-        .iter()
-        .find(|a| a.get_type(schema).is_ok_and(|t| t.is_floating()))?;
+    let float = match (
+        ADDING.contains(&name.as_str()),
+        FLOATING.contains(&name.as_str()),
+    ) {
+        (true, _) => args
+            .iter()
+            .find(|a| a.get_type(schema).is_ok_and(|t| t.is_floating()))?,
+        (false, true) => args.first()?,
+        (false, false) => return None,
+    };
     Some(OrderFinding {
         rule: "float_aggregate",
         word: name.clone(),
         message: format!(
-            "{name}({float}) adds floating-point values, and the last digits of its result depend on the order they are added, which differs between a run of a window and the same window in a backfill: re-runs would not publish the same rows; aggregate a DECIMAL instead (e.g. {name}(CAST(… AS DECIMAL(38, 9))))"
+            "{name}({float}) adds floating-point values, and the last digits of its result depend on the order they are added, which differs between a run of a window and the same window in a backfill: re-runs would not publish the same rows; sum a DECIMAL instead (e.g. sum(CAST(… AS DECIMAL(38, 9))); a variance or correlation from exact sums of DECIMALs)"
         ),
     })
 }
@@ -115,6 +122,11 @@ mod tests {
                 "SELECT d, max(CAST(x AS DOUBLE)) AS m FROM t GROUP BY d",
                 vec![],
             ),
+            (
+                "SELECT d, stddev(x) AS s FROM t GROUP BY d",
+                float("stddev"),
+            ),
+            ("SELECT d, corr(x, x) AS c FROM t GROUP BY d", float("corr")),
         ] {
             assert_eq!(rules_of(sql).await, want, "{sql}");
         }
