@@ -87,7 +87,7 @@ fn text(arg: Option<&Expr>) -> Option<&str> {
     }
 }
 
-/// Refuse a zone of `plan` (see [`zones`]) that arrow cannot read — a name its database does
+/// Refuse a zone of `plan` (see `zones`) that arrow cannot read — a name its database does
 /// not hold, such as `asia/kolkata` (names are case-sensitive) — which would otherwise fail
 /// the window once its rows are read. Not a lint: `[lint] allow` does not accept it.
 pub fn check_zone_names(plan: &LogicalPlan, sql: &str, origin: &SqlOrigin) -> Result<()> {
