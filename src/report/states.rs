@@ -11,7 +11,8 @@ pub struct WindowStatus {
     /// The window, shaped as in every command's JSON: `{label, start, end}`.
     pub window: WindowRecord,
     /// `published`, `published-untracked` (data not written by idemlake, or mixed),
-    /// `empty` (a run published no rows), `missing` (nothing published).
+    /// `empty` (a run published no rows), `failed` (no data, and every attempt since the last
+    /// success failed), `missing` (nothing published, no failed attempt).
     pub state: String,
     pub rows: u64,
     pub files: usize,
