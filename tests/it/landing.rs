@@ -253,6 +253,20 @@ fn paused_at(
     point: &str,
     extra_env: &[(&str, &str)],
 ) -> std::process::Child {
+    paused_logged(p, d, point, extra_env).0
+}
+
+/// The stderr lines of a paused run, collected as they come.
+type Logged = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// [`paused_at`], also returning the run's stderr lines (collected until it ends; the thread
+/// collecting them ends with it).
+fn paused_logged(
+    p: &TestProject,
+    d: i64,
+    point: &str,
+    extra_env: &[(&str, &str)],
+) -> (std::process::Child, Logged, std::thread::JoinHandle<()>) {
     use std::io::{BufRead, BufReader};
     let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin!("idemlake"));
     cmd.arg("--project")
@@ -270,18 +284,26 @@ fn paused_at(
     let mut child = cmd.spawn().unwrap();
     let stderr = child.stderr.take().unwrap();
     let mut lines = BufReader::new(stderr).lines();
+    let logged: Logged = Default::default();
     loop {
         let line = lines
             .next()
             .expect("the run ended before it paused")
             .unwrap();
-        if line.contains(&format!("paused at {point}")) {
+        let paused = line.contains(&format!("paused at {point}"));
+        logged.lock().unwrap().push(line);
+        if paused {
             break;
         }
     }
     // Keep draining stderr so the child never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    child
+    let sink = logged.clone();
+    let drain = std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    (child, logged, drain)
 }
 
 #[test]
@@ -356,12 +378,28 @@ fn a_file_landing_after_the_window_listed_it_and_before_the_checks_did_is_retrya
 )]
 fn a_file_landing_after_the_checks_listed_it_and_before_the_window_did_is_read() {
     let p = landing_project(5, 2);
-    let child = paused_at(&p, 2, "before-pins", &[]);
-    // The checks' grouped query started beside the pause: let it list first.
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let env = [("IDEMLAKE_LOG", "idemlake=debug")];
+    let (child, logged, drain) = paused_logged(&p, 2, "before-pins", &env);
+    // The checks' grouped query started beside the pause: wait until it has its answer.
+    let listed = |l: &Logged, what: &str| l.lock().unwrap().iter().any(|x| x.contains(what));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while !listed(&logged, "came from one grouped query") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            logged.lock().unwrap()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     write_file(&p.path().join("events"), day(2), 77);
     let out = child.wait_with_output().unwrap();
+    drain.join().unwrap();
     assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(
+        listed(&logged, "the checks compute the source side again"),
+        "{:?}",
+        logged.lock().unwrap()
+    );
     assert_matches_polars(&p, &p.table_dir("events"), 2, 2);
 }
 
