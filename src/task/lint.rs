@@ -224,7 +224,7 @@ mod tests {
     use super::*;
     use datafusion::prelude::SessionContext;
 
-    async fn plan(sql: &str) -> LogicalPlan {
+    pub(super) async fn plan(sql: &str) -> LogicalPlan {
         let ctx = SessionContext::new();
         ctx.sql("CREATE TABLE t (d DATE, x INT) AS VALUES (DATE '2026-01-01', 1)")
             .await
@@ -330,7 +330,7 @@ mod tests {
         check_order_dependence(&p, &["limit".to_string()], "", &origin()).unwrap();
     }
 
-    async fn rules_of(sql: &str) -> Vec<(&'static str, String)> {
+    pub(super) async fn rules_of(sql: &str) -> Vec<(&'static str, String)> {
         order_dependence(&plan(sql).await)
             .unwrap()
             .into_iter()

@@ -306,6 +306,25 @@ fn paused_logged(
     (child, logged, drain)
 }
 
+/// The run `out` failed because file `part-00077` landed inside its window's reach: exit 1,
+/// retryable, the file named, nothing published (`case` says which run).
+fn assert_refused_for_part_77(p: &TestProject, out: &std::process::Output, case: &str) {
+    assert_eq!(code(out), 1, "{case}: {}", text(out));
+    let report = &json_lines(out)[0];
+    assert_eq!(report["published"], false, "{case}: {report}");
+    assert_eq!(report["retryable"], true, "{case}: {report}");
+    let error = report["error"].as_str().unwrap();
+    assert!(
+        error.contains("changed inside this window's reach") && error.contains("part-00077"),
+        "{case}: {error}"
+    );
+    assert_eq!(
+        log_version(&p.table_dir("events")),
+        None,
+        "{case}: nothing published"
+    );
+}
+
 #[test]
 #[cfg_attr(
     not(feature = "faults"),
@@ -317,20 +336,7 @@ fn a_file_added_to_a_running_windows_own_directory_fails_it_and_publishes_nothin
         let child = paused_run(&p, 2, &[("IDEMLAKE_ACCELERATE", accelerate)]);
         write_file(&p.path().join("events"), day(2), 77);
         let out = child.wait_with_output().unwrap();
-        assert_eq!(code(&out), 1, "accelerate={accelerate}: {}", text(&out));
-        let report = &json_lines(&out)[0];
-        assert_eq!(report["published"], false, "{report}");
-        assert_eq!(report["retryable"], true, "{report}");
-        let error = report["error"].as_str().unwrap();
-        assert!(
-            error.contains("changed inside this window's reach") && error.contains("part-00077"),
-            "{error}"
-        );
-        assert_eq!(
-            log_version(&p.table_dir("events")),
-            None,
-            "nothing published"
-        );
+        assert_refused_for_part_77(&p, &out, &format!("accelerate={accelerate}"));
 
         // Re-run once the directory is quiet: the window holds every file, as polars reads it.
         p.run_ok("events", &day(2).to_string());
@@ -354,16 +360,7 @@ fn a_file_landing_after_the_window_listed_it_and_before_the_checks_did_is_retrya
     let child = paused_at(&p, 2, "before-source-checks", &env);
     write_file(&p.path().join("events"), day(2), 77);
     let out = child.wait_with_output().unwrap();
-    assert_eq!(code(&out), 1, "{}", text(&out));
-    let report = &json_lines(&out)[0];
-    assert_eq!(report["published"], false, "{report}");
-    assert_eq!(report["retryable"], true, "{report}");
-    let error = report["error"].as_str().unwrap();
-    assert!(
-        error.contains("changed inside this window's reach") && error.contains("part-00077"),
-        "{error}"
-    );
-    assert_eq!(log_version(&p.table_dir("events")), None);
+    assert_refused_for_part_77(&p, &out, "checks listed last");
 }
 
 /// Regression (the same race the other way round: a backfill's grouped check lists every

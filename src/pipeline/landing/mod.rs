@@ -229,20 +229,16 @@ impl LandingZone {
     /// the plain twin (`strict`: refusing lossy conversions of a file's columns, see
     /// `casts`), a remote engine's and the independent checks' route (a listing of its own).
     pub fn listing_table(&self, strict: bool) -> Result<ListingTable> {
-        let table = self.listing_table_with(self.options.clone())?;
-        if !strict
-            || self
+        let mut config = self.listing_config(self.options.clone())?;
+        if strict
+            && self
                 .options
                 .format
                 .downcast_ref::<ParquetFormat>()
-                .is_none()
+                .is_some()
         {
-            return Ok(table);
+            config = config.with_expr_adapter_factory(self.strict_casts());
         }
-        let config = ListingTableConfig::new(table.table_paths()[0].clone())
-            .with_listing_options(table.options().clone())
-            .with_schema(self.file_schema.clone())
-            .with_expr_adapter_factory(self.strict_casts());
         Ok(ListingTable::try_new(config)?)
     }
 
@@ -255,16 +251,20 @@ impl LandingZone {
 
     /// [`LandingZone::listing_table`] with another session's `options` (its format settings).
     pub fn listing_table_with(&self, options: ListingOptions) -> Result<ListingTable> {
+        Ok(ListingTable::try_new(self.listing_config(options)?)?)
+    }
+
+    /// DataFusion's listing table configuration of the zone with `options`.
+    fn listing_config(&self, options: ListingOptions) -> Result<ListingTableConfig> {
         let options = options.with_table_partition_cols(self.columns.clone());
         // DataFusion matches a glob against the file names, `key=value` levels left out.
         let url = match &self.glob {
             Some(g) => self.url.clone().with_glob(g.file.as_str())?,
             None => self.url.clone(),
         };
-        let config = ListingTableConfig::new(url)
+        Ok(ListingTableConfig::new(url)
             .with_listing_options(options)
-            .with_schema(self.file_schema.clone());
-        Ok(ListingTable::try_new(config)?)
+            .with_schema(self.file_schema.clone()))
     }
 
     /// The files `filters` can reach, with their partition values: directories are listed level

@@ -71,21 +71,7 @@ pub fn float_finding(e: &Expr, schema: &DFSchema) -> Option<OrderFinding> {
 
 #[cfg(test)]
 mod tests {
-    use datafusion::prelude::SessionContext;
-
-    /// The (rule, word) of every finding of `sql` over `t (d DATE, x INT)`.
-    async fn rules_of(sql: &str) -> Vec<(&'static str, String)> {
-        let ctx = SessionContext::new();
-        ctx.sql("CREATE TABLE t (d DATE, x INT) AS VALUES (DATE '2026-01-01', 1)")
-            .await
-            .unwrap();
-        let plan = ctx.sql(sql).await.unwrap().logical_plan().clone();
-        super::super::order_dependence(&plan)
-            .unwrap()
-            .into_iter()
-            .map(|f| (f.rule, f.word))
-            .collect()
-    }
+    use crate::task::lint::tests::rules_of;
 
     /// Regression (a task summing DOUBLEs published other last digits from `backfill` than
     /// from `run` of the same window, so a re-run changed the table): adding aggregates of
