@@ -711,6 +711,48 @@ fn a_window_reaching_files_at_another_depth_than_the_zones_layout_fails() {
     }
 }
 
+/// Regression (a data file directly in the root of a partitioned zone was skipped by both
+/// routes without a word: its rows belong to no window): with the partition columns declared
+/// or inferred, a window fails with exit 2 naming the file, and nothing is published.
+#[test]
+fn a_data_file_in_the_root_of_a_partitioned_zone_fails_the_window() {
+    for declared in [true, false] {
+        let p = landing_project(3, 2);
+        let root = p.path().join("events");
+        std::fs::copy(
+            root.join(format!("dt={}/part-00000.parquet", day(1))),
+            root.join("zz-root.parquet"),
+        )
+        .unwrap();
+        if declared {
+            let toml = TASK.replace(
+                "format = \"parquet\"",
+                "format = \"parquet\"\npartition_columns = [\"dt DATE\"]",
+            );
+            p.task("events", &toml);
+        }
+        let out = p.run(&[
+            "--output",
+            "json",
+            "run",
+            "events",
+            "--window",
+            &day(1).to_string(),
+        ]);
+        assert_eq!(code(&out), 2, "declared={declared}: {}", text(&out));
+        let error = json_lines(&out)[0]["error"].as_str().unwrap().to_string();
+        assert!(
+            error.contains("zz-root.parquet"),
+            "declared={declared}: {error}"
+        );
+        assert_eq!(
+            log_version(&p.table_dir("events")),
+            None,
+            "nothing published"
+        );
+    }
+}
+
 /// Rewrite file `path` with its column `v` as `v` (same `ts`, `id`).
 fn retype_v(path: &Path, v: Arc<dyn datafusion::arrow::array::Array>) {
     let file = std::fs::File::open(path).unwrap();

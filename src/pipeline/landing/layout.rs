@@ -98,6 +98,12 @@ impl LandingZone {
                     .filter(|m| self.is_source_file(&m.location))
                     .min_by(|a, b| a.location.cmp(&b.location));
                 if let Some(f) = first {
+                    if depth == 0 && self.glob.is_none() && dir.dirs.iter().any(is_hive_dir) {
+                        return Err(Error::input(format!(
+                            "source `{}`: {} lies in the zone's root beside its key=value directories (its partitions): no window would read its rows by the partitions' layout; move it into a partition directory, or out of the zone; nothing was read",
+                            self.alias, f.location
+                        )));
+                    }
                     return Ok(Some((levels, f.clone())));
                 }
             }
@@ -111,11 +117,8 @@ impl LandingZone {
                 // holds no file: a stray `aaa/` or `_temporary/` sorting before the
                 // partitions, or an empty first day, does not hide the zone's layout.
                 None => {
-                    let hive = |p: &&Path| {
-                        p.filename()
-                            .is_some_and(|n| n.contains('=') && !n.starts_with(['.', '_']))
-                    };
-                    let partitions: Vec<&Path> = dir.dirs.iter().filter(hive).collect();
+                    let partitions: Vec<&Path> =
+                        dir.dirs.iter().filter(|p| is_hive_dir(p)).collect();
                     match partitions.is_empty() {
                         true => dir.dirs.iter().min().into_iter().collect(),
                         false => partitions,
@@ -209,6 +212,12 @@ impl LandingZone {
         }
         Ok(())
     }
+}
+
+/// Whether `dir` is a `key=value` directory of a zone (not hidden: `_temporary/`, `.x=1/`).
+fn is_hive_dir(dir: &Path) -> bool {
+    dir.filename()
+        .is_some_and(|n| n.contains('=') && !n.starts_with(['.', '_']))
 }
 
 /// The directory value Hive writers use for a NULL partition value.
