@@ -25,6 +25,7 @@
 //! their own that shares nothing with this one.
 
 mod casts;
+mod exact;
 mod glob;
 mod groups;
 mod layout;
@@ -203,8 +204,12 @@ impl LandingZone {
     /// The source's schema: the files' columns, then the partition columns (never NULL), as
     /// DataFusion's listing table has it.
     pub fn table_schema(&self) -> SchemaRef {
-        let mut fields: Vec<Field> = self
-            .file_schema
+        self.table_schema_of(&self.file_schema)
+    }
+
+    /// [`LandingZone::table_schema`] with the files' columns as `file_schema` has them.
+    fn table_schema_of(&self, file_schema: &SchemaRef) -> SchemaRef {
+        let mut fields: Vec<Field> = file_schema
             .fields()
             .iter()
             .map(|f| f.as_ref().clone())
@@ -214,7 +219,7 @@ impl LandingZone {
                 .into_iter()
                 .map(|f| f.as_ref().clone()),
         );
-        Arc::new(Schema::new(fields).with_metadata(self.file_schema.metadata().clone()))
+        Arc::new(Schema::new(fields).with_metadata(file_schema.metadata().clone()))
     }
 
     /// The partition columns as fields (never NULL).
@@ -229,7 +234,7 @@ impl LandingZone {
     /// the plain twin (`strict`: refusing lossy conversions of a file's columns, see
     /// `casts`), a remote engine's and the independent checks' route (a listing of its own).
     pub fn listing_table(&self, strict: bool) -> Result<ListingTable> {
-        let mut config = self.listing_config(self.options.clone())?;
+        let mut config = self.listing_config(self.options.clone(), &self.file_schema)?;
         if strict
             && self
                 .options
@@ -251,11 +256,49 @@ impl LandingZone {
 
     /// [`LandingZone::listing_table`] with another session's `options` (its format settings).
     pub fn listing_table_with(&self, options: ListingOptions) -> Result<ListingTable> {
-        Ok(ListingTable::try_new(self.listing_config(options)?)?)
+        Ok(ListingTable::try_new(
+            self.listing_config(options, &self.file_schema)?,
+        )?)
+    }
+
+    /// The runner's table (`plain`: its plain twin, DataFusion's listing table) over a zone of
+    /// a text format whose integer columns must be read exactly (see `exact`); `None` for other
+    /// zones.
+    pub fn exact_table(
+        self: &Arc<Self>,
+        plain: bool,
+    ) -> Result<Option<Arc<dyn datafusion::catalog::TableProvider>>> {
+        let text = self
+            .options
+            .format
+            .downcast_ref::<ParquetFormat>()
+            .is_none();
+        let Some(read) = exact::read_schema(&self.file_schema).filter(|_| text) else {
+            return Ok(None);
+        };
+        let inner: Arc<dyn datafusion::catalog::TableProvider> = match plain {
+            true => Arc::new(ListingTable::try_new(
+                self.listing_config(self.options.clone(), &read)?,
+            )?),
+            false => Arc::new(ZoneTable::reading(
+                self.clone(),
+                self.table_schema_of(&read),
+                read,
+            )),
+        };
+        Ok(Some(Arc::new(exact::ExactInts {
+            inner,
+            schema: self.table_schema(),
+            alias: self.alias.clone(),
+        })))
     }
 
     /// DataFusion's listing table configuration of the zone with `options`.
-    fn listing_config(&self, options: ListingOptions) -> Result<ListingTableConfig> {
+    fn listing_config(
+        &self,
+        options: ListingOptions,
+        file_schema: &SchemaRef,
+    ) -> Result<ListingTableConfig> {
         let options = options.with_table_partition_cols(self.columns.clone());
         // DataFusion matches a glob against the file names, `key=value` levels left out.
         let url = match &self.glob {
@@ -264,7 +307,7 @@ impl LandingZone {
         };
         Ok(ListingTableConfig::new(url)
             .with_listing_options(options)
-            .with_schema(self.file_schema.clone()))
+            .with_schema(file_schema.clone()))
     }
 
     /// The files `filters` can reach, with their partition values: directories are listed level

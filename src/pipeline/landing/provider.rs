@@ -28,6 +28,8 @@ use super::{LandingZone, Listing};
 pub struct ZoneTable {
     zone: Arc<LandingZone>,
     schema: SchemaRef,
+    /// The files' columns as the scan reads them (the zone's, or see `exact`).
+    file_schema: SchemaRef,
 }
 
 /// At most this many of a remote zone's files are read at once by one scan.
@@ -35,8 +37,26 @@ const REMOTE_READS: usize = 16;
 
 impl ZoneTable {
     pub fn new(zone: Arc<LandingZone>) -> ZoneTable {
-        let schema = zone.table_schema();
-        ZoneTable { zone, schema }
+        let (schema, file_schema) = (zone.table_schema(), zone.file_schema.clone());
+        ZoneTable {
+            zone,
+            schema,
+            file_schema,
+        }
+    }
+
+    /// The zone's table reading its files' columns as `file_schema` has them (`schema`: the
+    /// table's, partition columns included).
+    pub(super) fn reading(
+        zone: Arc<LandingZone>,
+        schema: SchemaRef,
+        file_schema: SchemaRef,
+    ) -> ZoneTable {
+        ZoneTable {
+            zone,
+            schema,
+            file_schema,
+        }
     }
 
     /// How many groups (partitions, read concurrently) a scan of `files` files has: one per
@@ -107,7 +127,7 @@ impl TableProvider for ZoneTable {
             .all(|f| f.object_meta.size <= super::whole::WHOLE_FILE_BYTES);
         let groups = self.read_groups(state, files.len());
         let groups = FileGroup::new(files).split_files(groups);
-        let table_schema = TableSchemaBuilder::from(&self.zone.file_schema)
+        let table_schema = TableSchemaBuilder::from(&self.file_schema)
             .with_table_partition_cols(self.zone.partition_fields())
             .build();
         let format = &self.zone.options.format;

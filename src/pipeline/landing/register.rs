@@ -44,14 +44,19 @@ pub async fn register(
         ?route,
         "a landing zone (Hive-style partitions)"
     );
-    match route {
-        Route::Zone => {
+    let exact = match route {
+        Route::Zone | Route::Plain => zone.exact_table(route == Route::Plain)?,
+        Route::Listing => None,
+    };
+    match (route, exact) {
+        (Route::Zone | Route::Plain, Some(table)) => ctx.register_table(s.alias.as_str(), table)?,
+        (Route::Zone, None) => {
             ctx.register_table(s.alias.as_str(), Arc::new(ZoneTable::new(zone.clone())))?
         }
-        Route::Plain => {
+        (Route::Plain, None) => {
             ctx.register_table(s.alias.as_str(), Arc::new(zone.listing_table(true)?))?
         }
-        Route::Listing => {
+        (Route::Listing, _) => {
             ctx.register_table(s.alias.as_str(), Arc::new(zone.listing_table(false)?))?
         }
     };
