@@ -231,7 +231,12 @@ fn log_filter(strict: bool) -> Result<Option<String>> {
 }
 
 /// Where `pause-<point>:MS` may pause a run (see `fault::pause`).
-pub const PAUSE_POINTS: [&str; 3] = ["before-inputs-check", "before-source-checks", "before-pins"];
+pub const PAUSE_POINTS: [&str; 4] = [
+    "before-inputs-check",
+    "before-source-checks",
+    "before-pins",
+    "optimize-listed",
+];
 
 /// The faults and mutations `IDEMLAKE_TEST_FAULT` may name (see `fault`), beside
 /// `batch:N` and `pause-<point>:MS`.

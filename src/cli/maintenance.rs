@@ -73,10 +73,17 @@ pub(super) async fn optimize(
         );
     }
     if cli.output != OutputFormat::Json {
+        // Only windows skipped, or refused before any commit, were left as they were.
+        let count = |s: &str| windows.iter().filter(|w| w.status == s).count();
+        let committed = count("unverified");
+        let unverified = match committed {
+            0 => String::new(),
+            n => format!("; {n} window(s) committed but not verified (exit 5)"),
+        };
         println!(
-            "optimize {}: {compacted} window(s) compacted, {before} file(s) -> {after}; {} window(s) left as they were",
+            "optimize {}: {compacted} window(s) compacted, {before} file(s) -> {after}{unverified}; {} window(s) left as they were",
             task.name,
-            windows.len() - compacted
+            windows.len() - compacted - committed
         );
     }
     Ok(code)

@@ -99,9 +99,24 @@ pub async fn optimize(
             task.name
         )));
     }
-    let live = live_windows(&table, task, range.as_ref())?;
+    let mut live = live_windows(&table, task, range.as_ref())?;
+    crate::fault::pause("optimize-listed").await;
+    // The version `live` was listed at (or is still true of: only our own commits since).
+    let mut listed = table.version();
+    let keys: Vec<(i64, i64)> = live.keys().copied().collect();
     let mut out = Vec::new();
-    for (_, w) in live {
+    for key in keys {
+        // A window's files must be those of the snapshot its rows are read from and its
+        // commit is built on: after other writers' commits, list them again (a window
+        // replaced meanwhile, compacted from its new rows while removing its old files,
+        // would hold its rows twice, and the conflict check would not see it).
+        if table.version() != listed {
+            live = live_windows(&table, task, range.as_ref())?;
+            listed = table.version();
+        }
+        let Some(w) = live.remove(&key) else {
+            continue;
+        };
         let mut report = WindowOptimize {
             task: task.name.clone(),
             window: (&w.window).into(),
@@ -114,6 +129,13 @@ pub async fn optimize(
         };
         if w.per_value.values().any(|&n| n >= min_files.max(2)) {
             compact(&mut table, task, &w, &mut report).await;
+            // Our commit right on top of the listed version changed only this window.
+            if report.status != "conflict"
+                && report.status != "failed"
+                && listed.map(|v| v as i64 + 1) == report.table_version
+            {
+                listed = table.version();
+            }
         }
         out.push(report);
     }

@@ -546,3 +546,73 @@ fn vacuum_retain_hours_overflow_is_a_usage_error_not_a_panic() {
     assert_eq!(json_lines(&out)[0]["retryable"], false, "{}", text(&out));
     assert_eq!(data_files(&table), before);
 }
+
+/// Rows `ids` of both 2026-11-01 and 2026-11-02 (ids + 1000 on the second day).
+fn items_two_days(ids: std::ops::Range<i64>) -> String {
+    let mut csv = String::from("order_id,amount,day\n");
+    for i in ids {
+        csv.push_str(&format!("{i},{},2026-11-01\n", i * 10));
+        csv.push_str(&format!("{},{},2026-11-02\n", i + 1000, i * 10));
+    }
+    csv
+}
+
+/// Bug (found by trying: `optimize` racing a backfill doubled rows): `optimize` listed every
+/// window's files once, then compacted window by window on the snapshot its last commit left,
+/// which includes other writers' commits since the listing. A window another writer had
+/// replaced meanwhile was compacted from its new rows while removing its old files: its new
+/// file and a compacted copy of it both stayed live, and the conflict check saw nothing (the
+/// commits were older than the snapshot the commit was built on). Each window's files are now
+/// those of the snapshot it is read from and committed on: no row is doubled.
+#[tokio::test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
+async fn optimize_never_doubles_a_window_another_writer_replaced_after_the_listing() {
+    use std::io::{BufRead, BufReader};
+    let p = TestProject::new();
+    p.task("items", MERGE_TASK);
+    let table = p.table_dir("items");
+    for ids in [1..6, 6..11, 11..16] {
+        std::fs::write(p.path().join("items.csv"), items_two_days(ids)).unwrap();
+        p.run_ok("items", "2026-11-01");
+        p.run_ok("items", "2026-11-02");
+    }
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin!("idemlake"))
+        .arg("--project")
+        .arg(p.path())
+        .args(["--output", "json", "optimize", "items"])
+        .env_remove("IDEMLAKE_LAKE")
+        .env_remove("IDEMLAKE_PROJECT")
+        .env("IDEMLAKE_TEST_FAULT", "pause-optimize-listed:3000")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    loop {
+        let line = lines
+            .next()
+            .expect("optimize ended before it paused")
+            .unwrap();
+        if line.contains("paused at optimize-listed") {
+            break;
+        }
+    }
+    // Another writer replaces part of the second day while optimize waits (a merge rewrites
+    // the file holding keys 1014 and 1015 and adds 1016, 1017).
+    std::fs::write(p.path().join("items.csv"), items_two_days(14..18)).unwrap();
+    p.run_ok("items", "2026-11-02");
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        [0, 1].contains(&code(&out)),
+        "optimize: conflict at worst: {}",
+        text(&out)
+    );
+    for (day, first) in [("2026-11-01", 1), ("2026-11-02", 1001)] {
+        let rows = table_rows(&table, &format!("day = DATE '{day}'")).await;
+        let want = if first == 1 { 15 } else { 17 };
+        assert_eq!(rows.len(), want, "{day}: {rows:?}\n{}", text(&out));
+    }
+}

@@ -8,8 +8,10 @@
 //! upstream's run log, which records every such attempt), or any commit after the oldest
 //! version a downstream window in question read whose `add` or `remove` actions change data
 //! (`dataChange`) in the window's partition: another writer's `DELETE`, `UPDATE` or append
-//! too. Those commits are read from the upstream's Delta log, one file each (no data file);
-//! commit files no longer in the log (cleaned up after a checkpoint) are not seen. An
+//! too. Those commits are read from the upstream's Delta log, one file each (no data file).
+//! Where the log no longer holds a commit after the version a window read (cleaned up after
+//! a checkpoint), what it changed is unknown, and the window is stale: re-run once more than
+//! needed, never once less. An
 //! `optimize` changes no content: it keeps the files' tags, writes no run-log entry and marks
 //! its actions `dataChange: false`, so it changes nothing here.
 
@@ -86,12 +88,14 @@ pub fn blocked(task: &Task, window: &Window, missing: &[String]) -> crate::repor
     r
 }
 
-/// Per upstream task source (alias): the task's name and each of its windows' bounds and
-/// the version that last changed its content.
+/// Per upstream task source (alias): the task's name, each of its windows' bounds and the
+/// version that last changed its content, and the newest commit read for in its log that the
+/// log no longer holds (cleaned up after a checkpoint: what it changed is unknown).
 pub(super) type Upstream = Vec<(
     String,
     String,
     Vec<(jiff::Timestamp, jiff::Timestamp, String, i64)>,
+    Option<i64>,
 )>;
 
 /// What the task's upstream tasks (`task = "…"` sources) have published, window by window:
@@ -114,11 +118,14 @@ pub(super) async fn upstream_publishes(
             continue;
         }
         let mut changed = changed_at(&table, &up).await?;
+        let mut cleaned = None;
         if let Some(&since) = read.get(&s.alias) {
-            for (label, v) in changed_in_log(&table, &up, since).await? {
+            let (in_log, gone) = changed_in_log(&table, &up, since).await?;
+            for (label, v) in in_log {
                 let at = changed.entry(label).or_insert(v);
                 *at = (*at).max(v);
             }
+            cleaned = gone;
         }
         let mut windows = Vec::new();
         for (label, v) in changed {
@@ -127,7 +134,7 @@ pub(super) async fn upstream_publishes(
             };
             windows.push((w.start_ts(), w.end_ts(), label, v));
         }
-        out.push((s.alias.clone(), up.name.clone(), windows));
+        out.push((s.alias.clone(), up.name.clone(), windows, cleaned));
     }
     Ok(out)
 }
@@ -157,20 +164,25 @@ async fn changed_at(table: &DeltaTable, task: &Task) -> Result<BTreeMap<String, 
 }
 
 /// Per window label of `task`'s table: the newest commit after `since` whose `add` or
-/// `remove` actions change data (`dataChange`) in the window, whoever wrote it (commit files
-/// missing from the log are skipped).
+/// `remove` actions change data (`dataChange`) in the window, whoever wrote it; and the newest
+/// commit after `since` whose file the log no longer holds, if any.
 async fn changed_in_log(
     table: &DeltaTable,
     task: &Task,
     since: i64,
-) -> Result<BTreeMap<String, i64>> {
+) -> Result<(BTreeMap<String, i64>, Option<i64>)> {
     let latest = table.version().map_or(-1, |v| v as i64);
     let mut commits = futures::stream::iter(since.max(-1) + 1..=latest)
         .map(|v| async move { Ok::<_, Error>((v, actions::read(table, v).await?)) })
         .buffered(8);
     let mut out = BTreeMap::new();
+    let mut cleaned = None;
     while let Some((v, lines)) = commits.try_next().await? {
-        for a in lines.unwrap_or_default() {
+        let Some(lines) = lines else {
+            cleaned = Some(v);
+            continue;
+        };
+        for a in lines {
             let raw = match a {
                 Action::Add(a) if a.data_change => {
                     a.partition_values.get(&task.partition_by).cloned()
@@ -186,7 +198,7 @@ async fn changed_in_log(
             }
         }
     }
-    Ok(out)
+    Ok((out, cleaned))
 }
 
 /// Per source alias: the oldest version of it that one of the windows' recorded inputs (in
@@ -240,10 +252,17 @@ pub(super) fn stale_inputs(st: &WindowStatus, inputs: &str, upstream: &Upstream)
         return Vec::new();
     };
     let mut out = Vec::new();
-    for (alias, name, windows) in upstream {
+    for (alias, name, windows, cleaned) in upstream {
         let Some(&seen) = read.get(alias) else {
             continue;
         };
+        // What the commits after `seen` changed is no longer in the log: maybe this window.
+        if let Some(c) = cleaned.filter(|c| *c > seen) {
+            out.push(format!(
+                "{name} (its log no longer holds the commits after version {seen}, up to {c})"
+            ));
+            continue;
+        }
         for (start, end, label, v) in windows {
             if overlaps(*start, *end, lo, hi) && *v > seen {
                 out.push(format!("{name}:{label}@{v}"));
