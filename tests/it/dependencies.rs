@@ -427,3 +427,56 @@ fn assert_stale_by(w: &serde_json::Value, input: String) {
     assert_eq!(w["stale"], true, "{w}");
     assert_eq!(w["stale_inputs"], serde_json::json!([input]), "{w}");
 }
+
+/// Bug (staleness missed changes whose commits were cleaned from the upstream's log): a
+/// downstream window read an upstream window, another writer then deleted that window's rows,
+/// and the commit files up to a checkpoint after it were cleaned up (as delta-rs does past
+/// `logRetentionDuration`). `status` read the commits after the version the window read,
+/// skipped the missing ones, and called the window fresh. What a cleaned commit changed is
+/// unknown: every window that read a version before it is stale, saying why.
+#[tokio::test]
+async fn a_change_whose_commit_was_cleaned_from_the_upstream_log_still_makes_windows_stale() {
+    let p = TestProject::new();
+    let up = "lineitem_by_ship_day";
+    p.task("monthly", &monthly("month", up));
+    let out = p.run(&["backfill", up, "--from", "1995-06-01", "--to", "1995-07-31"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    for m in ["1995-06", "1995-07"] {
+        p.run_ok("monthly", m);
+    }
+    let table = p.table_dir(up);
+    let (t, _) = table_session(&table).await.unwrap();
+    let (t, metrics) = t
+        .delete()
+        .with_predicate("ship_date = '1995-06-10'")
+        .await
+        .unwrap();
+    assert!(metrics.num_removed_files > 0);
+    let deleted_at = t.version().unwrap();
+    // A checkpoint at the delete, and the commit files up to it cleaned up.
+    deltalake::checkpoints::create_checkpoint(&t, None)
+        .await
+        .unwrap();
+    let log = table.join("_delta_log");
+    for e in std::fs::read_dir(&log).unwrap() {
+        let path = e.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let version = name
+            .strip_suffix(".json")
+            .and_then(|v| v.parse::<u64>().ok());
+        if version.is_some_and(|v| v <= deleted_at) {
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+    for s in june_july_status(&p) {
+        assert_eq!(s["stale"], true, "{s}");
+        let inputs = s["stale_inputs"].as_array().unwrap();
+        assert!(
+            inputs.iter().any(|i| i
+                .as_str()
+                .unwrap()
+                .contains("its log no longer holds the commits after version")),
+            "{s}"
+        );
+    }
+}
