@@ -112,3 +112,122 @@ fn a_text_zones_integer_column_holding_a_fraction_fails_its_window() {
         }
     }
 }
+
+/// Run `t` over `day` both ways (the runner's route, its plain twin) and return the outputs.
+fn both_routes(p: &TestProject, day: &str) -> Vec<(String, std::process::Output)> {
+    ["1", "0"]
+        .iter()
+        .map(|a| {
+            let out = p.run_env(
+                "IDEMLAKE_ACCELERATE",
+                a,
+                &["--output", "json", "run", "t", "--window", day],
+            );
+            (format!("accelerate={a}"), out)
+        })
+        .collect()
+}
+
+/// Each output failed with exit 2 with an error holding every one of `said`, and nothing was
+/// published.
+fn assert_refused(p: &TestProject, outs: &[(String, std::process::Output)], said: &[&str]) {
+    for (what, out) in outs {
+        assert_eq!(code(out), 2, "{what}: {}", text(out));
+        let error = json_lines(out)[0]["error"].as_str().unwrap().to_string();
+        for s in said {
+            assert!(error.contains(s), "{what}: {s:?} not in {error}");
+        }
+    }
+    assert_eq!(log_version(&p.table_dir("t")), None, "nothing published");
+}
+
+const CSV_TASK: &str = r#"
+sql = """
+SELECT dt AS day, id, qty, price FROM ev
+WHERE dt >= $window_start AND dt < $window_end
+"""
+[target]
+partition_by = "day"
+[window]
+grain = "day"
+[sources.ev]
+uri = "ev"
+format = "csv"
+[write]
+mode = "overwrite"
+"#;
+
+fn csv_file(p: &TestProject, dt: &str, name: &str, body: &str) {
+    let dir = p.path().join(format!("ev/dt={dt}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(name), body).unwrap();
+}
+
+/// Regression (a CSV file whose header listed the zone's columns in another order was read by
+/// position: `price,id,qty` values published as `id,qty,price`, every check, `verify` and
+/// `audit` passing): a file whose header is not the zone's fails its window with exit 2
+/// naming it and both headers, on both routes; nothing published.
+#[test]
+fn a_csv_file_whose_header_differs_from_the_zones_fails_its_window() {
+    for (header, row) in [
+        ("price,id,qty", "300,3,30"),
+        ("id,qty,price,note", "3,30,300,x"),
+    ] {
+        let p = TestProject::new();
+        p.task("t", CSV_TASK);
+        csv_file(&p, "2026-03-01", "part-0.csv", "id,qty,price\n1,10,100\n");
+        csv_file(
+            &p,
+            "2026-03-01",
+            "part-1.csv",
+            &format!("{header}\n{row}\n"),
+        );
+        let outs = both_routes(&p, "2026-03-01");
+        assert_refused(&p, &outs, &["part-1.csv", header, "id,qty,price"]);
+    }
+}
+
+/// Regression (a CSV column with no value in the zone's first file — a header-only file, or
+/// an optional column left empty — had no type, and every later value of it was published as
+/// NULL once the task cast it): a window whose files hold a value in such a column fails
+/// with exit 2 naming the column and the value; one whose files hold none reads NULL.
+#[test]
+fn a_csv_column_without_a_value_in_the_first_file_fails_windows_holding_values() {
+    let p = TestProject::new();
+    p.task(
+        "t",
+        &CSV_TASK.replace("SELECT dt AS day, id, qty, price", "SELECT dt AS day, CAST(id AS BIGINT) AS id, CAST(qty AS BIGINT) AS qty, CAST(price AS BIGINT) AS price"),
+    );
+    csv_file(&p, "2026-02-28", "part-0.csv", "id,qty,price\n");
+    csv_file(&p, "2026-03-01", "part-0.csv", "id,qty,price\n1,10,100\n");
+    csv_file(&p, "2026-03-02", "part-0.csv", "id,qty,price\n,,\n");
+    let outs = both_routes(&p, "2026-03-01");
+    assert_refused(
+        &p,
+        &outs,
+        &["column `id` holds `1`", "no value in the zone's first file"],
+    );
+    for (what, out) in both_routes(&p, "2026-03-02") {
+        assert_eq!(code(&out), 0, "{what}: {}", text(&out));
+    }
+}
+
+/// Regression (compressed files and other extensions of the zone's format in a window's
+/// directory — `part-1.csv.gz` beside `part-0.csv`, `.jsonl` beside `.json` — were skipped
+/// without a word): such a file fails the window with exit 2 naming it; nothing published.
+#[test]
+fn a_compressed_or_renamed_data_file_in_a_windows_directory_fails_it() {
+    for (format, first, other) in [
+        ("csv", "part-0.csv", "part-1.csv.gz"),
+        ("json", "part-0.json", "part-1.jsonl"),
+    ] {
+        let p = TestProject::new();
+        p.task("t", &TASK.replace("FORMAT", format));
+        write_day(p.path(), format, "2026-11-01", &["1", "2"]);
+        let dir = p.path().join("ev/dt=2026-11-01");
+        std::fs::rename(dir.join(format!("part-0.{format}")), dir.join(first)).unwrap();
+        std::fs::copy(dir.join(first), dir.join(other)).unwrap();
+        let outs = both_routes(&p, "2026-11-01");
+        assert_refused(&p, &outs, &[other, "is not read"]);
+    }
+}

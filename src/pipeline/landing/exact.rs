@@ -1,4 +1,4 @@
-//! Integer columns of text zones (JSON, CSV) read exactly.
+//! Text zones (JSON, CSV) read with their schema's promises kept.
 //!
 //! A zone's schema comes from its first file: an integer there makes the column `BIGINT`. A
 //! later file holding `1.5` in that column was read as 1 by arrow's JSON reader (it parses a
@@ -7,6 +7,12 @@
 //! routes over a text zone instead read its integer columns as `DECIMAL(38, 18)` and convert
 //! each value back only if it is a whole number of the column's type; any other value fails the
 //! scan with exit 2 naming the column, the value and the source, and nothing is published.
+//!
+//! A CSV column with no value in the first file (a header-only file, an optional column left
+//! empty that day) has no type (`NULL`), and arrow's CSV reader read every later value of it as
+//! NULL. Such columns are read as text, and a value in one fails the scan alike (its type is
+//! unknown). A CSV file whose header differs from the first file's (columns in another order,
+//! one more or one fewer) was read by position; see `headers`.
 
 use std::fmt;
 use std::hash::Hash;
@@ -18,6 +24,9 @@ use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::datasource::TableType;
+use datafusion::datasource::file_format::csv::CsvFormat;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::ListingTable;
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::{ColumnarValue, Expr, TableProviderFilterPushDown};
 use datafusion::physical_expr::PhysicalExpr;
@@ -25,58 +34,101 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::projection::ProjectionExec;
 
-use crate::error::Error;
+use super::headers::Headers;
+use super::{LandingZone, ZoneTable};
+use crate::error::{Error, Result};
 
 /// The scale integer columns are read with: wide enough that no fraction a writer prints is
 /// cut off, narrow enough for every `BIGINT UNSIGNED` value (20 digits) in 38.
 const SCALE: i8 = 18;
 
-/// `file_schema` with its integer columns as `DECIMAL(38, 18)`, or `None` if it has none.
-pub fn read_schema(file_schema: &SchemaRef) -> Option<SchemaRef> {
-    if !file_schema
-        .fields()
-        .iter()
-        .any(|f| is_integer(f.data_type()))
-    {
-        return None;
+/// How a text zone's column of type `t` is read, if otherwise than as `t`: integers as
+/// `DECIMAL(38, 18)`, and (`csv`) untyped columns as text.
+fn read_as(t: &DataType, csv: bool) -> Option<DataType> {
+    match t {
+        t if t.is_integer() => Some(DataType::Decimal128(38, SCALE)),
+        DataType::Null if csv => Some(DataType::Utf8),
+        _ => None,
     }
+}
+
+/// `file_schema` with its columns read as [`read_as`] says, or `None` if none is.
+pub fn read_schema(file_schema: &SchemaRef, csv: bool) -> Option<SchemaRef> {
     let fields: Vec<Field> = file_schema
         .fields()
         .iter()
-        .map(|f| match is_integer(f.data_type()) {
-            true => f
-                .as_ref()
-                .clone()
-                .with_data_type(DataType::Decimal128(38, SCALE)),
-            false => f.as_ref().clone(),
+        .map(|f| match read_as(f.data_type(), csv) {
+            Some(t) => f.as_ref().clone().with_data_type(t),
+            None => f.as_ref().clone(),
         })
         .collect();
+    if fields
+        .iter()
+        .zip(file_schema.fields())
+        .all(|(a, b)| a == b.as_ref())
+    {
+        return None;
+    }
     Some(Arc::new(
         Schema::new(fields).with_metadata(file_schema.metadata().clone()),
     ))
 }
 
-/// Whether `t` is one of arrow's integer types.
-fn is_integer(t: &DataType) -> bool {
-    t.is_integer()
+impl LandingZone {
+    /// The runner's table (`plain`: its plain twin, DataFusion's listing table) over a zone of
+    /// a text format (see the module documentation); `None` for a Parquet zone, or one with
+    /// nothing to keep.
+    pub fn exact_table(self: &Arc<Self>, plain: bool) -> Result<Option<Arc<dyn TableProvider>>> {
+        let format = &self.options.format;
+        if format.downcast_ref::<ParquetFormat>().is_some() {
+            return Ok(None);
+        }
+        let csv = format.downcast_ref::<CsvFormat>();
+        let headers = csv
+            .filter(|c| c.options().has_header.unwrap_or(true))
+            .map(|c| Headers::new(self.clone(), c.options().delimiter));
+        let read = read_schema(&self.file_schema, csv.is_some());
+        if read.is_none() && headers.is_none() {
+            return Ok(None);
+        }
+        let read = read.unwrap_or_else(|| self.file_schema.clone());
+        let inner: Arc<dyn TableProvider> = match plain {
+            true => Arc::new(ListingTable::try_new(
+                self.listing_config(self.options.clone(), &read)?,
+            )?),
+            false => Arc::new(ZoneTable::reading(
+                self.clone(),
+                self.table_schema_of(&read),
+                read,
+            )),
+        };
+        Ok(Some(Arc::new(ExactInts {
+            inner,
+            schema: self.table_schema(),
+            alias: self.alias.clone(),
+            headers,
+        })))
+    }
 }
 
-/// A table read through `inner` (whose integer columns are decimals, see [`read_schema`]),
-/// presenting `schema`, the zone's own types.
+/// A table read through `inner` (some of whose columns are read otherwise, see
+/// [`read_schema`]), presenting `schema`, the zone's own types; `headers`: the CSV files'
+/// headers to check before a scan reads them.
 #[derive(Debug)]
 pub struct ExactInts {
-    pub inner: Arc<dyn TableProvider>,
-    pub schema: SchemaRef,
-    pub alias: String,
+    inner: Arc<dyn TableProvider>,
+    schema: SchemaRef,
+    alias: String,
+    headers: Option<Headers>,
 }
 
 impl ExactInts {
-    /// Whether `filter` names a column read as a decimal (such filters stay above the scan).
+    /// Whether `filter` names a column read otherwise (such filters stay above the scan).
     fn names_decimal(&self, filter: &Expr) -> bool {
         filter.column_refs().iter().any(|c| {
             self.schema
                 .field_with_name(&c.name)
-                .is_ok_and(|f| is_integer(f.data_type()))
+                .is_ok_and(|f| read_as(f.data_type(), true).is_some())
         })
     }
 }
@@ -119,6 +171,11 @@ impl TableProvider for ExactInts {
             .cloned()
             .collect();
         let limit = limit.filter(|_| pushed.len() == filters.len());
+        if let Some(h) = &self.headers {
+            h.check(&pushed)
+                .await
+                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        }
         let plan = self.inner.scan(state, projection, &pushed, limit).await?;
         let read = plan.schema();
         let mut exact = false;
@@ -183,6 +240,9 @@ impl fmt::Display for ExactInt {
 
 impl ExactInt {
     fn convert(&self, array: &ArrayRef) -> datafusion::common::Result<ArrayRef> {
+        if self.to == DataType::Null {
+            return self.untyped(array);
+        }
         let decimals = array
             .as_any()
             .downcast_ref::<Decimal128Array>()
@@ -207,6 +267,19 @@ impl ExactInt {
             .unary::<_, arrow::datatypes::Decimal128Type>(|v| v / unit)
             .with_precision_and_scale(38, 0)?;
         Ok(arrow::compute::cast(&whole, &self.to)?)
+    }
+
+    /// A column the first file gave no type, read as text: NULL throughout, or refused.
+    fn untyped(&self, array: &ArrayRef) -> datafusion::common::Result<ArrayRef> {
+        let text = arrow::compute::cast(array, &DataType::Utf8)?;
+        let text = text.as_any().downcast_ref::<arrow::array::StringArray>();
+        if let Some(v) = text.and_then(|t| t.iter().flatten().next()) {
+            return Err(DataFusionError::External(Box::new(Error::input(format!(
+                "source `{}`: column `{}` holds `{v}` in one of the window's files, but it has no value in the zone's first file, so its type is unknown (NULL) and every value would be read as NULL; nothing was read — give the zone's first file a value in that column, or move that file out of the zone",
+                self.alias, self.name
+            )))));
+        }
+        Ok(Arc::new(arrow::array::NullArray::new(array.len())))
     }
 
     fn refuse(&self, raw: i128, why: &str) -> DataFusionError {

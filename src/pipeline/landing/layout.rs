@@ -70,6 +70,27 @@ impl LandingZone {
                 .is_none_or(|g| location.filename().is_some_and(|name| g.matches_file(name)))
     }
 
+    /// A file a window reaches that is not one of the zone's files: an error if its name says it
+    /// holds data of the zone's format by another name (compressed, `part-1.csv.gz`; JSON
+    /// lines as `.jsonl` or `.ndjson`), rows the window would silently miss. Other files
+    /// (`_SUCCESS`, manifests) are left alone, as are all when a glob names the files.
+    pub(super) fn not_read(&self, location: &Path) -> Result<()> {
+        let ext = self.options.file_extension.as_str();
+        let name = location.filename().unwrap_or_default();
+        let json = ext == ".json"
+            && [".jsonl", ".ndjson"]
+                .iter()
+                .any(|e| name.ends_with(e) || name.contains(&format!("{e}.")));
+        let compressed = !ext.is_empty() && name.contains(&format!("{ext}."));
+        if self.glob.is_none() && (json || compressed) {
+            return Err(Error::input(format!(
+                "source `{}`: {location} lies in the window's directories but is not read: a landing zone reads uncompressed `{ext}` files only (not compressed ones, nor other extensions); decompress or rename it, or move it out of the zone; nothing was read",
+                self.alias
+            )));
+        }
+        Ok(())
+    }
+
     /// The first file in path order and the `key=value` levels above it: one pinned listing
     /// per level down the first directories (files directly in a directory come first; with a
     /// glob, only at its depth and under directories it matches). `other`: the first visible

@@ -28,6 +28,7 @@ mod casts;
 mod exact;
 mod glob;
 mod groups;
+mod headers;
 mod layout;
 mod local;
 mod pins;
@@ -261,38 +262,6 @@ impl LandingZone {
         )?)
     }
 
-    /// The runner's table (`plain`: its plain twin, DataFusion's listing table) over a zone of
-    /// a text format whose integer columns must be read exactly (see `exact`); `None` for other
-    /// zones.
-    pub fn exact_table(
-        self: &Arc<Self>,
-        plain: bool,
-    ) -> Result<Option<Arc<dyn datafusion::catalog::TableProvider>>> {
-        let text = self
-            .options
-            .format
-            .downcast_ref::<ParquetFormat>()
-            .is_none();
-        let Some(read) = exact::read_schema(&self.file_schema).filter(|_| text) else {
-            return Ok(None);
-        };
-        let inner: Arc<dyn datafusion::catalog::TableProvider> = match plain {
-            true => Arc::new(ListingTable::try_new(
-                self.listing_config(self.options.clone(), &read)?,
-            )?),
-            false => Arc::new(ZoneTable::reading(
-                self.clone(),
-                self.table_schema_of(&read),
-                read,
-            )),
-        };
-        Ok(Some(Arc::new(exact::ExactInts {
-            inner,
-            schema: self.table_schema(),
-            alias: self.alias.clone(),
-        })))
-    }
-
     /// DataFusion's listing table configuration of the zone with `options`.
     fn listing_config(
         &self,
@@ -370,6 +339,7 @@ impl LandingZone {
             }
             for meta in &dir.files {
                 if !self.is_source_file(&meta.location) {
+                    self.not_read(&meta.location)?;
                     continue;
                 }
                 let mut pf = PartitionedFile::from(meta.clone());
