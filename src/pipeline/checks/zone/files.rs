@@ -25,7 +25,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions, new_null_array};
+use arrow::array::{Array, ArrayRef, RecordBatch, RecordBatchOptions, StructArray, new_null_array};
 use arrow::datatypes::{DataType, SchemaRef};
 use datafusion::catalog::Session;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -448,9 +448,7 @@ impl Out {
                     Column::File(name, ty) => match batch.column_by_name(name) {
                         None => new_null_array(ty, rows),
                         Some(a) if a.data_type() == ty => a.clone(),
-                        Some(a) => {
-                            arrow::compute::cast(a, ty).map_err(|e| self.context(file, &e))?
-                        }
+                        Some(a) => conform(a, ty).map_err(|e| self.context(file, &e))?,
                     },
                 })
             })
@@ -462,4 +460,24 @@ impl Out {
             &options,
         )?)
     }
+}
+
+/// Array `a` as type `ty`: arrow's cast, except for a struct, whose fields are matched by name
+/// (a field the file lacks is NULL, one the zone lacks is dropped), field by field.
+fn conform(a: &ArrayRef, ty: &DataType) -> std::result::Result<ArrayRef, arrow::error::ArrowError> {
+    let (DataType::Struct(want), Some(got)) = (ty, a.as_any().downcast_ref::<StructArray>()) else {
+        return arrow::compute::cast(a, ty);
+    };
+    let columns = want
+        .iter()
+        .map(|f| match got.column_by_name(f.name()) {
+            Some(c) => conform(c, f.data_type()),
+            None => Ok(new_null_array(f.data_type(), a.len())),
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(Arc::new(StructArray::try_new(
+        want.clone(),
+        columns,
+        got.nulls().cloned(),
+    )?))
 }
