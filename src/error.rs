@@ -3,9 +3,11 @@
 //! Every failure is classified by *whose* problem it is, like DataFusion separates plan errors
 //! (the user's SQL) from execution errors: the kind decides the process exit code documented in
 //! the README and SPEC. Invariant: an `Input` error is only ever raised before any data is read
-//! and before anything is written — except a storage configuration error (no or rejected
-//! credentials, a missing bucket; see `storage`), which may surface mid-run: retrying cannot
-//! fix it, and nothing is published then.
+//! and before anything is written — except two kinds of mistake that can only surface mid-run,
+//! where retrying cannot fix them and nothing is published: a storage configuration error (no
+//! or rejected credentials, a missing bucket; see `storage`), and a landing zone's file that
+//! contradicts the zone's layout or schema (a value its type cannot hold, a header in another
+//! order: see `pipeline::landing`), found as the window's scan opens or reads it.
 
 use std::fmt;
 

@@ -275,7 +275,7 @@ impl ExactInt {
         let text = text.as_any().downcast_ref::<arrow::array::StringArray>();
         if let Some(v) = text.and_then(|t| t.iter().flatten().next()) {
             return Err(DataFusionError::External(Box::new(Error::input(format!(
-                "source `{}`: column `{}` holds `{v}` in one of the window's files, but it has no value in the zone's first file, so its type is unknown (NULL) and every value would be read as NULL; nothing was read — give the zone's first file a value in that column, or move that file out of the zone",
+                "source `{}`: column `{}` holds `{v}` in one of the window's files, but it has no value in the zone's first file, so its type is unknown (NULL) and every value would be read as NULL; nothing was published — give the zone's first file a value in that column, or move that file out of the zone",
                 self.alias, self.name
             )))));
         }
@@ -289,7 +289,7 @@ impl ExactInt {
             .unwrap_or_default();
         let value = value.trim_end_matches('0').trim_end_matches('.');
         DataFusionError::External(Box::new(Error::input(format!(
-            "source `{}`: column `{}` holds {value} in one of the window's files, which {why}: the zone's type for it is {} (taken from its first file), and reading the value as one would change it, so nothing was read — rewrite the file, or make the zone's first file hold the wider type",
+            "source `{}`: column `{}` holds {value} in one of the window's files, which {why}: the zone's type for it is {} (taken from its first file), and reading the value as one would change it, so nothing was published — rewrite the file, or make the zone's first file hold the wider type",
             self.alias, self.name, self.to
         ))))
     }
