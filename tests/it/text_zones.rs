@@ -311,3 +311,49 @@ default = "content"
     let printed = String::from_utf8(out.stdout.clone()).unwrap();
     assert_eq!(printed.trim(), "[20] [None]", "{}", text(&out));
 }
+
+/// Regression (a glob naming `.jsonl`, `.ndjson` or `.tsv` files was refused with "no .json
+/// files under …: check the source's format", though the format was right): a glob location
+/// names its files itself, whatever their extension, on both routes and in the checks.
+#[test]
+fn a_glob_location_reads_the_files_it_names_whatever_their_extension() {
+    for (format, glob, name, body) in [
+        (
+            "json",
+            "ev/*/*.jsonl",
+            "a.jsonl",
+            "{\"id\":1}\n{\"id\":2}\n",
+        ),
+        ("csv", "ev/*/*.tsv", "a.tsv", "id\tv\n1\tx\n2\ty\n"),
+    ] {
+        let p = TestProject::new();
+        let delimiter = if format == "csv" {
+            "\ndelimiter = \"\\t\""
+        } else {
+            ""
+        };
+        p.task(
+            "t",
+            &format!(
+                r#"sql = """
+SELECT dt AS day, id FROM ev WHERE dt >= $window_start AND dt < $window_end
+"""
+[target]
+partition_by = "day"
+[window]
+grain = "day"
+[sources.ev]
+uri = "{glob}"
+format = "{format}"{delimiter}
+"#
+            ),
+        );
+        let dir = p.path().join("ev/dt=2026-03-01");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(name), body).unwrap();
+        for (what, out) in both_routes(&p, "2026-03-01") {
+            assert_eq!(code(&out), 0, "{glob} {what}: {}", text(&out));
+            assert_eq!(json_lines(&out)[0]["rows_written"], 2, "{glob} {what}");
+        }
+    }
+}

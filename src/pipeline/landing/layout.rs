@@ -84,8 +84,13 @@ impl LandingZone {
         let compressed = !ext.is_empty() && name.contains(&format!("{ext}."));
         if self.glob.is_none() && (json || compressed) {
             return Err(Error::input(format!(
-                "source `{}`: {location} lies in the window's directories but is not read: a landing zone reads uncompressed `{ext}` files only (not compressed ones, nor other extensions); decompress or rename it, or move it out of the zone; nothing was read",
-                self.alias
+                "source `{}`: {location} lies in the window's directories but is not read: a landing zone reads uncompressed `{ext}` files only (not compressed ones, nor other extensions); {}; nothing was read",
+                self.alias,
+                match json {
+                    true =>
+                        "rename it, name such files with a glob location (`events/*/*.jsonl`), or move it out of the zone",
+                    false => "decompress or rename it, or move it out of the zone",
+                }
             )));
         }
         Ok(())

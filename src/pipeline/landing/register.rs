@@ -64,12 +64,12 @@ pub async fn register(
 }
 
 /// The listing options of a directory of `s`'s format (the session's defaults, the source's
-/// CSV options); `None` for a Delta source.
+/// CSV options; with a glob location, any file the glob matches); `None` for a Delta source.
 pub fn listing_options(ctx: &SessionContext, s: &Source) -> Option<ListingOptions> {
     use datafusion::datasource::file_format::options::ReadOptions;
     let config = ctx.copied_config();
     let table = ctx.copied_table_options();
-    Some(match s.format {
+    let options = match s.format {
         Format::Parquet => ParquetReadOptions::default().to_listing_options(&config, table),
         Format::Csv => CsvReadOptions::new()
             .has_header(s.csv_header)
@@ -77,5 +77,10 @@ pub fn listing_options(ctx: &SessionContext, s: &Source) -> Option<ListingOption
             .to_listing_options(&config, table),
         Format::Json => JsonReadOptions::default().to_listing_options(&config, table),
         Format::Delta => return None,
-    })
+    };
+    // A glob names its files itself (`*/*.jsonl`, `*/*.tsv`): no extension is required too.
+    match super::glob::split(&s.uri) {
+        Ok((_, Some(_))) => Some(options.with_file_extension("")),
+        _ => Some(options),
+    }
 }
