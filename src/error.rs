@@ -5,9 +5,9 @@
 //! the README and SPEC. Invariant: an `Input` error is only ever raised before any data is read
 //! and before anything is written — except two kinds of mistake that can only surface mid-run,
 //! where retrying cannot fix them and nothing is published: a storage configuration error (no
-//! or rejected credentials, a missing bucket; see `storage`), and a landing zone's file that
-//! contradicts the zone's layout or schema (a value its type cannot hold, a header in another
-//! order: see `pipeline::landing`), found as the window's scan opens or reads it.
+//! or rejected credentials, a missing bucket; see `storage`), and a source file that
+//! contradicts the source's layout or schema (a value its column's type cannot hold, a header
+//! in another order: see `pipeline::landing`), found as the window's scan opens or reads it.
 
 use std::fmt;
 
@@ -194,6 +194,30 @@ fn datafusion_kind(e: &datafusion::error::DataFusionError) -> ErrorKind {
     }
 }
 
+/// A text source's value its column's type cannot hold, as arrow's JSON and CSV readers
+/// report it (`"abc"` in a number column, `13` in a string column): the same file fails the
+/// same way however often the window is retried, so it is the user's to fix (exit 2, nothing
+/// published); the plain sentence for it. Not a file cut short, which a retry may read whole.
+fn unreadable_value(e: &datafusion::error::DataFusionError) -> Option<String> {
+    use arrow::error::ArrowError as A;
+    let datafusion::error::DataFusionError::ArrowError(a, _) = e.find_root() else {
+        return None;
+    };
+    let what = match a.as_ref() {
+        A::JsonError(m) if m.contains("expected ") && m.contains(" got ") => m.clone(),
+        A::JsonError(m) if m.starts_with("failed to parse") => m.clone(),
+        A::ParseError(m) if m.starts_with("can't parse the string value") => {
+            // Integer columns of text zones are read as decimals (`landing::exact`).
+            m.replace(" to decimal", " as an integer")
+        }
+        A::ParseError(m) if m.starts_with("Error while parsing value") => m.clone(),
+        _ => return None,
+    };
+    Some(format!(
+        "a file of the source holds a value its column's type cannot hold ({what}); the column's type is the source's (a landing zone's: its first file's); retrying cannot change it, so nothing was published — rewrite the file, or make the first file hold the wider type"
+    ))
+}
+
 impl From<datafusion::error::DataFusionError> for Error {
     fn from(e: datafusion::error::DataFusionError) -> Self {
         // The user's mistake found by idemlake's own code inside DataFusion's (a landing
@@ -203,6 +227,9 @@ impl From<datafusion::error::DataFusionError> for Error {
             && ours.kind == ErrorKind::Input
         {
             return Error::input(ours.message.clone());
+        }
+        if let Some(sentence) = unreadable_value(&e) {
+            return Error::input(sentence);
         }
         let kind = datafusion_kind(&e);
         Error::caused(kind, Cause::DataFusion(Box::new(e)))

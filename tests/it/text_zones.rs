@@ -357,3 +357,29 @@ format = "{format}"{delimiter}
         }
     }
 }
+
+/// Regression (a JSON or CSV file holding a value its column's type cannot hold — `"abc"` in
+/// a `BIGINT` column, `13` in a string column — failed with exit 1, `retryable: true`, on
+/// every retry, and orchestrators retried it forever): exit 2, not retryable, nothing
+/// published.
+#[test]
+fn a_text_value_its_columns_type_cannot_hold_is_not_retryable() {
+    for (format, first, second) in [
+        ("json", "1", "\"abc\""),
+        ("json", "\"12\"", "13"),
+        ("csv", "1", "abc"),
+    ] {
+        let p = TestProject::new();
+        p.task("t", &TASK.replace("FORMAT", format));
+        write_day(p.path(), format, "2026-11-01", &[first]);
+        write_day(p.path(), format, "2026-11-02", &[second]);
+        for (what, out) in both_routes(&p, "2026-11-02") {
+            assert_eq!(code(&out), 2, "{format} {second} {what}: {}", text(&out));
+            let report = &json_lines(&out)[0];
+            assert_eq!(report["retryable"], false, "{report}");
+            let error = report["error"].as_str().unwrap();
+            assert!(error.contains("cannot hold"), "{error}");
+        }
+        assert_eq!(log_version(&p.table_dir("t")), None, "nothing published");
+    }
+}
