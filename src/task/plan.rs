@@ -129,6 +129,21 @@ fn type_params(df: DataFrame, grain: Grain) -> Result<DataFrame> {
     Ok(DataFrame::new(state, plan))
 }
 
+/// For an unknown column of a task reading file sources: where a column added in a landing
+/// zone's later files went (a zone's columns are its first file's).
+fn later_column_hint(task: &Task, e: &datafusion::error::DataFusionError) -> &'static str {
+    let files = task
+        .sources
+        .iter()
+        .any(|s| s.upstream.is_none() && s.format != crate::task::Format::Delta);
+    match files && e.to_string().contains("No field named") {
+        true => {
+            " (if that column is only in a landing zone's later files: a zone's columns are those of its first file in path order, so a column added since is not one of them; see the landing-zone guide)"
+        }
+        false => "",
+    }
+}
+
 /// Plan one SQL text: refuse statements, lint, check parameters, bind.
 async fn plan_sql(
     ctx: &SessionContext,
@@ -148,7 +163,13 @@ async fn plan_sql(
     let df = ctx
         .sql_with_options(sql, sql_options())
         .await
-        .map_err(|e| Error::input(format!("{} ({what}): invalid SQL: {e}", file.display())))?;
+        .map_err(|e| {
+            Error::input(format!(
+                "{} ({what}): invalid SQL: {e}{}",
+                file.display(),
+                later_column_hint(task, &e)
+            ))
+        })?;
     lint::check_determinism(df.logical_plan(), &task.lint_allow, sql, &origin)?;
     // Float sums matter where rows are published; `[reconcile]` and `[checks]` queries are
     // compared (with a tolerance) and never published.

@@ -383,3 +383,32 @@ fn a_text_value_its_columns_type_cannot_hold_is_not_retryable() {
         assert_eq!(log_version(&p.table_dir("t")), None, "nothing published");
     }
 }
+
+/// A column only later files of a zone hold is not one of the zone's (its columns are the
+/// first file's): naming it is exit 2, and the error says why rather than only "No field
+/// named" (found by trying: a new user took it for a typo).
+#[test]
+fn naming_a_column_only_later_files_hold_says_the_zones_columns_are_the_first_files() {
+    let p = TestProject::new();
+    p.task(
+        "t",
+        &TASK
+            .replace("FORMAT", "json")
+            .replace("ts, v FROM", "ts, v, channel FROM"),
+    );
+    write_day(p.path(), "json", "2026-11-01", &["1"]);
+    let dir = p.path().join("ev/dt=2026-11-02");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("part-0.json"),
+        "{\"ts\":\"2026-11-02T01:00:00Z\",\"v\":2,\"channel\":\"web\"}\n",
+    )
+    .unwrap();
+    let out = p.run(&["run", "t", "--window", "2026-11-02"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(
+        text(&out).contains("a zone's columns are those of its first file"),
+        "{}",
+        text(&out)
+    );
+}
