@@ -70,7 +70,7 @@ impl Headers {
                 return Err(Error::input(format!(
                     "source `{}`: the header of {} is `{}`, not the zone's `{}` (taken from its first file): CSV files are read by column position, so its values would be read into other columns; nothing was read — rewrite the file with the zone's header, or move it out of the zone",
                     self.zone.alias,
-                    m.location,
+                    self.zone.shown(&m.location),
                     got.join(","),
                     want.join(",")
                 )));

@@ -33,16 +33,27 @@ impl LandingZone {
             // Hive's spelling of a NULL partition value (Spark, DuckDB and polars read NULL);
             // DataFusion's listing table, the plain twin's route, cannot read it as such.
             return Err(Error::input(format!(
-                "directory {dir} of source `{}` holds rows whose partition column `{name}` is NULL (`{HIVE_NULL}`), which idemlake does not read (no window's filter would accept them): move the directory out of the zone",
+                "directory {} of source `{}` holds rows whose partition column `{name}` is NULL (`{HIVE_NULL}`), which idemlake does not read (no window's filter would accept them): move the directory out of the zone",
+                self.shown(dir),
                 self.alias
             )));
         }
         match ScalarValue::try_from_string(text.clone(), ty) {
             Ok(v) if !v.is_null() => Ok(Some(v)),
             _ => Err(Error::input(format!(
-                "directory {dir} of source `{}`: `{text}` is not a {ty} value of partition column `{name}` (if the type was inferred from the first directory, declare it in partition_columns; a directory that is not part of the zone, move it out)",
+                "directory {} of source `{}`: `{text}` is not a {ty} value of partition column `{name}` (if the type was inferred from the first directory, declare it in partition_columns; a directory that is not part of the zone, move it out)",
+                self.shown(dir),
                 self.alias
             ))),
+        }
+    }
+
+    /// `path` as a user knows it: `/tmp/…` on local disk, `s3://bucket/…` on an object store
+    /// (object_store's paths have no leading `/` and no bucket).
+    pub(super) fn shown(&self, path: &Path) -> String {
+        match self.url.scheme() {
+            "file" => format!("/{path}"),
+            _ => format!("{}{path}", self.url.object_store().as_str()),
         }
     }
 
@@ -55,8 +66,9 @@ impl LandingZone {
             .map(|(n, _)| format!("{n}=…/"))
             .collect();
         Error::input(format!(
-            "source `{}`: {location} is {what} outside the zone's layout `{layout}` (its partition levels, from partition_columns or its first file): a window would not read it; move it into the layout or declare the partition columns to match; nothing was read",
-            self.alias
+            "source `{}`: {} is {what} outside the zone's layout `{layout}` (its partition levels, from partition_columns or its first file): a window would not read it; move it into the layout or declare the partition columns to match; nothing was read",
+            self.alias,
+            self.shown(location)
         ))
     }
 
@@ -84,8 +96,9 @@ impl LandingZone {
         let compressed = !ext.is_empty() && name.contains(&format!("{ext}."));
         if self.glob.is_none() && (json || compressed) {
             return Err(Error::input(format!(
-                "source `{}`: {location} lies in the window's directories but is not read: a landing zone reads uncompressed `{ext}` files only (not compressed ones, nor other extensions); {}; nothing was read",
+                "source `{}`: {} lies in the window's directories but is not read: a landing zone reads uncompressed `{ext}` files only (not compressed ones, nor other extensions); {}; nothing was read",
                 self.alias,
+                self.shown(location),
                 match json {
                     true =>
                         "rename it, name such files with a glob location (`events/*/*.jsonl`), or move it out of the zone",
@@ -127,7 +140,8 @@ impl LandingZone {
                     if depth == 0 && self.glob.is_none() && dir.dirs.iter().any(is_hive_dir) {
                         return Err(Error::input(format!(
                             "source `{}`: {} lies in the zone's root beside its key=value directories (its partitions): no window would read its rows by the partitions' layout; move it into a partition directory, or out of the zone; nothing was read",
-                            self.alias, f.location
+                            self.alias,
+                            self.shown(&f.location)
                         )));
                     }
                     return Ok(Some((levels, f.clone())));
@@ -159,7 +173,8 @@ impl LandingZone {
                     Some((k, v)) => levels.push((k.to_string(), percent_decode(v))),
                     None if self.glob.is_some() => {
                         return Err(Error::input(format!(
-                            "directory {child} matches the glob of source `{}`, but a glob's directory levels must be key=value directories (Hive partitions)",
+                            "directory {} matches the glob of source `{}`, but a glob's directory levels must be key=value directories (Hive partitions)",
+                            self.shown(child),
                             self.alias
                         )));
                     }
@@ -180,7 +195,8 @@ impl LandingZone {
         let (ext, at) = (&self.options.file_extension, self.url.as_str());
         if let Some(o) = other {
             return Error::input(format!(
-                "no {ext} files under {at}, but {o} is there: check the source's format (and its uri)"
+                "no {ext} files under {at}, but {} is there: check the source's format (and its uri)",
+                self.shown(&o)
             ));
         }
         let exists = if self.url.scheme() == "file" {
@@ -231,7 +247,8 @@ impl LandingZone {
             let Some(v) = values.first() else { continue };
             if v.to_string() != raw {
                 return Err(Error::input(format!(
-                    "directory {dir} of source `{}`: its value {v} is spelled `{raw}`; a top-level {ty} directory a window's filters bound must be spelled as its value prints (`{name}={v}`), which is how the independent checks find it: rename it, or declare the column VARCHAR in partition_columns",
+                    "directory {} of source `{}`: its value {v} is spelled `{raw}`; a top-level {ty} directory a window's filters bound must be spelled as its value prints (`{name}={v}`), which is how the independent checks find it: rename it, or declare the column VARCHAR in partition_columns",
+                    self.shown(dir),
                     self.alias
                 )));
             }
