@@ -412,3 +412,46 @@ fn naming_a_column_only_later_files_hold_says_the_zones_columns_are_the_first_fi
         text(&out)
     );
 }
+
+/// On S3 the header check reads each CSV file's first bytes through the zone's store, and
+/// the error names the file as `s3://bucket/…`: a file in another column order fails its
+/// window (exit 2); a window whose files all have the zone's header publishes.
+#[tokio::test(flavor = "multi_thread")]
+async fn s3_a_csv_zones_headers_are_checked_and_named_by_their_s3_location() {
+    use object_store::{ObjectStoreExt, PutPayload, path::Path as ObjPath};
+    let p = TestProject::new();
+    let prefix = format!("it-{}", uuid::Uuid::new_v4().simple());
+    let store = crate::s3::store();
+    for (rel, body) in [
+        ("dt=2026-03-01/part-0.csv", "id,qty,price\n1,10,100\n"),
+        ("dt=2026-03-02/part-0.csv", "id,qty,price\n2,20,200\n"),
+        ("dt=2026-03-02/part-1.csv", "price,id,qty\n300,3,30\n"),
+    ] {
+        let key = ObjPath::from(format!("{prefix}/ev/{rel}"));
+        store
+            .put(&key, PutPayload::from(body.as_bytes().to_vec()))
+            .await
+            .unwrap();
+    }
+    let bucket = crate::s3::bucket();
+    let uri = format!("s3://{bucket}/{prefix}/ev");
+    p.task(
+        "t",
+        &CSV_TASK.replace("uri = \"ev\"", &format!("uri = \"{uri}\"")),
+    );
+    let run = |day: &str| {
+        p.cmd()
+            .envs(crate::s3::s3_env())
+            .env("IDEMLAKE_LAKE", format!("s3://{bucket}/{prefix}/lake"))
+            .args(["--output", "json", "run", "t", "--window", day])
+            .output()
+            .unwrap()
+    };
+    let out = run("2026-03-01");
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let out = run("2026-03-02");
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    let error = json_lines(&out)[0]["error"].as_str().unwrap().to_string();
+    let named = format!("s3://{bucket}/{prefix}/ev/dt=2026-03-02/part-1.csv");
+    assert!(error.contains(&named), "{error}");
+}
