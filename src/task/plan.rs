@@ -138,7 +138,7 @@ fn later_column_hint(task: &Task, e: &datafusion::error::DataFusionError) -> &'s
         .any(|s| s.upstream.is_none() && s.format != crate::task::Format::Delta);
     match files && e.to_string().contains("No field named") {
         true => {
-            " (if that column is only in a landing zone's later files: a zone's columns are those of its first file in path order, so a column added since is not one of them; see the landing-zone guide)"
+            " (if that column is only in a landing zone's later files: a zone's columns are those of its first file in path order, so a column added since is not one of them, unless the source sets schema_from = \"last\"; see the landing-zone guide)"
         }
         false => "",
     }

@@ -169,6 +169,18 @@ pub struct Source {
     /// How a directory source's `key=value` path segments are read (`partitioning`,
     /// `partition_columns`).
     pub partitioning: Partitioning,
+    /// Which file of a landing zone its columns come from (`schema_from`).
+    pub schema_from: SchemaFrom,
+}
+
+/// Which file, in path order, a landing zone's columns (and partition levels) come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SchemaFrom {
+    /// The first (the oldest day): columns added later are not read.
+    #[default]
+    First,
+    /// The last (the newest day): older files lacking a column read it as NULL.
+    Last,
 }
 
 /// The `[reconcile]` section.

@@ -455,3 +455,79 @@ async fn s3_a_csv_zones_headers_are_checked_and_named_by_their_s3_location() {
     let named = format!("s3://{bucket}/{prefix}/ev/dt=2026-03-02/part-1.csv");
     assert!(error.contains(&named), "{error}");
 }
+
+/// `schema_from = "last"`: a zone's columns come from its last file in path order (the newest
+/// day), so a column added since is read, NULL in older files; on both routes, checked by
+/// content, and the table matches what polars reads from the files.
+#[test]
+fn schema_from_last_reads_a_column_added_in_later_files() {
+    for format in ["json", "parquet"] {
+        let p = TestProject::new();
+        let task = TASK
+            .replace("FORMAT", format)
+            .replace("ts, v FROM", "ts, v, channel FROM")
+            .replace(
+                &format!("format = \"{format}\""),
+                &format!("format = \"{format}\"\nschema_from = \"last\"\n[reconcile]\ndefault = \"content\""),
+            );
+        p.task("t", &task);
+        let rows = [
+            ("2026-11-01", "{\"ts\":\"2026-11-01T01:00:00Z\",\"v\":1}"),
+            (
+                "2026-11-02",
+                "{\"ts\":\"2026-11-02T01:00:00Z\",\"v\":2,\"channel\":\"web\"}",
+            ),
+        ];
+        for (day, line) in rows {
+            let dir = p.path().join(format!("ev/dt={day}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            let json = dir.join("part-0.json");
+            std::fs::write(&json, format!("{line}\n")).unwrap();
+            if format == "parquet" {
+                let script = format!(
+                    "import polars as pl\npl.read_ndjson('{0}').with_columns(pl.col('ts').str.to_datetime(time_zone='UTC')).write_parquet('{1}')",
+                    json.display(),
+                    dir.join("part-0.parquet").display()
+                );
+                let out = std::process::Command::new(python())
+                    .args(["-c", &script])
+                    .output()
+                    .unwrap();
+                assert_eq!(code(&out), 0, "{}", text(&out));
+                std::fs::remove_file(&json).unwrap();
+            }
+        }
+        for day in ["2026-11-01", "2026-11-02"] {
+            for (what, out) in both_routes(&p, day) {
+                assert_eq!(code(&out), 0, "{format} {day} {what}: {}", text(&out));
+                assert!(text(&out).contains("source_content"), "{}", text(&out));
+            }
+        }
+        let script = format!(
+            "import polars as pl\nt = pl.read_delta('{}').sort('day')\nprint(t['channel'].to_list())",
+            p.table_dir("t").display()
+        );
+        let out = std::process::Command::new(python())
+            .args(["-c", &script])
+            .output()
+            .unwrap();
+        let printed = String::from_utf8(out.stdout.clone()).unwrap();
+        assert_eq!(printed.trim(), "[None, 'web']", "{format}: {}", text(&out));
+    }
+}
+
+/// `schema_from` is `first` or `last`, and not for a Delta source (its columns are its log's).
+#[test]
+fn schema_from_is_validated() {
+    let p = TestProject::new();
+    for (format, value, said) in [
+        ("json", "newest", "must be first or last"),
+        ("delta", "last", "come from its log"),
+    ] {
+        let extra = format!("format = \"{format}\"\nschema_from = \"{value}\"");
+        p.task("t", &TASK.replace("format = \"FORMAT\"", &extra));
+        let out = p.run(&["validate", "t"]);
+        assert_eq!(code(&out), 2, "{extra}: {}", text(&out));
+        assert!(text(&out).contains(said), "{extra}: {}", text(&out));
+    }
+}

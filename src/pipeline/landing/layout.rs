@@ -109,7 +109,8 @@ impl LandingZone {
         Ok(())
     }
 
-    /// The first file in path order and the `key=value` levels above it: one pinned listing
+    /// The first file in path order (the last with `schema_from = "last"`) and the
+    /// `key=value` levels above it: one pinned listing
     /// per level down the first directories (files directly in a directory come first; with a
     /// glob, only at its depth and under directories it matches). `other`: the first visible
     /// file seen without the format's extension.
@@ -131,11 +132,14 @@ impl LandingZone {
                 other.get_or_insert_with(|| f.location.clone());
             }
             if depth_of_files.is_none_or(|d| d == depth) {
-                let first = dir
+                let files = dir
                     .files
                     .iter()
-                    .filter(|m| self.is_source_file(&m.location))
-                    .min_by(|a, b| a.location.cmp(&b.location));
+                    .filter(|m| self.is_source_file(&m.location));
+                let first = match self.last {
+                    true => files.max_by(|a, b| a.location.cmp(&b.location)),
+                    false => files.min_by(|a, b| a.location.cmp(&b.location)),
+                };
                 if let Some(f) = first {
                     if depth == 0 && self.glob.is_none() && dir.dirs.iter().any(is_hive_dir) {
                         return Err(Error::input(format!(
@@ -165,7 +169,11 @@ impl LandingZone {
                     }
                 }
             };
-            next.sort_by(|a, b| b.cmp(a));
+            // Popped smallest first (or, for `schema_from = "last"`, largest first).
+            match self.last {
+                true => next.sort(),
+                false => next.sort_by(|a, b| b.cmp(a)),
+            }
             for child in next {
                 let segment = child.filename().unwrap_or_default();
                 let mut levels = levels.clone();

@@ -57,7 +57,7 @@ use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStore};
 
 use crate::error::{Error, Result};
-use crate::task::{PartitionColumn, PartitionKind, Partitioning};
+use crate::task::{PartitionColumn, PartitionKind, Partitioning, SchemaFrom};
 
 /// Directory listings in flight at once.
 const CONCURRENT_LISTINGS: usize = 32;
@@ -110,6 +110,8 @@ pub struct LandingZone {
     options: ListingOptions,
     /// The glob of a `.../*/part-*.parquet` location (its root is `url`).
     glob: Option<glob::Glob>,
+    /// Whether the columns come from the last file in path order (`schema_from = "last"`).
+    last: bool,
     pinned: Mutex<HashMap<Path, Arc<Dir>>>,
 }
 
@@ -122,7 +124,7 @@ impl LandingZone {
     pub async fn open(
         ctx: &SessionContext,
         (alias, uri): (&str, &str),
-        partitioning: &Partitioning,
+        (partitioning, schema_from): (&Partitioning, SchemaFrom),
         options: ListingOptions,
         listed_root: Option<object_store::ListResult>,
     ) -> Result<Option<LandingZone>> {
@@ -149,6 +151,7 @@ impl LandingZone {
             file_schema: Arc::new(Schema::empty()),
             options,
             glob,
+            last: schema_from == SchemaFrom::Last,
             pinned: Mutex::new(HashMap::new()),
         };
         if let Some(listed) = listed_root.filter(|_| zone.glob.is_none()) {

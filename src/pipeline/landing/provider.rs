@@ -221,7 +221,10 @@ mod tests {
         let zone = LandingZone::open(
             &ctx,
             ("events", "s3://zone-test/zone/"),
-            &crate::task::Partitioning::Auto,
+            (
+                &crate::task::Partitioning::Auto,
+                crate::task::SchemaFrom::First,
+            ),
             options,
             None,
         )

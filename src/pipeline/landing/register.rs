@@ -34,7 +34,9 @@ pub async fn register(
         return Ok(None);
     };
     let at = (s.alias.as_str(), s.uri.as_str());
-    let Some(zone) = LandingZone::open(ctx, at, &s.partitioning, options, root).await? else {
+    let Some(zone) =
+        LandingZone::open(ctx, at, (&s.partitioning, s.schema_from), options, root).await?
+    else {
         return Ok(None);
     };
     let zone = Arc::new(zone);

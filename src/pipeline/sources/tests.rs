@@ -42,6 +42,7 @@ async fn the_checks_list_a_landing_zone_themselves_not_through_the_runners_pins(
         csv_header: true,
         csv_delimiter: b',',
         partitioning: Partitioning::Auto,
+        schema_from: crate::task::SchemaFrom::First,
     };
     // The runner's route: the zone's pinned listings, made now.
     let runner = SessionContext::new();

@@ -8,8 +8,8 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::{
-    Checking, DefaultCheck, Fail, Format, OnMismatch, Reconcile, Require, Source, is_identifier,
-    resolve_location,
+    Checking, DefaultCheck, Fail, Format, OnMismatch, Reconcile, Require, SchemaFrom, Source,
+    is_identifier, resolve_location,
 };
 use crate::error::Result;
 
@@ -31,6 +31,8 @@ pub(super) struct RawSource {
     partitioning: Option<String>,
     /// The Hive partition columns, one per directory level in order: `["dt DATE", …]`.
     partition_columns: Option<Vec<String>>,
+    /// `first` (default) or `last`: the file, in path order, a landing zone's columns come from.
+    schema_from: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -102,6 +104,24 @@ pub(super) fn parse_source(
     }
     let csv_delimiter = csv_delimiter(s.delimiter.as_deref(), &field, fail)?;
     let partitioning = parse_partitioning(&s, format, &field, fail)?;
+    let schema_from = match s.schema_from.as_deref().map(str::trim) {
+        None | Some("first") => SchemaFrom::First,
+        Some("last") if format != Format::Delta => SchemaFrom::Last,
+        Some("last") => {
+            return Err(fail(
+                &format!("{field}.schema_from"),
+                "a delta source's columns come from its log".into(),
+            ));
+        }
+        Some(other) => {
+            return Err(fail(
+                &format!("{field}.schema_from"),
+                format!(
+                    "must be first or last (the file, in path order, a landing zone's columns come from), not `{other}`"
+                ),
+            ));
+        }
+    };
     Ok(Source {
         uri: resolve_location(project_dir, &uri),
         upstream: None,
@@ -111,6 +131,7 @@ pub(super) fn parse_source(
         csv_header: s.header.unwrap_or(true),
         csv_delimiter,
         partitioning,
+        schema_from,
     })
 }
 
@@ -169,10 +190,11 @@ fn task_source(
         || s.delimiter.is_some()
         || s.partitioning.is_some()
         || s.partition_columns.is_some()
+        || s.schema_from.is_some()
     {
         return Err(fail(
             field,
-            "a task source is that task's Delta table: no format, header, delimiter or partitioning".into(),
+            "a task source is that task's Delta table: no format, header, delimiter, partitioning or schema_from".into(),
         ));
     }
     Ok(Source {
@@ -184,6 +206,7 @@ fn task_source(
         csv_header: true,
         csv_delimiter: b',',
         partitioning: Partitioning::None,
+        schema_from: SchemaFrom::First,
     })
 }
 
