@@ -5,7 +5,8 @@
 //! the README and SPEC. Invariant: an `Input` error is only ever raised before any data is read
 //! and before anything is written — except two kinds of mistake that can only surface mid-run,
 //! where retrying cannot fix them and nothing is published: a storage configuration error (no
-//! or rejected credentials, a missing bucket; see `storage`), and a source file that
+//! or rejected credentials, a missing bucket; a target table made append-only by another tool,
+//! whose refusal comes at the commit; see `storage`), and a source file that
 //! contradicts the source's layout or schema (a value its column's type cannot hold, a header
 //! in another order: see `pipeline::landing`), found as the window's scan opens or reads it.
 
@@ -115,7 +116,8 @@ impl Error {
         if kind != ErrorKind::Runtime {
             return (kind, message);
         }
-        match storage::configuration_problem(&message) {
+        match storage::configuration_problem(&message).or_else(|| storage::table_problem(&message))
+        {
             Some(sentence) => {
                 tracing::debug!("storage configuration error: {message}");
                 (ErrorKind::Input, sentence)

@@ -66,3 +66,16 @@ fn between<'a>(text: &'a str, open: &str, close: &str) -> Option<&'a str> {
     let len = text[start..].find(close)?;
     Some(&text[start..start + len])
 }
+
+/// The sentence replacing `text` when a commit was refused by a property of the target table
+/// another tool set, which no retry changes: `delta.appendOnly` refuses the `remove` actions a
+/// window's replacement (or a merge's rewrite) commits.
+pub(super) fn table_problem(text: &str) -> Option<String> {
+    text.contains("Delta table is append-only").then(|| {
+        "the target table is append-only (its property delta.appendOnly is true, set by another \
+         tool): replacing a window removes its files, which such a table refuses, so no retry \
+         can publish it; nothing was published — unset the property (delta.appendOnly = false) \
+         or publish into another table"
+            .to_string()
+    })
+}

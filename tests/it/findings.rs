@@ -638,3 +638,38 @@ fn a_sql_mistake_found_when_the_window_runs_exits_2() {
         "no table may be created"
     );
 }
+
+/// Bug (found by trying: another tool set `delta.appendOnly = true` on a target; re-running a
+/// published window failed with exit 1, `retryable: true`, on every retry, since the table
+/// refuses the `remove` actions a replacement commits): exit 2, not retryable, the sentence
+/// naming the property; nothing published.
+#[test]
+fn an_append_only_target_is_a_configuration_error_not_a_retryable_failure() {
+    let p = TestProject::new();
+    let task = "lineitem_by_ship_day";
+    p.run_ok(task, "1995-06-09");
+    let table = p.table_dir(task);
+    let script = format!(
+        "from deltalake import DeltaTable\nDeltaTable('{}').alter.set_table_properties({{'delta.appendOnly': 'true'}})",
+        table.display()
+    );
+    let out = std::process::Command::new(python())
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let before = log_version(&table);
+    let out = p.run(&["--output", "json", "run", task, "--window", "1995-06-09"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    let report = &json_lines(&out)[0];
+    assert_eq!(report["retryable"], false, "{report}");
+    assert_eq!(report["published"], false, "{report}");
+    assert!(
+        report["error"]
+            .as_str()
+            .unwrap()
+            .contains("delta.appendOnly"),
+        "{report}"
+    );
+    assert_eq!(log_version(&table), before, "nothing committed");
+}

@@ -104,24 +104,7 @@ pub(super) fn parse_source(
     }
     let csv_delimiter = csv_delimiter(s.delimiter.as_deref(), &field, fail)?;
     let partitioning = parse_partitioning(&s, format, &field, fail)?;
-    let schema_from = match s.schema_from.as_deref().map(str::trim) {
-        None | Some("first") => SchemaFrom::First,
-        Some("last") if format != Format::Delta => SchemaFrom::Last,
-        Some("last") => {
-            return Err(fail(
-                &format!("{field}.schema_from"),
-                "a delta source's columns come from its log".into(),
-            ));
-        }
-        Some(other) => {
-            return Err(fail(
-                &format!("{field}.schema_from"),
-                format!(
-                    "must be first or last (the file, in path order, a landing zone's columns come from), not `{other}`"
-                ),
-            ));
-        }
-    };
+    let schema_from = parse_schema_from(&s, format, &field, fail)?;
     Ok(Source {
         uri: resolve_location(project_dir, &uri),
         upstream: None,
@@ -133,6 +116,30 @@ pub(super) fn parse_source(
         partitioning,
         schema_from,
     })
+}
+
+/// The `schema_from` option, validated: `first` (default) or `last`, not for a Delta source.
+fn parse_schema_from(
+    s: &RawSource,
+    format: Format,
+    field: &str,
+    fail: &Fail<'_>,
+) -> Result<SchemaFrom> {
+    let field = format!("{field}.schema_from");
+    match s.schema_from.as_deref().map(str::trim) {
+        None | Some("first") => Ok(SchemaFrom::First),
+        Some("last") if format != Format::Delta => Ok(SchemaFrom::Last),
+        Some("last") => Err(fail(
+            &field,
+            "a delta source's columns come from its log".into(),
+        )),
+        Some(other) => Err(fail(
+            &field,
+            format!(
+                "must be first or last (the file, in path order, a landing zone's columns come from), not `{other}`"
+            ),
+        )),
+    }
 }
 
 /// Refuses an alias that is not a plain SQL identifier, or the reserved `output`.
