@@ -55,11 +55,42 @@ fn window_adds(table: &DeltaTable, range: &WindowRange) -> Result<Vec<Add>> {
     Ok(out)
 }
 
+/// The oldest version the table's log can still load: its oldest commit file, or a
+/// checkpoint older than every commit file (a log cleaned up after a checkpoint).
+async fn oldest_in_log(table: &DeltaTable) -> Result<i64> {
+    let store = table.log_store().object_store(None);
+    let log = object_store::path::Path::from("_delta_log");
+    let listed = store.list_with_delimiter(Some(&log)).await?;
+    let version = |name: &str, suffix: &str| {
+        name.strip_suffix(suffix)
+            .filter(|v| v.len() == 20)
+            .and_then(|v| v.parse::<i64>().ok())
+    };
+    let names = listed.objects.iter().filter_map(|m| m.location.filename());
+    let (mut commits, mut checkpoints) = (Vec::new(), Vec::new());
+    for n in names {
+        commits.extend(version(n, ".json"));
+        checkpoints.extend(version(n, ".checkpoint.parquet"));
+    }
+    let first_commit = commits.iter().min().copied().unwrap_or(0);
+    // Versions from a checkpoint on load from it; those before the first commit file do not.
+    let from_checkpoint = checkpoints
+        .iter()
+        .filter(|c| **c < first_commit)
+        .max()
+        .copied();
+    Ok(from_checkpoint.unwrap_or(first_commit))
+}
+
 /// The version to restore to, checked against the table.
 async fn resolve(latest: &DeltaTable, to: &RestoreTo) -> Result<i64> {
     let newest = latest.version().unwrap_or(0) as i64;
+    let oldest = oldest_in_log(latest).await.unwrap_or(0);
     match to {
-        RestoreTo::Version(v) if (0..=newest).contains(v) => Ok(*v),
+        RestoreTo::Version(v) if (oldest..=newest).contains(v) => Ok(*v),
+        RestoreTo::Version(v) if (0..oldest).contains(v) => Err(Error::input(format!(
+            "--to-version {v}: the table's log no longer holds it (cleaned up after a checkpoint): the versions it can restore are {oldest} to {newest}"
+        ))),
         RestoreTo::Version(v) => Err(Error::input(format!(
             "--to-version {v}: the table's versions are 0 to {newest}"
         ))),
@@ -68,6 +99,11 @@ async fn resolve(latest: &DeltaTable, to: &RestoreTo) -> Result<i64> {
                 "run {run} made version 0: there is no version before it"
             ))),
             Some(v) => Ok(v - 1),
+            None if oldest > 0 => Err(Error::input(format!(
+                "no commit in the table's log names run {run}: the log holds versions {oldest} to \
+                 {newest} only (older commits were cleaned up after a checkpoint, so the run's \
+                 may be among them); restore with --to-version {oldest} or later"
+            ))),
             None => Err(Error::input(format!(
                 "no commit in the table's log names run {run} (a failed run commits nothing; \
                  `idemlake status` shows the run that published each window)"

@@ -616,3 +616,53 @@ async fn optimize_never_doubles_a_window_another_writer_replaced_after_the_listi
         assert_eq!(rows.len(), want, "{day}: {rows:?}\n{}", text(&out));
     }
 }
+
+/// Found by trying: after another tool's checkpoint and log cleanup, `restore --to-version`
+/// of a cleaned version failed with a raw "Not a Delta table: … No files in log segment", and
+/// `--before-run` of a run whose commit was cleaned said a failed run commits nothing. Both
+/// now say the log no longer holds those versions and which ones it can restore (exit 2).
+#[tokio::test]
+async fn restore_of_a_version_cleaned_from_the_log_says_which_versions_remain() {
+    let p = TestProject::new();
+    p.run_ok(TASK, "1995-06-01");
+    p.run_ok(TASK, "1995-06-02");
+    let run_id = json_lines(&p.run(&["--output", "json", "run", TASK, "--window", "1995-06-02"]))
+        [0]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    p.run_ok(TASK, "1995-06-03");
+    let table = p.table_dir(TASK);
+    let (t, _) = table_session(&table).await.unwrap();
+    deltalake::checkpoints::create_checkpoint(&t, None)
+        .await
+        .unwrap();
+    let newest = t.version().unwrap();
+    for e in std::fs::read_dir(table.join("_delta_log")).unwrap() {
+        let path = e.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if name
+            .strip_suffix(".json")
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|v| v < newest)
+        {
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+    let restore = |how: &[&str]| {
+        let mut args = vec!["restore", TASK, "--window", "1995-06-02"];
+        args.extend_from_slice(how);
+        p.run(&args)
+    };
+    let out = restore(&["--to-version", "1"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    let said = format!("the versions it can restore are {newest} to {newest}");
+    assert!(text(&out).contains(&said), "{}", text(&out));
+    let out = restore(&["--before-run", &run_id]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(
+        text(&out).contains("cleaned up after a checkpoint"),
+        "{}",
+        text(&out)
+    );
+}
