@@ -75,8 +75,21 @@ pub fn print_status(
     if windows.is_empty() {
         return;
     }
+    // Columns as wide as their longest value (`published-untracked`, an hour's label).
+    let lw = windows
+        .iter()
+        .map(|w| w.window.label.len())
+        .max()
+        .unwrap_or(0)
+        .max(14);
+    let sw = windows
+        .iter()
+        .map(|w| w.state.len())
+        .max()
+        .unwrap_or(0)
+        .max(10);
     println!(
-        "  {:<14} {:<10} {:>8} {:>5} {:>7}  {:<8}  {:<20}  {:<24} {:<12} checks",
+        "  {:<lw$} {:<sw$} {:>8} {:>5} {:>7}  {:<8}  {:<20}  {:<24} {:<12} checks",
         "window",
         "state",
         "rows",
@@ -94,7 +107,7 @@ pub fn print_status(
             w.checks.join(",")
         };
         println!(
-            "  {:<14} {:<10} {:>8} {:>5} {:>7}  {:<8}  {:<20}  {:<24} {:<12} {checks}",
+            "  {:<lw$} {:<sw$} {:>8} {:>5} {:>7}  {:<8}  {:<20}  {:<24} {:<12} {checks}",
             w.window.label,
             w.state,
             w.rows,
