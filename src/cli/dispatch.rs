@@ -250,6 +250,9 @@ async fn audit(
     print_audits(cli.output, &audits);
     let damaged = audits.iter().filter(|a| a.status != "ok").count();
     if cli.output == OutputFormat::Text {
+        if let Some(note) = crate::commands::audit::reconcile_note(&task).filter(|_| *reconcile) {
+            println!("{note}");
+        }
         println!(
             "audit {}: {} windows, {damaged} damaged",
             task.name,
@@ -339,6 +342,10 @@ async fn repair(
             );
             for a in after.iter().filter(|a| a.status != "ok") {
                 println!("{}", a.describe());
+            }
+            if let Some(note) = crate::commands::audit::reconcile_note(&task).filter(|_| *reconcile)
+            {
+                println!("{note}");
             }
         }
     }

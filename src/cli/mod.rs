@@ -165,7 +165,7 @@ pub enum Command {
         task: String,
         #[command(flatten)]
         range: Range,
-        /// Also run the task's [reconcile] queries for every window (one source query per window)
+        /// Also run the task's own check for every window: its [reconcile] queries, or the row fingerprint of [reconcile] default = "content" (one source query per window); the default source_rows is the row comparison audit always makes
         #[arg(long)]
         reconcile: bool,
     },
@@ -175,7 +175,7 @@ pub enum Command {
     )]
     Repair {
         task: String,
-        /// Also run the task's [reconcile] queries for every window, before and after
+        /// Also run the task's own check for every window ([reconcile] queries, or default = "content"), before and after
         #[arg(long)]
         reconcile: bool,
         #[command(flatten)]

@@ -19,8 +19,9 @@
 //!   table lacks. Rows the latest output no longer produces are kept by design (upsert
 //!   semantics) and are not damage, so the row counts are shown but not compared.
 //!
-//! With `--reconcile`, the task's `[reconcile]` queries also run for every window (source side
-//! on the independent path, output side over the published window).
+//! With `--reconcile`, the task's own independent check also runs for every window (see
+//! `reconcile`): its `[reconcile]` queries, or the content fingerprint of
+//! `[reconcile] default = "content"`; the default `source_rows` is the comparison above.
 //! Repair re-runs exactly the damaged windows (each one atomic), then audits again.
 
 use std::collections::BTreeMap;
@@ -32,7 +33,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use crate::delta::partition::PartitionValue;
 use crate::error::Result;
-use crate::pipeline::reconcile::{self, Check};
+use crate::pipeline::reconcile as checks;
 use crate::pipeline::runner::Runner;
 pub use crate::report::states::WindowAudit;
 use crate::task::plan;
@@ -40,6 +41,9 @@ use crate::task::project::Project;
 use crate::task::range::WindowRange;
 use crate::task::window::{Grain, Window};
 use crate::task::{Mode, Task};
+
+mod reconcile;
+pub use reconcile::note as reconcile_note;
 
 /// Internal column names: never a user's.
 const BUCKET: &str = "__idemlake_bucket";
@@ -379,12 +383,12 @@ pub async fn audit(
         }
         let mut problems = problems(&e, rows, dup_keys, dup_rows);
         let mut reconciliation = Vec::new();
-        if with_reconcile && task.reconcile.is_some() && rows > 0 {
-            reconciliation = reconcile_window(runner, w).await?;
+        if with_reconcile {
+            reconciliation = reconcile::window(runner, w, rows).await?;
             if reconciliation.iter().any(|c| !c.ok) {
                 problems.push(format!(
                     "reconciliation: {}",
-                    reconcile::describe_failures(&reconciliation)
+                    checks::describe_failures(&reconciliation)
                 ));
             }
         }
@@ -405,29 +409,6 @@ pub async fn audit(
         });
     }
     Ok(out)
-}
-
-/// `[reconcile].source` for the window (independent path) vs `[reconcile].output` over the
-/// published window.
-async fn reconcile_window(runner: &Runner, w: &Window) -> Result<Vec<Check>> {
-    let task = runner.task();
-    let r = task.reconcile.as_ref().expect("checked");
-    let ctx = runner.checker().session();
-    let planned = plan::plan_window(ctx, task, w, false).await?;
-    let src = planned
-        .reconcile_source
-        .clone()
-        .expect("planned with [reconcile]")
-        .collect()
-        .await?;
-    let table = runner.table().await?;
-    table.update_datafusion_session(&ctx.state())?;
-    let published = ctx
-        .read_table(table.table_provider().await?)?
-        .filter(planned.window_range()?.filter(column(&task.partition_by)))?;
-    let out =
-        plan::plan_output_query(ctx, task, published.into_view(), Some(&planned.params())).await?;
-    reconcile::compare(&src, &out.collect().await?, &r.tolerance)
 }
 
 /// Audit, re-run the damaged windows, audit again. Returns (before, reports, after).
