@@ -88,6 +88,7 @@ async fn backfill_windows(
             blocked.push(crate::commands::status::blocked(task, &w, &m));
         }
     }
+    crate::commands::status::record_blocked(project, task, &blocked).await;
     let format = cli.output;
     for r in &blocked {
         print_report(format, r);

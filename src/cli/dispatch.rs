@@ -160,11 +160,13 @@ async fn run(cli: &Cli, project: &Project, task: &str, window: &str) -> Result<u
     let reports = if missing[0].is_empty() {
         crate::pipeline::runner::run_window(project, &task, &window).await
     } else {
-        vec![crate::commands::status::blocked(
+        let blocked = vec![crate::commands::status::blocked(
             &task,
             &window,
             &missing[0],
-        )]
+        )];
+        crate::commands::status::record_blocked(project, &task, &blocked).await;
+        blocked
     };
     for report in &reports {
         print_report(cli.output, report);

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 mod upstream;
-pub use upstream::{blocked, missing_inputs};
+pub use upstream::{blocked, missing_inputs, record_blocked};
 use upstream::{oldest_reads, recorded_inputs, stale_inputs, upstream_publishes};
 
 use crate::delta::overwrite::{

@@ -292,7 +292,8 @@ fn a_window_waits_for_all_its_upstream_windows() {
     let e = r["error"].as_str().unwrap();
     assert!(e.contains("1 upstream window(s)"), "{e}");
     assert!(e.contains("lineitem_by_ship_day:1995-06-30"), "{e}");
-    assert!(!p.table_dir("monthly").exists());
+    // Nothing published: no Delta table (the run log beside it records the failed attempt).
+    assert!(!p.table_dir("monthly").join("_delta_log").exists());
     // Once the last day is published, the month runs.
     p.run_ok(up, "1995-06-30");
     p.run_ok("monthly", "1995-06");
@@ -479,4 +480,39 @@ async fn a_change_whose_commit_was_cleaned_from_the_upstream_log_still_makes_win
             "{s}"
         );
     }
+}
+
+/// Finding: a window failing because its upstream windows are not published (exit 1,
+/// retryable) left no trace: `status` said `missing`, failed_since 0. Like every other
+/// failed attempt it is now in the run log, from `run` and from `backfill`.
+#[test]
+fn a_window_blocked_by_its_upstream_shows_failed_in_status() {
+    let p = TestProject::new();
+    p.task("monthly", &monthly("month", "lineitem_by_ship_day"));
+    // The upstream table exists (without it a backfill fails before any window).
+    p.run_ok("lineitem_by_ship_day", "1995-06-01");
+    let out = p.run(&["run", "monthly", "--window", "1995-06"]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    let out = p.run(&[
+        "backfill", "monthly", "--from", "1995-07", "--to", "1995-07",
+    ]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    let out = p.run(&[
+        "--output", "json", "status", "monthly", "--from", "1995-06", "--to", "1995-08",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let s = json_lines(&out);
+    for m in &s[..2] {
+        assert_eq!(m["state"], "failed", "{m}");
+        assert_eq!(m["failed_since"], 1, "{m}");
+        assert!(
+            m["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("not published yet")),
+            "{m}"
+        );
+    }
+    assert_eq!(s[2]["state"], "missing", "never attempted: {}", s[2]);
+    let out = p.run(&["status", "monthly", "--from", "1995-06", "--to", "1995-06"]);
+    assert!(text(&out).contains("not published yet"), "{}", text(&out));
 }

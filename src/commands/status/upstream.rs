@@ -88,6 +88,34 @@ pub fn blocked(task: &Task, window: &Window, missing: &[String]) -> crate::repor
     r
 }
 
+/// Write the reports of windows failed by [`blocked`] to `task`'s run log (best effort), as
+/// every failed attempt's is: `status` then shows them `failed`, with the error.
+pub async fn record_blocked(
+    project: &Project,
+    task: &Task,
+    reports: &[crate::report::record::Report],
+) {
+    if reports.is_empty() {
+        return;
+    }
+    let opened = async { table::open(&project.table_url(task)?).await }.await;
+    let store = match opened {
+        Ok(t) => t.log_store().object_store(None),
+        Err(e) => {
+            tracing::warn!(
+                "could not open the run log of {}: {}",
+                task.name,
+                e.message()
+            );
+            return;
+        }
+    };
+    let overwrite = task.mode == crate::task::Mode::Overwrite;
+    for r in reports {
+        runlog::record(&store, r, overwrite).await;
+    }
+}
+
 /// Per upstream task source (alias): the task's name, each of its windows' bounds and the
 /// version that last changed its content, and the newest commit read for in its log that the
 /// log no longer holds (cleaned up after a checkpoint: what it changed is unknown).
