@@ -118,7 +118,7 @@ pub enum Command {
         range: Range,
         #[command(flatten)]
         parallel: Parallel,
-        /// Only windows never published successfully by idemlake
+        /// Only windows no idemlake run completed for (status `missing`, or `failed` holding no data); an `empty` window, its last run having found no rows, is not re-run
         #[arg(long)]
         missing: bool,
         /// Also windows published with a different SQL hash than the task's current SQL

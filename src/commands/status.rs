@@ -235,13 +235,10 @@ async fn window_status(
     } else if acc.files > 0 {
         st.state = "published-untracked".into();
     } else if let Some(i) = last_ok {
-        // No files: the last run that did not fail emptied the window, or skipped it.
-        let state = if log[i].status == "skipped" {
-            "missing"
-        } else {
-            "empty"
-        };
-        from_run_log(&mut st, state, &log[i], store).await;
+        // No files: the last run that did not fail emptied the window, or found no rows and
+        // published nothing (a merge, or `on_empty = "skip"`: `run_status` "skipped"). Either
+        // way an idemlake run completed and the window holds no rows: `empty`, not missing.
+        from_run_log(&mut st, "empty", &log[i], store).await;
     }
     if let Some((v, c)) = checks
         && st.table_version == Some(v)

@@ -476,3 +476,60 @@ fn failures_show_before_the_first_publish() {
     let all = json_lines(&out);
     assert_eq!(by_window(&all, "1995-06-02")["failed_since"], 2, "{all:?}");
 }
+
+/// Finding: a merge window whose query returned no rows (the run skipped, nothing to upsert)
+/// showed as `missing` while carrying a version and a run id, and `backfill --missing` did
+/// not re-run it. An idemlake run completed for it and found no rows: it is `empty`, as an
+/// overwrite window published empty is, not missing (and `--missing` leaves it, as it leaves
+/// those); `on_empty = "skip"` alike.
+#[test]
+fn a_merge_window_with_no_rows_is_empty_in_status() {
+    let p = TestProject::new();
+    let sql = "SELECT l_orderkey, l_linenumber, l_quantity, l_shipdate AS ship_date \
+               FROM lineitem WHERE l_shipdate >= $window_start AND l_shipdate < $window_end";
+    let merge = "[write]\nmode = \"merge\"\nkey = [\"l_orderkey\", \"l_linenumber\"]\n";
+    p.task("m", &lineitem_task(sql, merge));
+    let skip = "[write]\non_empty = \"skip\"\n";
+    p.task("s", &lineitem_task(sql, skip));
+    // TPC-H ships nothing before 1992: 1991-06-02 has no rows.
+    for t in ["m", "s"] {
+        let out = p.run(&["backfill", t, "--from", "1991-06-01", "--to", "1991-06-02"]);
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        p.run_ok(t, "1995-06-01");
+        let out = p.run(&[
+            "--output",
+            "json",
+            "status",
+            t,
+            "--from",
+            "1991-06-02",
+            "--to",
+            "1991-06-03",
+        ]);
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        let s = json_lines(&out);
+        assert_eq!(s[0]["state"], "empty", "{t}: {}", s[0]);
+        assert_eq!(s[0]["rows"], 0, "{t}: {}", s[0]);
+        assert!(s[0]["run_id"].is_string(), "{t}: {}", s[0]);
+        assert_eq!(s[0]["retryable"], false, "{t}: {}", s[0]);
+        assert_eq!(s[1]["state"], "missing", "{t}: never run: {}", s[1]);
+        // --missing runs only the window never run.
+        let out = p.run(&[
+            "--output",
+            "json",
+            "backfill",
+            t,
+            "--from",
+            "1991-06-02",
+            "--to",
+            "1991-06-03",
+            "--missing",
+        ]);
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        let ran: Vec<_> = json_lines(&out)
+            .iter()
+            .map(|r| r["window"]["label"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(ran, ["1991-06-03"], "{t}");
+    }
+}
