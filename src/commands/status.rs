@@ -117,7 +117,7 @@ pub async fn status_with(
     let mut out = Vec::new();
     for (mut st, inputs) in windows {
         if let Some(inputs) = &inputs {
-            st.stale_inputs = stale_inputs(&st, inputs, &upstream);
+            stale_inputs(&mut st, inputs, &upstream);
             st.stale |= !st.stale_inputs.is_empty();
         }
         st.retryable = st.state == "missing" || st.failed_since > 0 || st.stale;

@@ -126,10 +126,11 @@ pub fn print_status(
         if w.stale {
             match w.stale_inputs.is_empty() {
                 true => println!("    stale: published by other SQL than the task's"),
-                false => println!(
-                    "    stale: read {}, published again since",
-                    w.stale_inputs.join(", ")
-                ),
+                false => {
+                    for input in &w.stale_inputs {
+                        println!("    stale: {}", describe_stale(input, &w.stale_read));
+                    }
+                }
             }
         }
         if let Some(e) = &w.last_error {
@@ -202,5 +203,58 @@ pub fn print_report(format: OutputFormat, r: &Report) {
                 diag("ERROR", e, r.exit_code);
             }
         }
+    }
+}
+
+/// One `stale_inputs` entry in words: `task:window@version` is the upstream window's change at
+/// that version, after the version of `task` the window read (`read`); `task (its log no
+/// longer holds …)` says what is unknown.
+fn describe_stale(input: &str, read: &std::collections::BTreeMap<String, i64>) -> String {
+    let after = |task: &str| match read.get(task) {
+        Some(v) => format!("after the version this window read ({v})"),
+        None => "after the version this window read".to_string(),
+    };
+    if let Some((task, why)) = input.split_once(" (")
+        && let Some(why) = why.strip_suffix(')')
+    {
+        return format!(
+            "{task}: {why}: what those commits changed is unknown, and this window read before them"
+        );
+    }
+    match input
+        .rsplit_once('@')
+        .and_then(|(w, v)| Some((w.split_once(':')?, v)))
+    {
+        Some(((task, window), v)) => {
+            format!("{task}:{window} changed at version {v}, {}", after(task))
+        }
+        None => input.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: the text said "read up:2024-01-01@2, published again since" of a window
+    /// that read version 1 (2 is the upstream's change).
+    #[test]
+    fn stale_inputs_in_words_name_the_change_and_the_version_read() {
+        let read = [("up".to_string(), 1)].into_iter().collect();
+        assert_eq!(
+            describe_stale("up:2024-01-01@2", &read),
+            "up:2024-01-01 changed at version 2, after the version this window read (1)"
+        );
+        assert_eq!(
+            describe_stale("up:2024-01-01T05@9", &Default::default()),
+            "up:2024-01-01T05 changed at version 9, after the version this window read"
+        );
+        assert_eq!(
+            describe_stale(
+                "up (its log no longer holds the commits after version 3, up to 7)",
+                &read
+            ),
+            "up: its log no longer holds the commits after version 3, up to 7: what those commits changed is unknown, and this window read before them"
+        );
     }
 }

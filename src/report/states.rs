@@ -32,6 +32,10 @@ pub struct WindowStatus {
     /// Upstream windows re-published after this window read them: `task:window@version`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stale_inputs: Vec<String>,
+    /// Per upstream task named in `stale_inputs`: the version of it this window read (for the
+    /// text rendering; not in the JSON, whose entries carry the version of the change).
+    #[serde(skip)]
+    pub stale_read: std::collections::BTreeMap<String, i64>,
     /// The checks the publishing run passed before its commit (`rows_staged`, `source_rows`,
     /// …): every published window passed an independent one unless its task opted out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -62,6 +66,7 @@ impl WindowStatus {
             run_status: None,
             stale: false,
             stale_inputs: Vec::new(),
+            stale_read: Default::default(),
             checks: Vec::new(),
             restored_from: None,
             retryable: true,

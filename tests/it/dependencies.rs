@@ -169,7 +169,7 @@ async fn a_republished_upstream_window_makes_exactly_its_downstream_window_stale
     let shown = text(&out);
     assert!(
         shown.contains(&format!(
-            "stale: read {up}:1995-06-17@{v}, published again since"
+            "stale: {up}:1995-06-17 changed at version {v}, after"
         )) && shown.contains("stale (other SQL or inputs)"),
         "{shown}"
     );
@@ -515,4 +515,65 @@ fn a_window_blocked_by_its_upstream_shows_failed_in_status() {
     assert_eq!(s[2]["state"], "missing", "never attempted: {}", s[2]);
     let out = p.run(&["status", "monthly", "--from", "1995-06", "--to", "1995-06"]);
     assert!(text(&out).contains("not published yet"), "{}", text(&out));
+}
+
+/// Finding: the text `status` said "stale: read up:2024-01-01@2, published again since" of a
+/// window that read version 1 (version 2 is the upstream's re-publish). It now says which
+/// version changed the upstream window and which one this window read.
+#[test]
+fn stale_text_says_which_version_changed_and_which_was_read() {
+    let p = TestProject::new();
+    let up = "lineitem_by_ship_day";
+    p.task(
+        "daily",
+        &format!(
+            r#"sql = "SELECT ship_date, count(*) AS n FROM days WHERE ship_date >= $window_start AND ship_date < $window_end GROUP BY ship_date"
+[target]
+partition_by = "ship_date"
+[window]
+grain = "day"
+[sources.days]
+task = "{up}"
+"#
+        ),
+    );
+    p.run_ok(up, "1995-06-01");
+    let read = log_version(&p.table_dir(up)).unwrap();
+    p.run_ok("daily", "1995-06-01");
+    p.run_ok(up, "1995-06-01");
+    let changed = log_version(&p.table_dir(up)).unwrap();
+    assert!(changed > read);
+    let out = p.run(&[
+        "status",
+        "daily",
+        "--from",
+        "1995-06-01",
+        "--to",
+        "1995-06-01",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let shown = text(&out);
+    assert!(
+        shown.contains(&format!(
+            "stale: {up}:1995-06-01 changed at version {changed}, after the version this window read ({read})"
+        )),
+        "{shown}"
+    );
+    // JSON keeps its entries: task:window@version of the change.
+    let out = p.run(&[
+        "--output",
+        "json",
+        "status",
+        "daily",
+        "--from",
+        "1995-06-01",
+        "--to",
+        "1995-06-01",
+    ]);
+    let s = &json_lines(&out)[0];
+    assert_eq!(
+        s["stale_inputs"],
+        serde_json::json!([format!("{up}:1995-06-01@{changed}")]),
+        "{s}"
+    );
 }

@@ -268,16 +268,17 @@ pub(super) async fn recorded_inputs(table: &DeltaTable, st: &WindowStatus) -> Op
     (!pinned.is_empty()).then(|| serde_json::to_string(&pinned).expect("serialisable"))
 }
 
-/// The upstream windows overlapping `st`'s window that changed after the versions it read.
-pub(super) fn stale_inputs(st: &WindowStatus, inputs: &str, upstream: &Upstream) -> Vec<String> {
+/// The upstream windows overlapping `st`'s window that changed after the versions it read
+/// (`stale_inputs`), and per upstream task named there the version it read (`stale_read`).
+pub(super) fn stale_inputs(st: &mut WindowStatus, inputs: &str, upstream: &Upstream) {
     let Ok(read) = serde_json::from_str::<BTreeMap<String, i64>>(inputs) else {
-        return Vec::new();
+        return;
     };
     let (Ok(lo), Ok(hi)) = (
         st.window.start.parse::<jiff::Timestamp>(),
         st.window.end.parse::<jiff::Timestamp>(),
     ) else {
-        return Vec::new();
+        return;
     };
     let mut out = Vec::new();
     for (alias, name, windows, cleaned) in upstream {
@@ -289,13 +290,15 @@ pub(super) fn stale_inputs(st: &WindowStatus, inputs: &str, upstream: &Upstream)
             out.push(format!(
                 "{name} (its log no longer holds the commits after version {seen}, up to {c})"
             ));
+            st.stale_read.insert(name.clone(), seen);
             continue;
         }
         for (start, end, label, v) in windows {
             if overlaps(*start, *end, lo, hi) && *v > seen {
                 out.push(format!("{name}:{label}@{v}"));
+                st.stale_read.insert(name.clone(), seen);
             }
         }
     }
-    out
+    st.stale_inputs = out;
 }
