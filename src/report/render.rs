@@ -180,7 +180,12 @@ pub fn print_report(format: OutputFormat, r: &Report) {
             let (good, bad): (Vec<_>, Vec<_>) = r.reconciliation.iter().partition(|c| c.ok);
             if !good.is_empty() {
                 let names: Vec<&str> = good.iter().map(|c| c.check.as_str()).collect();
-                println!("         checks ok: {}", names.join(", "));
+                // A failed run's passing checks did not make the window good.
+                let passed = match r.status {
+                    Status::Failed => "checks passed before the failure",
+                    _ => "checks ok",
+                };
+                println!("         {passed}: {}", names.join(", "));
             }
             if let Some(reason) = &r.unchecked {
                 println!("         not checked independently: {}", redact(reason));

@@ -261,6 +261,22 @@ async fn empty_results_follow_on_empty() {
     assert_eq!(log_version(&p.table_dir("t")), Some(v));
 }
 
+/// Finding: a FAILED run printed "checks ok: rows_staged, source_rows" under its FAILED line
+/// (here `on_empty = "fail"`). The checks that passed are named as passed before the failure.
+#[test]
+fn a_failed_run_does_not_print_checks_ok() {
+    let p = csv_project("fail");
+    let out = p.run(&["run", "t", "--window", "2026-01-01"]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.starts_with("FAILED"), "{shown}");
+    assert!(!shown.contains("checks ok"), "{shown}");
+    assert!(
+        shown.contains("checks passed before the failure: rows_staged"),
+        "{shown}"
+    );
+}
+
 /// Issue 15 review: the report of a run failing at the schema check (after planning) lost its
 /// `sql_hash` when planning and the table checks became one stage; the run log and status
 /// need it to say which SQL failed.
