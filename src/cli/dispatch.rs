@@ -255,6 +255,9 @@ async fn audit(
         if let Some(note) = crate::commands::audit::reconcile_note(&task).filter(|_| *reconcile) {
             println!("{note}");
         }
+        if let Some(note) = crate::report::states::keys_across_windows(&audits) {
+            println!("{note}");
+        }
         println!(
             "audit {}: {} windows, {damaged} damaged",
             task.name,

@@ -19,6 +19,11 @@
 //!   table lacks. Rows the latest output no longer produces are kept by design (upsert
 //!   semantics) and are not damage, so the row counts are shown but not compared.
 //!
+//! Both modes, with a key: keys a window shares with other windows of the range are counted
+//! (`across`) and reported, but are not damage: the key is unique within a window by
+//! construction, not across windows (a merge keeps a row whose window column changed in its
+//! old window; a daily snapshot repeats its keys every day), and re-running cannot change it.
+//!
 //! With `--reconcile`, the task's own independent check also runs for every window (see
 //! `reconcile`): its `[reconcile]` queries, or the content fingerprint of
 //! `[reconcile] default = "content"`; the default `source_rows` is the comparison above.
@@ -42,6 +47,7 @@ use crate::task::range::WindowRange;
 use crate::task::window::{Grain, Window};
 use crate::task::{Mode, Task};
 
+mod across;
 mod reconcile;
 pub use reconcile::note as reconcile_note;
 
@@ -51,6 +57,20 @@ const COUNT: &str = "__idemlake_n";
 
 fn column(name: &str) -> Expr {
     col(Column::from_name(name))
+}
+
+/// The window of a row, as a value of the partition column's type. Duplicates are counted per
+/// window, not per partition value: a week or month window holds many daily partitions, and a
+/// key repeated on two of its days is a duplicate.
+fn bucket(task: &Task) -> Expr {
+    let part = column(&task.partition_by);
+    match task.grain {
+        Grain::Week | Grain::Month => cast(
+            datafusion::functions::expr_fn::date_trunc(lit(task.grain.as_str()), part),
+            arrow::datatypes::DataType::Date32,
+        ),
+        Grain::Day | Grain::Hour => part,
+    }
 }
 
 /// The table side: `(rows, duplicate keys, extra rows)` per window of the range, from one
@@ -76,17 +96,8 @@ async fn table_side(
     } else {
         task.key.iter().map(|k| column(k)).collect()
     };
-    // Duplicates are counted per window, not per partition value: a week or month window
-    // holds many daily partitions, and a key repeated on two of its days is a duplicate.
-    let bucket = match task.grain {
-        Grain::Week | Grain::Month => cast(
-            datafusion::functions::expr_fn::date_trunc(lit(task.grain.as_str()), part.clone()),
-            arrow::datatypes::DataType::Date32,
-        ),
-        Grain::Day | Grain::Hour => part.clone(),
-    };
     let n = column(COUNT);
-    let mut group = vec![bucket.alias(BUCKET)];
+    let mut group = vec![bucket(task).alias(BUCKET)];
     group.extend(key);
     let batches = ctx
         .read_table(table.table_provider().await?)?
@@ -367,6 +378,7 @@ pub async fn audit(
         .filter(|c| c != &task.partition_by)
         .collect();
     let actual = table_side(runner.checker().session(), runner, from, to, &columns).await?;
+    let across = across::keys_across_windows(runner.checker().session(), runner, from, to).await?;
     // The source side, per window on the independent path (a few windows at once).
     let expected: Vec<Expected> = futures::stream::iter(windows.iter())
         .map(|w| expected(runner, w))
@@ -382,6 +394,8 @@ pub async fn audit(
             (dup_keys, dup_rows) = (m.distinct_extra, m.extra);
         }
         let mut problems = problems(&e, rows, dup_keys, dup_rows);
+        // Reported, not damage: see `across`.
+        let elsewhere = across.as_ref().map(|a| a.get(&w.key()));
         let mut reconciliation = Vec::new();
         if with_reconcile {
             reconciliation = reconcile::window(runner, w, rows).await?;
@@ -404,6 +418,8 @@ pub async fn audit(
             duplicate_rows: dup_rows,
             missing_keys: e.missing_keys,
             missing_rows: e.multiset.map(|m| m.missing),
+            keys_in_other_windows: elsewhere.map(|e| e.map_or(0, |(n, _)| *n)),
+            key_in_other_windows: elsewhere.flatten().map(|(_, example)| example.clone()),
             problems,
             reconciliation,
         });

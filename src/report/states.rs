@@ -97,9 +97,30 @@ pub struct WindowAudit {
     /// source's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub missing_rows: Option<u64>,
+    /// With a key: how many of the window's keys other windows of the audited range hold too
+    /// (the key is unique within a window by construction, not across windows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keys_in_other_windows: Option<u64>,
+    /// One such key and the windows holding it: `id=1 in 2024-01-01, 2024-01-02`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_in_other_windows: Option<String>,
     pub problems: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub reconciliation: Vec<Check>,
+}
+
+/// A line on the keys audited windows share with other windows of the range (`None`: none).
+pub fn keys_across_windows(audits: &[WindowAudit]) -> Option<String> {
+    let windows = audits
+        .iter()
+        .filter(|a| a.keys_in_other_windows.unwrap_or_default() > 0)
+        .count();
+    let example = audits
+        .iter()
+        .find_map(|a| a.key_in_other_windows.as_ref())?;
+    Some(format!(
+        "{windows} window(s) hold keys other windows of the range hold too (e.g. {example}): not damage (a key is unique within a window, not across windows), but a row whose window changed is in both"
+    ))
 }
 
 impl WindowAudit {
@@ -110,6 +131,9 @@ impl WindowAudit {
             "{:<8} {} {}  rows={} expected={} duplicate_keys={}",
             a.status, a.task, a.window.label, a.rows, a.expected_rows, a.duplicate_keys
         );
+        if let Some(n @ 1..) = a.keys_in_other_windows {
+            s.push_str(&format!(" keys_in_other_windows={n}"));
+        }
         for p in &a.problems {
             s.push_str(&format!("\n         {p}"));
         }
