@@ -101,41 +101,47 @@ pub fn print_status(
         "failed_since"
     );
     for w in windows {
-        let checks = if w.checks.is_empty() {
-            "-".to_string()
-        } else {
-            w.checks.join(",")
-        };
-        println!(
-            "  {:<lw$} {:<sw$} {:>8} {:>5} {:>7}  {:<8}  {:<20}  {:<24} {:<12} {checks}",
-            w.window.label,
-            w.state,
-            w.rows,
-            w.files,
-            w.table_version
-                .map(|v| v.to_string())
-                .unwrap_or_else(|| "-".into()),
-            w.run_id
-                .as_deref()
-                .map(|r| &r[..8.min(r.len())])
-                .unwrap_or("-"),
-            w.published_at.as_deref().unwrap_or("-"),
-            w.sql_hash.as_deref().unwrap_or("-"),
-            w.failed_since,
-        );
-        if w.stale {
-            match w.stale_inputs.is_empty() {
-                true => println!("    stale: published by other SQL than the task's"),
-                false => {
-                    for input in &w.stale_inputs {
-                        println!("    stale: {}", describe_stale(input, &w.stale_read));
-                    }
+        print_status_row(w, lw, sw);
+    }
+}
+
+/// One window's row of the text status (`lw`, `sw`: the window and state columns' widths),
+/// and its stale and last-error lines.
+fn print_status_row(w: &WindowStatus, lw: usize, sw: usize) {
+    let checks = if w.checks.is_empty() {
+        "-".to_string()
+    } else {
+        w.checks.join(",")
+    };
+    println!(
+        "  {:<lw$} {:<sw$} {:>8} {:>5} {:>7}  {:<8}  {:<20}  {:<24} {:<12} {checks}",
+        w.window.label,
+        w.state,
+        w.rows,
+        w.files,
+        w.table_version
+            .map(|v| v.to_string())
+            .unwrap_or_else(|| "-".into()),
+        w.run_id
+            .as_deref()
+            .map(|r| &r[..8.min(r.len())])
+            .unwrap_or("-"),
+        w.published_at.as_deref().unwrap_or("-"),
+        w.sql_hash.as_deref().unwrap_or("-"),
+        w.failed_since,
+    );
+    if w.stale {
+        match w.stale_inputs.is_empty() {
+            true => println!("    stale: published by other SQL than the task's"),
+            false => {
+                for input in &w.stale_inputs {
+                    println!("    stale: {}", describe_stale(input, &w.stale_read));
                 }
             }
         }
-        if let Some(e) = &w.last_error {
-            println!("    last error: {}", redact(e));
-        }
+    }
+    if let Some(e) = &w.last_error {
+        println!("    last error: {}", redact(e));
     }
 }
 
