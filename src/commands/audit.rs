@@ -37,7 +37,7 @@ use datafusion::prelude::{DataFrame, Expr, SessionContext, cast, col, lit, when}
 use futures::{StreamExt, TryStreamExt};
 
 use crate::delta::partition::PartitionValue;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::pipeline::reconcile as checks;
 use crate::pipeline::runner::Runner;
 pub use crate::report::states::WindowAudit;
@@ -411,7 +411,8 @@ pub async fn audit(
             window: w.into(),
             status: if problems.is_empty() { "ok" } else { "damaged" },
             table_version: audited,
-            retryable: !problems.is_empty(),
+            // A merge updates every copy of a key: re-running cannot remove extra copies.
+            retryable: !problems.is_empty() && !unmergeable(task, dup_keys),
             rows,
             expected_rows: e.rows,
             duplicate_keys: dup_keys,
@@ -425,6 +426,22 @@ pub async fn audit(
         });
     }
     Ok(out)
+}
+
+/// Whether `task` is merge mode and its window holds `dup_keys` keys more than once: a
+/// re-run (a MERGE, which updates every copy of a key) cannot repair that.
+fn unmergeable(task: &Task, dup_keys: u64) -> bool {
+    task.mode == crate::task::Mode::Merge && dup_keys > 0
+}
+
+/// The report of a merge window `repair` does not re-run: its duplicate keys would stay.
+fn not_repaired(task: &Task, w: &Window, a: &WindowAudit) -> crate::report::record::Report {
+    let mut r = crate::report::record::Report::new(task, w, &uuid::Uuid::new_v4().to_string());
+    r.fail(&Error::divergence(format!(
+        "the window holds {} key(s) more than once ({} extra row(s)), which a merge cannot repair: it updates every copy of a key and removes none; nothing was run — delete the extra copies (another tool's DELETE of the rows another writer added), or restore the window to a version before they appeared, then repair again",
+        a.duplicate_keys, a.duplicate_rows
+    )));
+    r
 }
 
 /// Audit, re-run the damaged windows, audit again. Returns (before, reports, after).
@@ -442,12 +459,14 @@ pub async fn repair(
 )> {
     let runner = std::sync::Arc::new(Runner::new_local(project, task).await?);
     let before = audit(&runner, from, to, with_reconcile).await?;
-    let damaged: Vec<Window> = Window::range(from, to)?
-        .into_iter()
-        .zip(&before)
-        .filter(|(_, a)| a.status != "ok")
-        .map(|(w, _)| w)
-        .collect();
+    let (mut damaged, mut refused) = (Vec::new(), Vec::new());
+    for (w, a) in Window::range(from, to)?.into_iter().zip(&before) {
+        match (a.status != "ok", unmergeable(task, a.duplicate_keys)) {
+            (true, true) => refused.push(not_repaired(task, &w, a)),
+            (true, false) => damaged.push(w),
+            _ => {}
+        }
+    }
     let opts = crate::commands::backfill::Options {
         parallel,
         missing: false,
@@ -455,7 +474,7 @@ pub async fn repair(
         shard: None,
         progress: false,
     };
-    let reports = if damaged.is_empty() {
+    let mut reports = if damaged.is_empty() {
         Vec::new()
     } else {
         let _ = runner.lineage_invocation_started("repair").await;
@@ -467,6 +486,7 @@ pub async fn repair(
             .await;
         reports
     };
+    reports.append(&mut refused);
     runner.refresh().await?;
     let after = audit(&runner, from, to, with_reconcile).await?;
     Ok((before, reports, after))

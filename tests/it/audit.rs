@@ -486,3 +486,72 @@ key = ["id"]
         a[1]
     );
 }
+
+/// Bug (found by trying: another writer appended copies of existing keys into a merge-mode
+/// window; every `repair` re-ran its MERGE, which updated every copy, committed a new version,
+/// failed its own count check with exit 5 and said `retryable: true`, the window staying
+/// damaged however often it was retried): `repair` does not re-run such a window. Its report
+/// says a merge cannot remove the copies and what to do (exit 4, not retryable), nothing is
+/// committed, and `audit` marks the window not retryable.
+#[test]
+fn repair_of_a_merge_window_with_duplicate_keys_commits_nothing_and_says_why() {
+    let p = TestProject::new();
+    let task = "orders_by_day";
+    let out = p.run(&[
+        "backfill",
+        task,
+        "--from",
+        "1995-06-01",
+        "--to",
+        "1995-06-03",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let table = p.table_dir(task);
+    let script = format!(
+        "import polars as pl\nfrom deltalake import DeltaTable, write_deltalake\nimport datetime as d\n\
+         t = DeltaTable('{0}')\n\
+         df = pl.from_arrow(t.to_pyarrow_table()).filter(pl.col('order_date') == d.date(1995, 6, 2)).head(2)\n\
+         write_deltalake('{0}', df.to_arrow(), mode='append')",
+        table.display()
+    );
+    let out = Command::new(python())
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let before = log_version(&table);
+    let out = p.run(&[
+        "--output",
+        "json",
+        "audit",
+        task,
+        "--from",
+        "1995-06-02",
+        "--to",
+        "1995-06-02",
+    ]);
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    let audit = &json_lines(&out)[0];
+    assert_eq!(audit["duplicate_keys"], 2, "{audit}");
+    assert_eq!(audit["retryable"], false, "{audit}");
+    for _ in 0..2 {
+        let out = p.run(&[
+            "--output",
+            "json",
+            "repair",
+            task,
+            "--from",
+            "1995-06-02",
+            "--to",
+            "1995-06-02",
+        ]);
+        assert_eq!(code(&out), 4, "{}", text(&out));
+        let lines = json_lines(&out);
+        let report = lines.iter().find(|l| l.get("published").is_some()).unwrap();
+        assert_eq!(report["published"], false, "{report}");
+        assert_eq!(report["retryable"], false, "{report}");
+        let error = report["error"].as_str().unwrap();
+        assert!(error.contains("which a merge cannot repair"), "{error}");
+        assert_eq!(log_version(&table), before, "nothing committed");
+    }
+}
