@@ -250,7 +250,8 @@ async fn audit(
     let runner = crate::pipeline::runner::Runner::new_local(project, &task).await?;
     let audits = crate::commands::audit::audit(&runner, &a, &b, *reconcile).await?;
     print_audits(cli.output, &audits);
-    let damaged = audits.iter().filter(|a| a.status != "ok").count();
+    let damaged = audits.iter().filter(|a| a.status == "damaged").count();
+    let failed = audits.iter().filter(|a| a.status == "failed").count();
     if cli.output == OutputFormat::Text {
         if let Some(note) = crate::commands::audit::reconcile_note(&task).filter(|_| *reconcile) {
             println!("{note}");
@@ -258,13 +259,20 @@ async fn audit(
         if let Some(note) = crate::report::states::keys_across_windows(&audits) {
             println!("{note}");
         }
+        let failed = match failed {
+            0 => String::new(),
+            n => format!(", {n} could not be audited (exit 2)"),
+        };
         println!(
-            "audit {}: {} windows, {damaged} damaged",
+            "audit {}: {} windows, {damaged} damaged{failed}",
             task.name,
             audits.len()
         );
     }
-    let code = if damaged > 0 {
+    // A window that could not be audited (its source side is invalid input) outranks damage.
+    let code = if failed > 0 {
+        crate::error::ErrorKind::Input.exit_code()
+    } else if damaged > 0 {
         crate::error::ErrorKind::Divergence.exit_code()
     } else {
         0

@@ -34,22 +34,25 @@ use std::collections::BTreeMap;
 use datafusion::common::{Column, JoinType, ScalarValue};
 use datafusion::functions_aggregate::expr_fn::{count, sum};
 use datafusion::prelude::{DataFrame, Expr, SessionContext, cast, col, lit, when};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 
 use crate::delta::partition::PartitionValue;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::pipeline::reconcile as checks;
 use crate::pipeline::runner::Runner;
 pub use crate::report::states::WindowAudit;
 use crate::task::plan;
-use crate::task::project::Project;
 use crate::task::range::WindowRange;
 use crate::task::window::{Grain, Window};
 use crate::task::{Mode, Task};
 
 mod across;
 mod reconcile;
+mod repair;
+
 pub use reconcile::note as reconcile_note;
+pub use repair::repair;
+use repair::unmergeable;
 
 /// Internal column names: never a user's.
 const BUCKET: &str = "__idemlake_bucket";
@@ -358,6 +361,26 @@ fn problems(e: &Expected, rows: u64, dup_keys: u64, dup_rows: u64) -> Vec<String
     problems
 }
 
+/// Each window's source side on the independent path (a few windows at once), or why it has
+/// none. A window reaching a landing-zone file off the zone's layout is an error, as in `run`:
+/// that window's, reported with it, not the whole audit's.
+async fn source_sides(runner: &Runner, windows: &[Window]) -> Vec<Result<Expected>> {
+    let mut reached = Vec::with_capacity(windows.len());
+    for w in windows {
+        reached.push(runner.reach(std::slice::from_ref(w)).await);
+    }
+    let expected: Vec<Result<Expected>> = futures::stream::iter(windows.iter())
+        .map(|w| expected(runner, w))
+        .buffered(2)
+        .collect()
+        .await;
+    reached
+        .into_iter()
+        .zip(expected)
+        .map(|(r, e)| r.and(e))
+        .collect()
+}
+
 /// Audit `[from, to]`.
 pub async fn audit(
     runner: &Runner,
@@ -367,8 +390,6 @@ pub async fn audit(
 ) -> Result<Vec<WindowAudit>> {
     let task = runner.task();
     let windows = Window::range(from, to)?;
-    // A window reaching a landing-zone file off the zone's layout is an error, as in `run`.
-    runner.reach(&windows).await?;
     let columns: Vec<String> = plan::plan(runner.checker().session(), task, None)
         .await?
         .schema
@@ -380,15 +401,23 @@ pub async fn audit(
     let actual = table_side(runner.checker().session(), runner, from, to, &columns).await?;
     let across = across::keys_across_windows(runner.checker().session(), runner, from, to).await?;
     // The source side, per window on the independent path (a few windows at once).
-    let expected: Vec<Expected> = futures::stream::iter(windows.iter())
-        .map(|w| expected(runner, w))
-        .buffered(2)
-        .try_collect()
-        .await?;
+    let sides = source_sides(runner, &windows).await;
 
     let audited = runner.table().await?.version().map(|v| v as i64);
     let mut out = Vec::with_capacity(windows.len());
-    for (w, e) in windows.iter().zip(expected) {
+    for (w, e) in windows.iter().zip(sides) {
+        let e = match e {
+            Err(e) if e.kind() == crate::error::ErrorKind::Input => {
+                out.push(WindowAudit::failed(
+                    &task.name,
+                    w.into(),
+                    audited,
+                    e.message(),
+                ));
+                continue;
+            }
+            e => e?,
+        };
         let [rows, mut dup_keys, mut dup_rows] = actual.get(&w.key()).copied().unwrap_or_default();
         if let Some(m) = e.multiset {
             (dup_keys, dup_rows) = (m.distinct_extra, m.extra);
@@ -426,68 +455,4 @@ pub async fn audit(
         });
     }
     Ok(out)
-}
-
-/// Whether `task` is merge mode and its window holds `dup_keys` keys more than once: a
-/// re-run (a MERGE, which updates every copy of a key) cannot repair that.
-fn unmergeable(task: &Task, dup_keys: u64) -> bool {
-    task.mode == crate::task::Mode::Merge && dup_keys > 0
-}
-
-/// The report of a merge window `repair` does not re-run: its duplicate keys would stay.
-fn not_repaired(task: &Task, w: &Window, a: &WindowAudit) -> crate::report::record::Report {
-    let mut r = crate::report::record::Report::new(task, w, &uuid::Uuid::new_v4().to_string());
-    r.fail(&Error::divergence(format!(
-        "the window holds {} key(s) more than once ({} extra row(s)), which a merge cannot repair: it updates every copy of a key and removes none; nothing was run — delete the extra copies (another tool's DELETE of the rows another writer added), or restore the window to a version before they appeared, then repair again",
-        a.duplicate_keys, a.duplicate_rows
-    )));
-    r
-}
-
-/// Audit, re-run the damaged windows, audit again. Returns (before, reports, after).
-pub async fn repair(
-    project: &Project,
-    task: &Task,
-    from: &Window,
-    to: &Window,
-    parallel: usize,
-    with_reconcile: bool,
-) -> Result<(
-    Vec<WindowAudit>,
-    Vec<crate::report::record::Report>,
-    Vec<WindowAudit>,
-)> {
-    let runner = std::sync::Arc::new(Runner::new_local(project, task).await?);
-    let before = audit(&runner, from, to, with_reconcile).await?;
-    let (mut damaged, mut refused) = (Vec::new(), Vec::new());
-    for (w, a) in Window::range(from, to)?.into_iter().zip(&before) {
-        match (a.status != "ok", unmergeable(task, a.duplicate_keys)) {
-            (true, true) => refused.push(not_repaired(task, &w, a)),
-            (true, false) => damaged.push(w),
-            _ => {}
-        }
-    }
-    let opts = crate::commands::backfill::Options {
-        parallel,
-        missing: false,
-        stale: false,
-        shard: None,
-        progress: false,
-    };
-    let mut reports = if damaged.is_empty() {
-        Vec::new()
-    } else {
-        let _ = runner.lineage_invocation_started("repair").await;
-        let reports = crate::commands::backfill::run(runner.clone(), damaged, &opts, |_| {}).await;
-        let failed = reports.iter().filter(|r| r.exit_code.is_some()).count();
-        let why = format!("{failed} of {} repaired windows failed", reports.len());
-        let _ = runner
-            .lineage_invocation_ended((failed > 0).then_some(why.as_str()))
-            .await;
-        reports
-    };
-    reports.append(&mut refused);
-    runner.refresh().await?;
-    let after = audit(&runner, from, to, with_reconcile).await?;
-    Ok((before, reports, after))
 }

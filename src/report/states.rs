@@ -124,6 +124,29 @@ pub fn keys_across_windows(audits: &[WindowAudit]) -> Option<String> {
 }
 
 impl WindowAudit {
+    /// A window that could not be audited: its source side is the user's mistake (`why`, an
+    /// input error such as a landing-zone file off the zone's layout). Its status is
+    /// `failed`; the other windows of the range are audited still.
+    pub fn failed(task: &str, window: WindowRecord, table_version: Option<i64>, why: &str) -> Self {
+        WindowAudit {
+            task: task.to_string(),
+            window,
+            status: "failed",
+            table_version,
+            retryable: false,
+            rows: 0,
+            expected_rows: 0,
+            duplicate_keys: 0,
+            duplicate_rows: 0,
+            missing_keys: None,
+            missing_rows: None,
+            keys_in_other_windows: None,
+            key_in_other_windows: None,
+            problems: vec![format!("cannot be audited: {why}")],
+            reconciliation: Vec::new(),
+        }
+    }
+
     /// One line of text per window (and one per problem).
     pub fn describe(&self) -> String {
         let a = self;

@@ -1042,3 +1042,28 @@ fn a_plain_subdirectory_below_the_last_level_fails_the_window() {
     assert!(text(&out).contains("batch1"), "{}", text(&out));
     p.run_ok("events", &day(0).to_string());
 }
+
+/// Found by trying: one window of an audited range reaching a directory off the zone's layout
+/// aborted the whole `audit` (exit 2, no window reported). That window is reported as
+/// `failed`, saying why; the others are audited; the exit code is 2 (its input is invalid).
+#[test]
+fn audit_reports_a_window_off_the_zones_layout_and_audits_the_others() {
+    let p = landing_project(3, 2);
+    let (first, last) = (day(0).to_string(), day(2).to_string());
+    let out = p.run(&["backfill", "events", "--from", &first, "--to", &last]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    nest_day(&p.path().join("events"), day(1));
+    let out = p.run(&[
+        "--output", "json", "audit", "events", "--from", &first, "--to", &last,
+    ]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    let audits = json_lines(&out);
+    let states: Vec<&str> = audits
+        .iter()
+        .map(|a| a["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["ok", "failed", "ok"], "{}", text(&out));
+    let why = audits[1]["problems"][0].as_str().unwrap();
+    assert!(why.contains("hour=01") && why.contains("layout"), "{why}");
+    assert_eq!(audits[1]["retryable"], false);
+}
