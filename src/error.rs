@@ -196,10 +196,14 @@ fn datafusion_kind(e: &datafusion::error::DataFusionError) -> ErrorKind {
     }
 }
 
-/// A text source's value its column's type cannot hold, as arrow's JSON and CSV readers
-/// report it (`"abc"` in a number column, `13` in a string column): the same file fails the
-/// same way however often the window is retried, so it is the user's to fix (exit 2, nothing
-/// published); the plain sentence for it. Not a file cut short, which a retry may read whole.
+/// A text source's value its column's type cannot hold, as arrow's JSON reader reports it
+/// (`"abc"` in a number column, `13` in a string column; child errors come prefixed with
+/// `whilst decoding field …`), and a text zone's integer column holding something that is not
+/// a number (read as a decimal, `landing::exact`): the same file fails the same way however
+/// often the window is retried, so it is the user's to fix (exit 2, nothing published); the
+/// plain sentence for it. A JSON file cut short fails otherwise ("Truncated record"), and stays
+/// retryable; so does arrow's CSV "Error while parsing value" (a CSV file cut inside its last
+/// value gives it too). A CSV integer column cut to a bare `-` is the one cut file refused.
 fn unreadable_value(e: &datafusion::error::DataFusionError) -> Option<String> {
     use arrow::error::ArrowError as A;
     let datafusion::error::DataFusionError::ArrowError(a, _) = e.find_root() else {
@@ -207,16 +211,18 @@ fn unreadable_value(e: &datafusion::error::DataFusionError) -> Option<String> {
     };
     let what = match a.as_ref() {
         A::JsonError(m) if m.contains("expected ") && m.contains(" got ") => m.clone(),
-        A::JsonError(m) if m.starts_with("failed to parse") => m.clone(),
+        A::JsonError(m) if m.contains("failed to parse ") => m.clone(),
         A::ParseError(m) if m.starts_with("can't parse the string value") => {
             // Integer columns of text zones are read as decimals (`landing::exact`).
             m.replace(" to decimal", " as an integer")
         }
-        A::ParseError(m) if m.starts_with("Error while parsing value") => m.clone(),
+        A::ParseError(m) if m.starts_with("parse decimal overflow") => {
+            format!("{m}: an integer of more than 20 digits")
+        }
         _ => return None,
     };
     Some(format!(
-        "a file of the source holds a value its column's type cannot hold ({what}); the column's type is the source's (a landing zone's: its first file's); retrying cannot change it, so nothing was published — rewrite the file, or make the first file hold the wider type"
+        "a file of the source holds a value its column's type cannot hold ({what}); the column's type is the source's (a landing zone's: its first file's, or its last with schema_from = \"last\"); retrying cannot change it, so nothing was published — rewrite the file, or make the first file hold the wider type"
     ))
 }
 

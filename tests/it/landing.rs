@@ -1066,4 +1066,17 @@ fn audit_reports_a_window_off_the_zones_layout_and_audits_the_others() {
     let why = audits[1]["problems"][0].as_str().unwrap();
     assert!(why.contains("hour=01") && why.contains("layout"), "{why}");
     assert_eq!(audits[1]["retryable"], false);
+    // `repair` does not re-run it (a run would fail alike): its report says why, exit 2.
+    let out = p.run(&[
+        "--output", "json", "repair", "events", "--from", &first, "--to", &last,
+    ]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    let report = json_lines(&out)
+        .into_iter()
+        .find(|l| l.get("published").is_some())
+        .unwrap();
+    assert!(
+        report["error"].as_str().unwrap().contains("hour=01"),
+        "{report}"
+    );
 }

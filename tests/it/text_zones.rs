@@ -367,6 +367,8 @@ fn a_text_value_its_columns_type_cannot_hold_is_not_retryable() {
     for (format, first, second) in [
         ("json", "1", "\"abc\""),
         ("json", "\"12\"", "13"),
+        ("json", "1.5", "\"abc\""),
+        ("json", "1", "123456789012345678901234"),
         ("csv", "1", "abc"),
     ] {
         let p = TestProject::new();
@@ -523,11 +525,108 @@ fn schema_from_is_validated() {
     for (format, value, said) in [
         ("json", "newest", "must be first or last"),
         ("delta", "last", "come from its log"),
+        ("csv", "last", "must all carry one header"),
     ] {
         let extra = format!("format = \"{format}\"\nschema_from = \"{value}\"");
         p.task("t", &TASK.replace("format = \"FORMAT\"", &extra));
         let out = p.run(&["validate", "t"]);
         assert_eq!(code(&out), 2, "{extra}: {}", text(&out));
         assert!(text(&out).contains(said), "{extra}: {}", text(&out));
+    }
+}
+
+/// Review finding: in a text zone whose window is chosen by an integer partition level
+/// (`n=1/`, `n=2/`), the filter on it was kept above the scan like the integer file columns',
+/// so every window listed the whole zone, and a refused file in another window's directory
+/// failed every window. A window lists only its own directories; a file set aside under a
+/// name that only contains the format's (`part-2.json.tmp`) is not refused.
+#[test]
+fn a_text_zone_window_chosen_by_an_integer_level_lists_only_its_directories() {
+    let p = TestProject::new();
+    p.task(
+        "t",
+        r#"sql = """
+SELECT CAST($window_start AS DATE) AS day, v FROM ev WHERE n = date_part('day', $window_start)
+"""
+[target]
+partition_by = "day"
+[window]
+grain = "day"
+[sources.ev]
+uri = "ev"
+format = "json"
+"#,
+    );
+    for (dir, name) in [
+        ("n=1", "part-0.json"),
+        ("n=1", "part-2.json.tmp"),
+        ("n=2", "part-0.json"),
+        ("n=2", "part-1.json.gz"),
+    ] {
+        let d = p.path().join("ev").join(dir);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join(name), "{\"v\":1}\n{\"v\":2}\n").unwrap();
+    }
+    for (what, out) in both_routes(&p, "2026-11-01") {
+        assert_eq!(code(&out), 0, "{what}: {}", text(&out));
+        assert_eq!(json_lines(&out)[0]["rows_written"], 2, "{what}");
+    }
+    let outs = both_routes(&p, "2026-11-02");
+    for (what, out) in &outs {
+        assert_eq!(code(out), 2, "{what}: {}", text(out));
+        assert!(
+            text(out).contains("part-1.json.gz"),
+            "{what}: {}",
+            text(out)
+        );
+    }
+}
+
+/// Review finding: a CSV file whose first line is not complete yet (a writer still at work,
+/// or a header longer than the first read) was refused as a header that differs (exit 2).
+/// A file with no complete first line is a retryable failure (exit 1); a header longer than
+/// 64 KiB is read whole.
+#[test]
+fn a_csv_file_without_a_complete_header_line_yet_is_retryable() {
+    let p = TestProject::new();
+    p.task("t", CSV_TASK);
+    csv_file(&p, "2026-03-01", "part-0.csv", "id,qty,price\n1,10,100\n");
+    csv_file(&p, "2026-03-01", "part-1.csv", "id,qty,pr");
+    for (what, out) in both_routes(&p, "2026-03-01") {
+        assert_eq!(code(&out), 1, "{what}: {}", text(&out));
+        let report = &json_lines(&out)[0];
+        assert_eq!(report["retryable"], true, "{report}");
+        assert!(
+            text(&out).contains("no complete header line"),
+            "{}",
+            text(&out)
+        );
+    }
+    // A long header (a wide export) is read whole and checked.
+    let wide: Vec<String> = (0..9000).map(|i| format!("c{i:05}")).collect();
+    let p = TestProject::new();
+    p.task(
+        "t",
+        &CSV_TASK.replace(
+            "SELECT dt AS day, id, qty, price",
+            "SELECT dt AS day, c00000",
+        ),
+    );
+    let header = wide.join(",");
+    let row: Vec<&str> = wide.iter().map(|_| "1").collect();
+    csv_file(
+        &p,
+        "2026-03-01",
+        "part-0.csv",
+        &format!("{header}\n{}\n", row.join(",")),
+    );
+    csv_file(
+        &p,
+        "2026-03-01",
+        "part-1.csv",
+        &format!("{header}\n{}\n", row.join(",")),
+    );
+    for (what, out) in both_routes(&p, "2026-03-01") {
+        assert_eq!(code(&out), 0, "{what}: {}", text(&out));
     }
 }

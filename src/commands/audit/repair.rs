@@ -5,6 +5,7 @@
 use super::{WindowAudit, audit};
 use crate::error::{Error, Result};
 use crate::pipeline::runner::Runner;
+use crate::report::record::Report;
 use crate::task::Task;
 use crate::task::project::Project;
 use crate::task::window::Window;
@@ -16,8 +17,8 @@ pub(super) fn unmergeable(task: &Task, dup_keys: u64) -> bool {
 }
 
 /// The report of a merge window `repair` does not re-run: its duplicate keys would stay.
-fn not_repaired(task: &Task, w: &Window, a: &WindowAudit) -> crate::report::record::Report {
-    let mut r = crate::report::record::Report::new(task, w, &uuid::Uuid::new_v4().to_string());
+fn not_repaired(task: &Task, w: &Window, a: &WindowAudit) -> Report {
+    let mut r = Report::new(task, w, &uuid::Uuid::new_v4().to_string());
     r.fail(&Error::divergence(format!(
         "the window holds {} key(s) more than once ({} extra row(s)), which a merge cannot repair: it updates every copy of a key and removes none; nothing was run — delete the extra copies (another tool's DELETE of the rows another writer added), or restore the window to a version before they appeared, then repair again",
         a.duplicate_keys, a.duplicate_rows
@@ -33,19 +34,21 @@ pub async fn repair(
     to: &Window,
     parallel: usize,
     with_reconcile: bool,
-) -> Result<(
-    Vec<WindowAudit>,
-    Vec<crate::report::record::Report>,
-    Vec<WindowAudit>,
-)> {
+) -> Result<(Vec<WindowAudit>, Vec<Report>, Vec<WindowAudit>)> {
     let runner = std::sync::Arc::new(Runner::new_local(project, task).await?);
     let before = audit(&runner, from, to, with_reconcile).await?;
     let (mut damaged, mut refused) = (Vec::new(), Vec::new());
     for (w, a) in Window::range(from, to)?.into_iter().zip(&before) {
-        match (a.status != "ok", unmergeable(task, a.duplicate_keys)) {
-            (true, true) => refused.push(not_repaired(task, &w, a)),
-            (true, false) => damaged.push(w),
-            _ => {}
+        match (a.status, unmergeable(task, a.duplicate_keys)) {
+            ("ok", _) => {}
+            // Not audited (its source side is invalid input): a re-run would fail alike.
+            ("failed", _) => {
+                let mut r = Report::new(task, &w, &uuid::Uuid::new_v4().to_string());
+                r.fail(&Error::input(a.problems.join("; ")));
+                refused.push(r);
+            }
+            (_, true) => refused.push(not_repaired(task, &w, a)),
+            _ => damaged.push(w),
         }
     }
     let opts = crate::commands::backfill::Options {

@@ -7,6 +7,8 @@
 //! routes over a text zone instead read its integer columns as `DECIMAL(38, 18)` and convert
 //! each value back only if it is a whole number of the column's type; any other value fails the
 //! scan with exit 2 naming the column, the value and the source, and nothing is published.
+//! (Fraction digits beyond the 18th are dropped by arrow's decimal parser: `1.0000000000000000001`
+//! reads as 1. A value of more than 20 integer digits fails the scan as arrow reports it.)
 //!
 //! A CSV column with no value in the first file (a header-only file, an optional column left
 //! empty that day) has no type (`NULL`), and arrow's CSV reader read every later value of it as
@@ -92,6 +94,7 @@ impl LandingZone {
             return Ok(None);
         }
         let read = read.unwrap_or_else(|| self.file_schema.clone());
+        let read_fields = read.fields().clone();
         let inner: Arc<dyn TableProvider> = match plain {
             true => Arc::new(ListingTable::try_new(
                 self.listing_config(self.options.clone(), &read)?,
@@ -102,9 +105,20 @@ impl LandingZone {
                 read,
             )),
         };
+        // The files' columns read otherwise; never a partition column (an `INT` level such as
+        // `year=2024` must keep pruning the listing).
+        let changed = self
+            .file_schema
+            .fields()
+            .iter()
+            .zip(read_fields.iter())
+            .filter(|(a, b)| a.data_type() != b.data_type())
+            .map(|(a, _)| a.name().clone())
+            .collect();
         Ok(Some(Arc::new(ExactInts {
             inner,
             schema: self.table_schema(),
+            changed,
             alias: self.alias.clone(),
             headers,
         })))
@@ -118,6 +132,8 @@ impl LandingZone {
 pub struct ExactInts {
     inner: Arc<dyn TableProvider>,
     schema: SchemaRef,
+    /// The files' columns read otherwise than as `schema` has them.
+    changed: std::collections::HashSet<String>,
     alias: String,
     headers: Option<Headers>,
 }
@@ -125,11 +141,10 @@ pub struct ExactInts {
 impl ExactInts {
     /// Whether `filter` names a column read otherwise (such filters stay above the scan).
     fn names_decimal(&self, filter: &Expr) -> bool {
-        filter.column_refs().iter().any(|c| {
-            self.schema
-                .field_with_name(&c.name)
-                .is_ok_and(|f| read_as(f.data_type(), true).is_some())
-        })
+        filter
+            .column_refs()
+            .iter()
+            .any(|c| self.changed.contains(&c.name))
     }
 }
 

@@ -20,6 +20,9 @@ use crate::error::{Error, Result};
 /// How much of a file is read for its header.
 const HEADER_BYTES: u64 = 64 << 10;
 
+/// How much of a file is read for a header longer than [`HEADER_BYTES`].
+const MAX_HEADER_BYTES: u64 = 4 << 20;
+
 /// Files' headers read at once.
 const CONCURRENT_READS: usize = 16;
 
@@ -68,7 +71,7 @@ impl Headers {
         for (m, got) in read {
             if got != want {
                 return Err(Error::input(format!(
-                    "source `{}`: the header of {} is `{}`, not the zone's `{}` (taken from its first file): CSV files are read by column position, so its values would be read into other columns; nothing was read — rewrite the file with the zone's header, or move it out of the zone",
+                    "source `{}`: the header of {} is `{}`, not the zone's `{}` (taken from its first file in path order): CSV files are read by column position, so its values would be read into other columns; nothing was read — rewrite the file with the zone's header, or move it out of the zone",
                     self.zone.alias,
                     self.zone.shown(&m.location),
                     got.join(","),
@@ -81,13 +84,30 @@ impl Headers {
         Ok(())
     }
 
-    /// The column names of file `m`'s header.
+    /// The column names of file `m`'s header: its first line, read whole (a header longer
+    /// than [`HEADER_BYTES`] is read up to [`MAX_HEADER_BYTES`]). A file with no complete
+    /// first line yet is still being written: a retryable failure.
     async fn header(&self, m: &ObjectMeta) -> Result<Vec<String>> {
-        let bytes = self
+        let mut bytes = self
             .zone
             .store
             .get_range(&m.location, 0..m.size.min(HEADER_BYTES))
             .await?;
+        if !bytes.contains(&b'\n') && m.size > HEADER_BYTES {
+            bytes = self
+                .zone
+                .store
+                .get_range(&m.location, 0..m.size.min(MAX_HEADER_BYTES))
+                .await?;
+        }
+        if !bytes.contains(&b'\n') {
+            return Err(Error::runtime(format!(
+                "source `{}`: {} has no complete header line (within its first {} bytes): it may still be written; retry later",
+                self.zone.alias,
+                self.zone.shown(&m.location),
+                bytes.len()
+            )));
+        }
         let format = arrow::csv::reader::Format::default()
             .with_header(true)
             .with_delimiter(self.delimiter);

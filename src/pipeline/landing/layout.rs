@@ -93,7 +93,14 @@ impl LandingZone {
             && [".jsonl", ".ndjson"]
                 .iter()
                 .any(|e| name.ends_with(e) || name.contains(&format!("{e}.")));
-        let compressed = !ext.is_empty() && name.contains(&format!("{ext}."));
+        // Compression suffixes as DataFusion knows them; not `.tmp`, `.part` or `.bak` (files
+        // being written or set aside).
+        let compressed = !ext.is_empty()
+            && [
+                ".gz", ".bz2", ".xz", ".zst", ".zstd", ".lz4", ".snappy", ".deflate",
+            ]
+            .iter()
+            .any(|c| name.contains(&format!("{ext}{c}")));
         if self.glob.is_none() && (json || compressed) {
             return Err(Error::input(format!(
                 "source `{}`: {} lies in the window's directories but is not read: a landing zone reads uncompressed `{ext}` files only (not compressed ones, nor other extensions); {}; nothing was read",

@@ -128,11 +128,17 @@ fn parse_schema_from(
     let field = format!("{field}.schema_from");
     match s.schema_from.as_deref().map(str::trim) {
         None | Some("first") => Ok(SchemaFrom::First),
-        Some("last") if format != Format::Delta => Ok(SchemaFrom::Last),
-        Some("last") => Err(fail(
+        Some("last") if format == Format::Delta => Err(fail(
             &field,
             "a delta source's columns come from its log".into(),
         )),
+        // Every CSV file of a zone must carry the zone's header (`landing::headers`): older
+        // files without a column added later would all be refused.
+        Some("last") if format == Format::Csv => Err(fail(
+            &field,
+            "a CSV zone's files must all carry one header (they are read by position), so its columns cannot come from its last file".into(),
+        )),
+        Some("last") => Ok(SchemaFrom::Last),
         Some(other) => Err(fail(
             &field,
             format!(
