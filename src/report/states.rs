@@ -151,9 +151,18 @@ impl WindowAudit {
     pub fn describe(&self) -> String {
         let a = self;
         let mut s = format!(
-            "{:<8} {} {}  rows={} expected={} duplicate_keys={}",
-            a.status, a.task, a.window.label, a.rows, a.expected_rows, a.duplicate_keys
+            "{:<8} {} {}  rows={} expected={}",
+            a.status, a.task, a.window.label, a.rows, a.expected_rows
         );
+        match a.missing_rows {
+            // Without a key the rows are compared as multisets with the source's: a changed
+            // row is one beyond the source's and one missing, not a duplicate key.
+            Some(missing) => s.push_str(&format!(
+                " rows_beyond_source={} rows_missing={missing}",
+                a.duplicate_rows
+            )),
+            None => s.push_str(&format!(" duplicate_keys={}", a.duplicate_keys)),
+        }
         if let Some(n @ 1..) = a.keys_in_other_windows {
             s.push_str(&format!(" keys_in_other_windows={n}"));
         }

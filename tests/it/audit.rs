@@ -315,6 +315,13 @@ async fn audit_without_a_key_reports_rows_changed_by_another_writer() {
     }
     assert_eq!(audits[2]["status"], "ok", "{}", audits[2]);
     assert_eq!(audits[2]["missing_rows"], 0, "{}", audits[2]);
+    // The text says what changed, not "duplicate_keys=N" of a table that has no key (found by
+    // trying: a changed row read as duplicates).
+    let out = p.run(&["audit", "flags", "--from", &day(1), "--to", &day(1)]);
+    let n = changed[0];
+    let said = format!("rows_beyond_source={n} rows_missing={n}");
+    assert!(text(&out).contains(&said), "{}", text(&out));
+    assert!(!text(&out).contains("duplicate_keys"), "{}", text(&out));
 }
 
 /// Finding: `audit --reconcile` ignored `[reconcile] default = "content"`: another writer
