@@ -67,19 +67,37 @@ async fn oldest_in_log(table: &DeltaTable) -> Result<i64> {
             .and_then(|v| v.parse::<i64>().ok())
     };
     let names = listed.objects.iter().filter_map(|m| m.location.filename());
-    let (mut commits, mut checkpoints) = (Vec::new(), Vec::new());
+    let (mut commits, mut checkpoints) = (Vec::new(), Vec::<i64>::new());
     for n in names {
         commits.extend(version(n, ".json"));
         checkpoints.extend(version(n, ".checkpoint.parquet"));
     }
-    let first_commit = commits.iter().min().copied().unwrap_or(0);
-    // Versions from a checkpoint on load from it; those before the first commit file do not.
-    let from_checkpoint = checkpoints
+    Ok(oldest_loadable(&mut commits, &checkpoints))
+}
+
+/// The oldest version a log with these commit files and checkpoints loads: one whose commits
+/// from the log's start, or from a checkpoint at or below it, are all there. Only the newest
+/// unbroken run of commit files counts (a gap breaks time travel across it).
+fn oldest_loadable(commits: &mut [i64], checkpoints: &[i64]) -> i64 {
+    commits.sort_unstable();
+    // The start of the newest unbroken run of commit files.
+    let mut start = commits.last().copied().unwrap_or(0);
+    for pair in commits.windows(2).rev() {
+        if pair[1] != pair[0] + 1 {
+            break;
+        }
+        start = pair[0];
+    }
+    if start == 0 {
+        return 0;
+    }
+    // A checkpoint just before the run (or inside it) loads the versions from itself on.
+    checkpoints
         .iter()
-        .filter(|c| **c < first_commit)
-        .max()
-        .copied();
-    Ok(from_checkpoint.unwrap_or(first_commit))
+        .filter(|c| **c >= start - 1)
+        .min()
+        .copied()
+        .unwrap_or(start)
 }
 
 /// The version to restore to, checked against the table.
@@ -380,5 +398,26 @@ fn remove_of(a: &Add) -> Remove {
         deletion_vector: a.deletion_vector.clone(),
         base_row_id: a.base_row_id,
         default_row_commit_version: a.default_row_commit_version,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::oldest_loadable;
+
+    #[test]
+    fn the_oldest_restorable_version_needs_unbroken_commits_from_a_checkpoint() {
+        // A whole log.
+        assert_eq!(oldest_loadable(&mut [0, 1, 2, 3], &[]), 0);
+        // Cleaned up to a checkpoint at 4, whose commit file is kept or not.
+        assert_eq!(oldest_loadable(&mut [4, 5, 6], &[4]), 4);
+        assert_eq!(oldest_loadable(&mut [5, 6], &[4]), 4);
+        // Checkpoints at 10 and 20, commits from 15 on: 11-14 cannot load; 20 is the oldest.
+        assert_eq!(
+            oldest_loadable(&mut [15, 16, 17, 18, 19, 20, 21], &[10, 20]),
+            20
+        );
+        // A gap in the commit files: only the run after it counts.
+        assert_eq!(oldest_loadable(&mut [3, 4, 6, 7], &[5]), 5);
     }
 }
