@@ -521,37 +521,27 @@ fn repair_of_a_merge_window_with_duplicate_keys_commits_nothing_and_says_why() {
          write_deltalake('{0}', df.to_arrow(), mode='append')",
         table.display()
     );
-    let out = Command::new(python())
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    assert_eq!(code(&out), 0, "{}", text(&out));
+    python_prints(&script);
     let before = log_version(&table);
-    let out = p.run(&[
-        "--output",
-        "json",
-        "audit",
-        task,
-        "--from",
-        "1995-06-02",
-        "--to",
-        "1995-06-02",
-    ]);
-    assert_eq!(code(&out), 4, "{}", text(&out));
-    let audit = &json_lines(&out)[0];
-    assert_eq!(audit["duplicate_keys"], 2, "{audit}");
-    assert_eq!(audit["retryable"], false, "{audit}");
-    for _ in 0..2 {
-        let out = p.run(&[
+    let day = |command: &str| {
+        p.run(&[
             "--output",
             "json",
-            "repair",
+            command,
             task,
             "--from",
             "1995-06-02",
             "--to",
             "1995-06-02",
-        ]);
+        ])
+    };
+    let out = day("audit");
+    assert_eq!(code(&out), 4, "{}", text(&out));
+    let audit = &json_lines(&out)[0];
+    assert_eq!(audit["duplicate_keys"], 2, "{audit}");
+    assert_eq!(audit["retryable"], false, "{audit}");
+    for _ in 0..2 {
+        let out = day("repair");
         assert_eq!(code(&out), 4, "{}", text(&out));
         let lines = json_lines(&out);
         let report = lines.iter().find(|l| l.get("published").is_some()).unwrap();

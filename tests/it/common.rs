@@ -321,6 +321,35 @@ pub fn python() -> String {
     py
 }
 
+/// What Python `script` prints (run with [`python`]: polars, deltalake), trimmed; the script
+/// must succeed.
+pub fn python_prints(script: &str) -> String {
+    let out = std::process::Command::new(python())
+        .args(["-c", script])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// As another tool's log cleanup leaves it: a checkpoint of `t` at its version, and the
+/// commit files of versions below `below` deleted.
+pub async fn checkpoint_and_clean_log(t: &deltalake::DeltaTable, table: &Path, below: u64) {
+    deltalake::checkpoints::create_checkpoint(t, None)
+        .await
+        .unwrap();
+    for e in std::fs::read_dir(table.join("_delta_log")).unwrap() {
+        let path = e.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let version = name
+            .strip_suffix(".json")
+            .and_then(|v| v.parse::<u64>().ok());
+        if version.is_some_and(|v| v < below) {
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+}
+
 /// A loopback HTTP server answering every request with `status` (e.g. `200 OK`); yields
 /// (request line, headers, body), one per request (webhooks, OpenLineage's HTTP transport).
 pub struct HttpReceiver {

@@ -455,20 +455,7 @@ async fn a_change_whose_commit_was_cleaned_from_the_upstream_log_still_makes_win
     assert!(metrics.num_removed_files > 0);
     let deleted_at = t.version().unwrap();
     // A checkpoint at the delete, and the commit files up to it cleaned up.
-    deltalake::checkpoints::create_checkpoint(&t, None)
-        .await
-        .unwrap();
-    let log = table.join("_delta_log");
-    for e in std::fs::read_dir(&log).unwrap() {
-        let path = e.unwrap().path();
-        let name = path.file_name().unwrap().to_string_lossy().to_string();
-        let version = name
-            .strip_suffix(".json")
-            .and_then(|v| v.parse::<u64>().ok());
-        if version.is_some_and(|v| v <= deleted_at) {
-            std::fs::remove_file(&path).unwrap();
-        }
-    }
+    checkpoint_and_clean_log(&t, &table, deleted_at + 1).await;
     for s in june_july_status(&p) {
         assert_eq!(s["stale"], true, "{s}");
         let inputs = s["stale_inputs"].as_array().unwrap();

@@ -653,11 +653,7 @@ fn an_append_only_target_is_a_configuration_error_not_a_retryable_failure() {
         "from deltalake import DeltaTable\nDeltaTable('{}').alter.set_table_properties({{'delta.appendOnly': 'true'}})",
         table.display()
     );
-    let out = std::process::Command::new(python())
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    assert_eq!(code(&out), 0, "{}", text(&out));
+    python_prints(&script);
     let before = log_version(&table);
     let out = p.run(&["--output", "json", "run", task, "--window", "1995-06-09"]);
     assert_eq!(code(&out), 2, "{}", text(&out));

@@ -52,12 +52,7 @@ fn polars_values(table: &Path, dt: &str) -> String {
          print(t['v'].dtype, t['v'].to_list())",
         table.display()
     );
-    let out = std::process::Command::new(python())
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    assert_eq!(code(&out), 0, "{}", text(&out));
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
+    python_prints(&script)
 }
 
 /// Regression (a JSON zone whose first file held integers published a later file's `1.5` as
@@ -304,12 +299,7 @@ default = "content"
         "import polars as pl\nt = pl.read_delta('{}')\nprint(t['a'].to_list(), t['b'].to_list())",
         p.table_dir("t").display()
     );
-    let out = std::process::Command::new(python())
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    let printed = String::from_utf8(out.stdout.clone()).unwrap();
-    assert_eq!(printed.trim(), "[20] [None]", "{}", text(&out));
+    assert_eq!(python_prints(&script), "[20] [None]");
 }
 
 /// Regression (a glob naming `.jsonl`, `.ndjson` or `.tsv` files was refused with "no .json
@@ -491,11 +481,7 @@ fn schema_from_last_reads_a_column_added_in_later_files() {
                     json.display(),
                     dir.join("part-0.parquet").display()
                 );
-                let out = std::process::Command::new(python())
-                    .args(["-c", &script])
-                    .output()
-                    .unwrap();
-                assert_eq!(code(&out), 0, "{}", text(&out));
+                python_prints(&script);
                 std::fs::remove_file(&json).unwrap();
             }
         }
@@ -509,12 +495,7 @@ fn schema_from_last_reads_a_column_added_in_later_files() {
             "import polars as pl\nt = pl.read_delta('{}').sort('day')\nprint(t['channel'].to_list())",
             p.table_dir("t").display()
         );
-        let out = std::process::Command::new(python())
-            .args(["-c", &script])
-            .output()
-            .unwrap();
-        let printed = String::from_utf8(out.stdout.clone()).unwrap();
-        assert_eq!(printed.trim(), "[None, 'web']", "{format}: {}", text(&out));
+        assert_eq!(python_prints(&script), "[None, 'web']", "{format}");
     }
 }
 

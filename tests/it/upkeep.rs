@@ -634,21 +634,8 @@ async fn restore_of_a_version_cleaned_from_the_log_says_which_versions_remain() 
     p.run_ok(TASK, "1995-06-03");
     let table = p.table_dir(TASK);
     let (t, _) = table_session(&table).await.unwrap();
-    deltalake::checkpoints::create_checkpoint(&t, None)
-        .await
-        .unwrap();
     let newest = t.version().unwrap();
-    for e in std::fs::read_dir(table.join("_delta_log")).unwrap() {
-        let path = e.unwrap().path();
-        let name = path.file_name().unwrap().to_string_lossy().to_string();
-        if name
-            .strip_suffix(".json")
-            .and_then(|v| v.parse::<u64>().ok())
-            .is_some_and(|v| v < newest)
-        {
-            std::fs::remove_file(&path).unwrap();
-        }
-    }
+    checkpoint_and_clean_log(&t, &table, newest).await;
     let restore = |how: &[&str]| {
         let mut args = vec!["restore", TASK, "--window", "1995-06-02"];
         args.extend_from_slice(how);

@@ -140,7 +140,7 @@ pub struct ExactInts {
 
 impl ExactInts {
     /// Whether `filter` names a column read otherwise (such filters stay above the scan).
-    fn names_decimal(&self, filter: &Expr) -> bool {
+    fn names_changed(&self, filter: &Expr) -> bool {
         filter
             .column_refs()
             .iter()
@@ -166,7 +166,7 @@ impl TableProvider for ExactInts {
         Ok(filters
             .iter()
             .zip(inner)
-            .map(|(f, answer)| match self.names_decimal(f) {
+            .map(|(f, answer)| match self.names_changed(f) {
                 true => TableProviderFilterPushDown::Inexact,
                 false => answer,
             })
@@ -182,7 +182,7 @@ impl TableProvider for ExactInts {
     ) -> datafusion::common::Result<Arc<dyn ExecutionPlan>> {
         let pushed: Vec<Expr> = filters
             .iter()
-            .filter(|f| !self.names_decimal(f))
+            .filter(|f| !self.names_changed(f))
             .cloned()
             .collect();
         let limit = limit.filter(|_| pushed.len() == filters.len());
