@@ -14,6 +14,7 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use sha2::{Digest, Sha256};
 
 mod remote;
+mod text;
 
 use crate::engine::Engine;
 use crate::error::{Error, Result, ResultExt};
@@ -135,7 +136,7 @@ async fn register_one(
         };
         return Ok((v, Some(zone)));
     }
-    Ok((register_file_source(ctx, s).await?, None))
+    Ok((register_file_source(ctx, s, route).await?, None))
 }
 
 /// Register the object store `s` is read through in `ctx` (a remote location's: the process's,
@@ -270,24 +271,32 @@ fn nothing_at(uri: &str, url: &ListingTableUrl) -> Error {
     Error::input(format!("{uri} does not exist (check the source's `uri`)"))
 }
 
-/// Register a file source (Parquet, CSV or JSON) as a listing, fingerprinted.
-async fn register_file_source(ctx: &SessionContext, s: &Source) -> Result<SourceVersion> {
+/// Register a file source (Parquet, CSV or JSON) as a listing, fingerprinted; a text source
+/// as `text` does (`route`: whose session this is).
+async fn register_file_source(
+    ctx: &SessionContext,
+    s: &Source,
+    route: Route,
+) -> Result<SourceVersion> {
+    use datafusion::datasource::file_format::options::ReadOptions;
     let url = listing_url(&s.uri)?;
     let store = ctx.runtime_env().object_store(&url)?;
     let (files, fingerprint) = fingerprint(store.as_ref(), &url).await?;
     if files == 0 {
         return Err(nothing_at(&s.uri, &url));
     }
-    // A single file keeps its own extension; a directory reads the format's usual extension.
-    let ext = if url.is_collection() {
-        None
+    // A single file keeps its own extension (and is read decompressed if its name says it is
+    // compressed); a directory reads the format's usual extension.
+    let (ext, compression) = if url.is_collection() {
+        (None, None)
     } else {
-        std::path::Path::new(url.prefix().as_ref())
+        let ext = std::path::Path::new(url.prefix().as_ref())
             .extension()
-            .map(|e| format!(".{}", e.to_string_lossy()))
-            .or(Some(String::new()))
+            .map(|e| format!(".{}", e.to_string_lossy()));
+        (ext.or(Some(String::new())), text::compression_of(&s.uri))
     };
     let alias = s.alias.as_str();
+    let (config, table) = (ctx.copied_config(), ctx.copied_table_options());
     match s.format {
         Format::Parquet => {
             let mut o = ParquetReadOptions::default();
@@ -303,14 +312,20 @@ async fn register_file_source(ctx: &SessionContext, s: &Source) -> Result<Source
             if let Some(e) = &ext {
                 o = o.file_extension(e);
             }
-            ctx.register_csv(alias, &s.uri, o).await?
+            if let Some(c) = compression {
+                o = o.file_compression_type(c);
+            }
+            text::register(ctx, s, o.to_listing_options(&config, table), route).await?
         }
         Format::Json => {
             let mut o = JsonReadOptions::default();
             if let Some(e) = &ext {
                 o = o.file_extension(e);
             }
-            ctx.register_json(alias, &s.uri, o).await?
+            if let Some(c) = compression {
+                o = o.file_compression_type(c);
+            }
+            text::register(ctx, s, o.to_listing_options(&config, table), route).await?
         }
         Format::Delta => unreachable!("register_one registers delta sources"),
     }

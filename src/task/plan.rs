@@ -132,16 +132,25 @@ fn type_params(df: DataFrame, grain: Grain) -> Result<DataFrame> {
 /// For an unknown column of a task reading file sources: where a column added in a landing
 /// zone's later files went (a zone's columns are its first file's).
 fn later_column_hint(task: &Task, e: &datafusion::error::DataFusionError) -> &'static str {
-    let files = task
-        .sources
-        .iter()
-        .any(|s| s.upstream.is_none() && s.format != crate::task::Format::Delta);
+    let files = task.sources.iter().any(|s| {
+        s.upstream.is_none() && s.format != crate::task::Format::Delta && !one_file(&s.uri)
+    });
     match files && e.to_string().contains("No field named") {
         true => {
             " (if that column is only in a landing zone's later files: a zone's columns are those of its first file in path order, so a column added since is not one of them, unless the source sets schema_from = \"last\"; see the landing-zone guide)"
         }
         false => "",
     }
+}
+
+/// Whether a source location names one file (`events.csv`, `s3://b/day.json.gz`), never a
+/// landing zone: its last segment has an extension and no glob.
+fn one_file(uri: &str) -> bool {
+    let last = uri.rsplit('/').next().unwrap_or(uri);
+    !last.contains(['*', '?', '['])
+        && last
+            .rsplit_once('.')
+            .is_some_and(|(a, b)| !a.is_empty() && !b.is_empty())
 }
 
 /// Plan one SQL text: refuse statements, lint, check parameters, bind.

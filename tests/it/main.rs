@@ -26,6 +26,7 @@ mod schema;
 mod shapes;
 mod shared_scan;
 mod status;
+mod text_files;
 mod text_zones;
 mod torture;
 mod upkeep;

@@ -121,8 +121,61 @@ impl LandingZone {
             changed,
             alias: self.alias.clone(),
             headers,
+            origin: Origin::Zone,
         })))
     }
+}
+
+/// Where a text source's column types were inferred from, as a refusal explains it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// A landing zone's first file.
+    Zone,
+    /// The first rows of a file source (DataFusion infers from 1,000 records).
+    File,
+}
+
+impl Origin {
+    fn from(self) -> &'static str {
+        match self {
+            Origin::Zone => "the zone's first file",
+            Origin::File => "the source's first 1,000 rows",
+        }
+    }
+
+    fn remedy(self) -> &'static str {
+        match self {
+            Origin::Zone => "make the zone's first file hold the wider type",
+            Origin::File => "put a value of the wider type among the first rows",
+        }
+    }
+}
+
+/// The runner's table over a text file source that is not a landing zone (one file, or a
+/// directory of files without `key=value` levels): `inner` reads the files with `read`, the
+/// schema [`read_schema`] gave for `schema`, the types DataFusion inferred from their first
+/// rows. Filters on the columns read otherwise stay above the scan.
+pub fn exact_file_table(
+    inner: Arc<dyn TableProvider>,
+    schema: SchemaRef,
+    read: &SchemaRef,
+    alias: &str,
+) -> Arc<dyn TableProvider> {
+    let changed = schema
+        .fields()
+        .iter()
+        .zip(read.fields().iter())
+        .filter(|(a, b)| a.data_type() != b.data_type())
+        .map(|(a, _)| a.name().clone())
+        .collect();
+    Arc::new(ExactInts {
+        inner,
+        schema,
+        changed,
+        alias: alias.to_string(),
+        headers: None,
+        origin: Origin::File,
+    })
 }
 
 /// A table read through `inner` (some of whose columns are read otherwise, see
@@ -136,6 +189,7 @@ pub struct ExactInts {
     changed: std::collections::HashSet<String>,
     alias: String,
     headers: Option<Headers>,
+    origin: Origin,
 }
 
 impl ExactInts {
@@ -209,6 +263,7 @@ impl TableProvider for ExactInts {
                             to: to.clone(),
                             name: f.name().clone(),
                             alias: self.alias.clone(),
+                            origin: self.origin,
                         })
                     }
                     _ => column,
@@ -231,6 +286,7 @@ struct ExactInt {
     to: DataType,
     name: String,
     alias: String,
+    origin: Origin,
 }
 
 impl PartialEq for ExactInt {
@@ -290,8 +346,15 @@ impl ExactInt {
         let text = text.as_any().downcast_ref::<arrow::array::StringArray>();
         if let Some(v) = text.and_then(|t| t.iter().flatten().next()) {
             return Err(DataFusionError::External(Box::new(Error::input(format!(
-                "source `{}`: column `{}` holds `{v}` in one of the window's files, but it has no value in the zone's first file, so its type is unknown (NULL) and every value would be read as NULL; nothing was published — give the zone's first file a value in that column, or move that file out of the zone",
-                self.alias, self.name
+                "source `{}`: column `{}` holds `{v}` in one of the window's files, but it has no value in {}, so its type is unknown (NULL) and every value would be read as NULL; nothing was published — {}",
+                self.alias,
+                self.name,
+                self.origin.from(),
+                match self.origin {
+                    Origin::Zone =>
+                        "give the zone's first file a value in that column, or move that file out of the zone",
+                    Origin::File => "give the column a value among the file's first rows",
+                }
             )))));
         }
         Ok(Arc::new(arrow::array::NullArray::new(array.len())))
@@ -304,8 +367,12 @@ impl ExactInt {
             .unwrap_or_default();
         let value = value.trim_end_matches('0').trim_end_matches('.');
         DataFusionError::External(Box::new(Error::input(format!(
-            "source `{}`: column `{}` holds {value} in one of the window's files, which {why}: the zone's type for it is {} (taken from its first file), and reading the value as one would change it, so nothing was published — rewrite the file, or make the zone's first file hold the wider type",
-            self.alias, self.name, self.to
+            "source `{}`: column `{}` holds {value} in one of the window's files, which {why}: the source's type for it is {} (taken from {}), and reading the value as one would change it, so nothing was published — rewrite the file, or {}",
+            self.alias,
+            self.name,
+            self.to,
+            self.origin.from(),
+            self.origin.remedy()
         ))))
     }
 }
@@ -352,6 +419,7 @@ impl PhysicalExpr for ExactInt {
             to: self.to.clone(),
             name: self.name.clone(),
             alias: self.alias.clone(),
+            origin: self.origin,
         }))
     }
 
@@ -370,6 +438,7 @@ mod tests {
             to,
             name: "v".into(),
             alias: "events".into(),
+            origin: Origin::Zone,
         }
     }
 

@@ -37,6 +37,7 @@ mod prune;
 mod register;
 mod whole;
 
+pub use exact::{exact_file_table, read_schema};
 pub use pins::{describe, differences, scan_filters};
 pub use provider::ZoneTable;
 pub use register::{Route, listing_options, register};
