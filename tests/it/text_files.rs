@@ -176,3 +176,58 @@ fn an_unknown_column_of_a_single_file_source_says_nothing_of_landing_zones() {
     assert!(said.contains("No field named id"), "{said}");
     assert!(!said.contains("landing zone"), "{said}");
 }
+
+/// Regression (a directory of CSV files without `key=value` levels, one file headed `ts,v,w`
+/// and another `ts,w,v`, was read by column position: the second file's `w` published as `v`,
+/// every check passing): on both of the runner's routes the window fails with exit 2 naming
+/// the file and both headers, nothing published; with the file rewritten in the first file's
+/// order the rows are those polars reads from the files by name.
+#[test]
+fn a_csv_directory_file_whose_header_differs_from_the_first_fails_the_window() {
+    for accelerate in ["1", "0"] {
+        let what = format!("accelerate={accelerate}");
+        let p = TestProject::new();
+        p.task(
+            "t",
+            &TASK
+                .replace("FORMAT", "csv")
+                .replace("URI", "ev")
+                .replace("ts, v FROM", "ts, v, w FROM"),
+        );
+        let dir = p.path().join("ev");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.csv"), "ts,v,w\n2026-11-01T01:00:00,1,10\n").unwrap();
+        std::fs::write(dir.join("b.csv"), "ts,w,v\n2026-11-01T02:00:00,20,2\n").unwrap();
+        let run = || {
+            p.run_env(
+                "IDEMLAKE_ACCELERATE",
+                accelerate,
+                &["--output", "json", "run", "t", "--window", "2026-11-01"],
+            )
+        };
+        let out = run();
+        assert_eq!(code(&out), 2, "{what}: {}", text(&out));
+        let error = json_lines(&out)[0]["error"].as_str().unwrap().to_string();
+        assert!(
+            error.contains("b.csv is `ts,w,v`, not `ts,v,w`"),
+            "{what}: {error}"
+        );
+        assert_eq!(
+            log_version(&p.table_dir("t")),
+            None,
+            "{what}: nothing published"
+        );
+        std::fs::write(dir.join("b.csv"), "ts,v,w\n2026-11-01T02:00:00,2,20\n").unwrap();
+        let out = run();
+        assert_eq!(code(&out), 0, "{what}: {}", text(&out));
+        let script = format!(
+            "import polars as pl, glob\n\
+             t = pl.read_delta('{}').sort('v')\n\
+             s = pl.concat([pl.read_csv(f) for f in sorted(glob.glob('{}/*.csv'))], how='diagonal').sort('v')\n\
+             print(t['v'].to_list() == s['v'].to_list(), t['w'].to_list() == s['w'].to_list(), t.height)",
+            p.table_dir("t").display(),
+            dir.display()
+        );
+        assert_eq!(python_prints(&script), "True True 2", "{what}");
+    }
+}

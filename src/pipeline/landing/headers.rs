@@ -84,34 +84,48 @@ impl Headers {
         Ok(())
     }
 
-    /// The column names of file `m`'s header: its first line, read whole (a header longer
-    /// than [`HEADER_BYTES`] is read up to [`MAX_HEADER_BYTES`]). A file with no complete
+    /// The column names of file `m`'s header (see [`read_header`]); a file with no complete
     /// first line yet is still being written: a retryable failure.
     async fn header(&self, m: &ObjectMeta) -> Result<Vec<String>> {
-        let mut bytes = self
-            .zone
-            .store
-            .get_range(&m.location, 0..m.size.min(HEADER_BYTES))
-            .await?;
-        if !bytes.contains(&b'\n') && m.size > HEADER_BYTES {
-            bytes = self
-                .zone
-                .store
-                .get_range(&m.location, 0..m.size.min(MAX_HEADER_BYTES))
-                .await?;
-        }
-        if !bytes.contains(&b'\n') {
-            return Err(Error::runtime(format!(
-                "source `{}`: {} has no complete header line (within its first {} bytes): it may still be written; retry later",
-                self.zone.alias,
-                self.zone.shown(&m.location),
-                bytes.len()
-            )));
-        }
-        let format = arrow::csv::reader::Format::default()
-            .with_header(true)
-            .with_delimiter(self.delimiter);
-        let (schema, _) = format.infer_schema(std::io::Cursor::new(bytes), Some(0))?;
-        Ok(schema.fields().iter().map(|f| f.name().clone()).collect())
+        read_header(self.zone.store.as_ref(), m, self.delimiter)
+            .await?
+            .map_err(|read| incomplete(&self.zone.alias, &self.zone.shown(&m.location), read))
     }
+}
+
+/// The column names of CSV file `m`'s header in `store`: its first line, read whole (a header
+/// longer than [`HEADER_BYTES`] is read up to [`MAX_HEADER_BYTES`]); `Err(bytes read)` if
+/// they hold no complete line.
+pub async fn read_header(
+    store: &dyn object_store::ObjectStore,
+    m: &ObjectMeta,
+    delimiter: u8,
+) -> Result<std::result::Result<Vec<String>, usize>> {
+    let mut bytes = store
+        .get_range(&m.location, 0..m.size.min(HEADER_BYTES))
+        .await?;
+    if !bytes.contains(&b'\n') && m.size > HEADER_BYTES {
+        bytes = store
+            .get_range(&m.location, 0..m.size.min(MAX_HEADER_BYTES))
+            .await?;
+    }
+    if !bytes.contains(&b'\n') {
+        return Ok(Err(bytes.len()));
+    }
+    let format = arrow::csv::reader::Format::default()
+        .with_header(true)
+        .with_delimiter(delimiter);
+    let (schema, _) = format.infer_schema(std::io::Cursor::new(bytes), Some(0))?;
+    Ok(Ok(schema
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect()))
+}
+
+/// A file of source `alias` (shown as `file`) whose first `read` bytes hold no complete line.
+pub fn incomplete(alias: &str, file: &str, read: usize) -> Error {
+    Error::runtime(format!(
+        "source `{alias}`: {file} has no complete header line (within its first {read} bytes): it may still be written; retry later"
+    ))
 }

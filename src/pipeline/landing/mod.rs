@@ -38,6 +38,7 @@ mod register;
 mod whole;
 
 pub use exact::{exact_file_table, read_schema};
+pub use headers::{incomplete, read_header};
 pub use pins::{describe, differences, scan_filters};
 pub use provider::ZoneTable;
 pub use register::{Route, listing_options, register};

@@ -14,12 +14,14 @@ use std::sync::Arc;
 
 use datafusion::catalog::TableProvider;
 use datafusion::datasource::file_format::file_compression_type::FileCompressionType;
-use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig};
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
 use datafusion::prelude::SessionContext;
 
 use super::listing_url;
-use crate::error::Result;
-use crate::pipeline::landing::{Route, exact_file_table, read_schema};
+use crate::error::{Error, Result};
+use crate::pipeline::landing::{Route, exact_file_table, incomplete, read_header, read_schema};
 use crate::task::{Format, Source};
 
 /// The compression a single file's name says it has (its last suffix), if any DataFusion
@@ -47,6 +49,10 @@ pub(super) async fn register(
     let url = listing_url(&s.uri)?;
     let csv = s.format == Format::Csv;
     let schema = options.infer_schema(&ctx.state(), &url).await?;
+    let header = csv && s.csv_header && url.is_collection() && route != Route::Listing;
+    if header {
+        check_headers(ctx, s, &url, &options, &schema).await?;
+    }
     let read = match route {
         Route::Listing => None,
         Route::Zone | Route::Plain => read_schema(&schema, csv),
@@ -62,6 +68,53 @@ pub(super) async fn register(
         None => table(schema)?,
     };
     ctx.register_table(s.alias.as_str(), provider)?;
+    Ok(())
+}
+
+/// Every file of CSV directory `url` has the header DataFusion took the columns from (its
+/// first file's): arrow's CSV reader reads by column position, so a file with the same columns
+/// in another order had its values published in other columns, every check passing (every
+/// route reads alike). A file whose header differs fails the run with exit 2 naming it; one
+/// with no complete first line yet is still being written (retryable). One read of at most
+/// 64 KiB per file and run; the whole directory is read for every window anyway.
+async fn check_headers(
+    ctx: &SessionContext,
+    s: &Source,
+    url: &ListingTableUrl,
+    options: &ListingOptions,
+    schema: &arrow::datatypes::SchemaRef,
+) -> Result<()> {
+    use futures::{StreamExt, TryStreamExt};
+    let want: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+    let store = ctx.runtime_env().object_store(url)?;
+    let state = ctx.state();
+    let files: Vec<object_store::ObjectMeta> = url
+        .list_all_files(&state, store.as_ref(), &options.file_extension)
+        .await?
+        .try_collect()
+        .await?;
+    let shown = |m: &object_store::ObjectMeta| match url.scheme() {
+        "file" => format!("/{}", m.location),
+        _ => format!("{}{}", url.object_store().as_str(), m.location),
+    };
+    let store = store.as_ref();
+    let headers = futures::stream::iter(files.iter().map(|m| async move {
+        let got = read_header(store, m, s.csv_delimiter).await?;
+        Ok::<_, Error>((m, got))
+    }))
+    .buffer_unordered(16);
+    let headers: Vec<_> = headers.try_collect().await?;
+    for (m, got) in headers {
+        let got = got.map_err(|read| incomplete(&s.alias, &shown(m), read))?;
+        if got != want {
+            return Err(Error::input(format!(
+                "the header of {} is `{}`, not `{}` (the header the source's columns were taken from): CSV files are read by column position, so its values would be read into other columns; nothing was read — rewrite the file with that header, or move it out of the directory",
+                shown(m),
+                got.join(","),
+                want.join(",")
+            )));
+        }
+    }
     Ok(())
 }
 
