@@ -104,7 +104,7 @@ async fn backfill_windows(
         .lineage_invocation_ended((code != 0).then_some(summary.as_str()))
         .await;
     if cli.output == OutputFormat::Text {
-        println!("{}", redact(&summary));
+        crate::outln!("{}", redact(&summary));
     } else {
         diag("INFO", &summary, None);
     }

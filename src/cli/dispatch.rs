@@ -192,11 +192,11 @@ async fn verify(
 ) -> Result<u8> {
     let task = project.task(task)?;
     let print = |v: &crate::commands::verify::Verification| match cli.output {
-        OutputFormat::Json => println!(
+        OutputFormat::Json => crate::outln!(
             "{}",
             redact(&serde_json::to_string(v).expect("serialisable"))
         ),
-        OutputFormat::Text => println!("{}", redact(&crate::commands::verify::describe(v))),
+        OutputFormat::Text => crate::outln!("{}", redact(&crate::commands::verify::describe(v))),
     };
     let results = match (window, from, to) {
         (Some(w), _, _) => {
@@ -254,16 +254,16 @@ async fn audit(
     let failed = audits.iter().filter(|a| a.status == "failed").count();
     if cli.output == OutputFormat::Text {
         if let Some(note) = crate::commands::audit::reconcile_note(&task).filter(|_| *reconcile) {
-            println!("{note}");
+            crate::outln!("{note}");
         }
         if let Some(note) = crate::report::states::keys_across_windows(&audits) {
-            println!("{note}");
+            crate::outln!("{note}");
         }
         let failed = match failed {
             0 => String::new(),
             n => format!(", {n} could not be audited (exit 2)"),
         };
-        println!(
+        crate::outln!(
             "audit {}: {} windows, {damaged} damaged{failed}",
             task.name,
             audits.len()
@@ -289,16 +289,16 @@ async fn check(cli: &Cli, project: &Project, task: &str, Range { from, to }: &Ra
     let checked = crate::commands::check::check(project, &runner, &a, &b).await?;
     for c in &checked {
         match cli.output {
-            OutputFormat::Json => println!(
+            OutputFormat::Json => crate::outln!(
                 "{}",
                 redact(&serde_json::to_string(c).expect("serialisable"))
             ),
-            OutputFormat::Text => println!("{}", redact(&c.describe())),
+            OutputFormat::Text => crate::outln!("{}", redact(&c.describe())),
         }
     }
     let count = |s: &str| checked.iter().filter(|c| c.status == s).count();
     if cli.output == OutputFormat::Text {
-        println!(
+        crate::outln!(
             "check {}: {} windows, {} failed, {} warned, {} unpublished",
             task.name,
             checked.len(),
@@ -337,28 +337,28 @@ async fn repair(
             print_audits(cli.output, &after);
         }
         OutputFormat::Text => {
-            println!(
+            crate::outln!(
                 "before: {} of {} windows damaged",
                 damaged(&before),
                 before.len()
             );
             for a in before.iter().filter(|a| a.status != "ok") {
-                println!("{}", a.describe());
+                crate::outln!("{}", a.describe());
             }
             for r in &reports {
                 print_report(cli.output, r);
             }
-            println!(
+            crate::outln!(
                 "after: {} of {} windows damaged",
                 damaged(&after),
                 after.len()
             );
             for a in after.iter().filter(|a| a.status != "ok") {
-                println!("{}", a.describe());
+                crate::outln!("{}", a.describe());
             }
             if let Some(note) = crate::commands::audit::reconcile_note(&task).filter(|_| *reconcile)
             {
-                println!("{note}");
+                crate::outln!("{note}");
             }
         }
     }
@@ -378,7 +378,7 @@ async fn explain(_cli: &Cli, project: &Project, task: &str, window: &str) -> Res
     let task = project.task(task)?;
     let window = Window::parse(window, task.grain, &task.timezone)?;
     let text = crate::commands::explain::explain(project, &task, &window).await?;
-    println!("{}", redact(&text));
+    crate::outln!("{}", redact(&text));
     Ok(0)
 }
 
@@ -405,7 +405,7 @@ async fn status(
             print_status(cli.output, &task.name, version, &windows);
             continue;
         }
-        print!(
+        crate::out!(
             "{}",
             crate::report::picture::render(&task.name, task.grain, &windows, style)
         );

@@ -47,7 +47,7 @@ pub(super) async fn optimize(
         code = code.max(w.exit_code());
         if cli.output == OutputFormat::Json {
             let line = serde_json::to_string(w).map_err(|e| Error::runtime(e.to_string()))?;
-            println!("{}", redact(&line));
+            crate::outln!("{}", redact(&line));
             continue;
         }
         if w.status == "skipped" {
@@ -58,7 +58,7 @@ pub(super) async fn optimize(
             before += w.files_before;
             after += w.files_after;
         }
-        println!(
+        crate::outln!(
             "{:<10} {} {}  files {} -> {}  rows={}{}",
             w.status,
             w.task,
@@ -80,7 +80,7 @@ pub(super) async fn optimize(
             0 => String::new(),
             n => format!("; {n} window(s) committed but not verified (exit 5)"),
         };
-        println!(
+        crate::outln!(
             "optimize {}: {compacted} window(s) compacted, {before} file(s) -> {after}{unverified}; {} window(s) left as they were",
             task.name,
             windows.len() - compacted - committed
@@ -107,7 +107,7 @@ pub(super) async fn vacuum(
     let report = crate::commands::vacuum::vacuum(project, &task, opts).await?;
     if cli.output == OutputFormat::Json {
         let line = serde_json::to_string(&report).map_err(|e| Error::runtime(e.to_string()))?;
-        println!("{}", redact(&line));
+        crate::outln!("{}", redact(&line));
         return Ok(0);
     }
     let verb = if report.dry_run {
@@ -116,9 +116,9 @@ pub(super) async fn vacuum(
         "deleted"
     };
     for f in report.files.iter().chain(&report.memo_entries) {
-        println!("{verb} {f}");
+        crate::outln!("{verb} {f}");
     }
-    println!(
+    crate::outln!(
         "vacuum {} ({} mode, retention {} h; the table's minimum is {} h): {verb} {} file(s) and {} checks' memo entr{}",
         report.task,
         if report.full { "full" } else { "lite" },
@@ -166,7 +166,7 @@ pub(super) async fn gen_tpch(
     let started = std::time::Instant::now();
     let files = crate::commands::tpch::generate(&dir, *scale, *force)?;
     for f in files {
-        println!("{}", f.display());
+        crate::outln!("{}", f.display());
     }
     diag(
         "INFO",
@@ -205,14 +205,14 @@ pub(super) async fn validate(cli: &Cli, project: &Project, tasks: &[String]) -> 
             }
         };
         match cli.output {
-            OutputFormat::Json => println!(
+            OutputFormat::Json => crate::outln!(
                 "{}",
                 serde_json::json!({"task": name, "status": status, "error": error})
             ),
             OutputFormat::Text => match error {
-                None => println!("ok       {name}"),
+                None => crate::outln!("ok       {name}"),
                 Some(e) => {
-                    println!("invalid  {name}");
+                    crate::outln!("invalid  {name}");
                     diag("ERROR", &e, None);
                 }
             },
@@ -229,18 +229,18 @@ pub(super) fn init(cli: &Cli, dir: Option<&std::path::Path>) -> Result<u8> {
     let written = crate::commands::scaffold::init(dir)?;
     if cli.output == OutputFormat::Json {
         let files: Vec<String> = written.iter().map(|f| f.display().to_string()).collect();
-        println!("{}", serde_json::json!({"status": "ok", "created": files}));
+        crate::outln!("{}", serde_json::json!({"status": "ok", "created": files}));
         return Ok(0);
     }
     for f in &written {
-        println!("created {}", f.display());
+        crate::outln!("created {}", f.display());
     }
     let cd = if dir == std::path::Path::new(".") {
         String::new()
     } else {
         format!("cd {} && ", dir.display())
     };
-    println!(
+    crate::outln!(
         "next: {cd}idemlake validate && idemlake run example --window 2026-01-01 && idemlake status example"
     );
     Ok(0)
@@ -265,13 +265,13 @@ pub(super) fn new_task(
     let file = crate::commands::scaffold::new_task(&project.dir, &spec)?;
     if cli.output == OutputFormat::Json {
         let created = [file.display().to_string()];
-        println!(
+        crate::outln!(
             "{}",
             serde_json::json!({"status": "ok", "created": created})
         );
         return Ok(0);
     }
-    println!("created {}", file.display());
-    println!("next: edit its SQL, then `idemlake validate {task}`");
+    crate::outln!("created {}", file.display());
+    crate::outln!("next: edit its SQL, then `idemlake validate {task}`");
     Ok(0)
 }

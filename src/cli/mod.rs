@@ -359,7 +359,7 @@ pub async fn execute(cli: Cli) -> u8 {
                     crate::error::ErrorKind::Runtime | crate::error::ErrorKind::Unverified
                 );
                 let line = serde_json::json!({"status": "failed", "error": redact(e.message()), "exit_code": e.kind().exit_code(), "retryable": retryable});
-                println!("{line}");
+                crate::outln!("{line}");
             }
             print_err(&e);
             let code = e.kind().exit_code();

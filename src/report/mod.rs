@@ -4,6 +4,7 @@
 //! May import `task`, `config`, `error`; nothing that runs a window.
 
 pub mod alert;
+pub mod out;
 pub mod picture;
 pub mod record;
 pub mod render;

@@ -61,7 +61,7 @@ pub fn print_status(
 ) {
     if format == OutputFormat::Json {
         for w in windows {
-            println!(
+            crate::outln!(
                 "{}",
                 redact(&serde_json::to_string(w).expect("serialisable"))
             );
@@ -69,8 +69,8 @@ pub fn print_status(
         return;
     }
     match version {
-        None => println!("{task}: no table yet"),
-        Some(v) => println!("{task}: table version {v}"),
+        None => crate::outln!("{task}: no table yet"),
+        Some(v) => crate::outln!("{task}: table version {v}"),
     }
     if windows.is_empty() {
         return;
@@ -88,7 +88,7 @@ pub fn print_status(
         .max()
         .unwrap_or(0)
         .max(10);
-    println!(
+    crate::outln!(
         "  {:<lw$} {:<sw$} {:>8} {:>5} {:>7}  {:<8}  {:<20}  {:<24} {:<12} checks",
         "window",
         "state",
@@ -113,7 +113,7 @@ fn print_status_row(w: &WindowStatus, lw: usize, sw: usize) {
     } else {
         w.checks.join(",")
     };
-    println!(
+    crate::outln!(
         "  {:<lw$} {:<sw$} {:>8} {:>5} {:>7}  {:<8}  {:<20}  {:<24} {:<12} {checks}",
         w.window.label,
         w.state,
@@ -132,16 +132,16 @@ fn print_status_row(w: &WindowStatus, lw: usize, sw: usize) {
     );
     if w.stale {
         match w.stale_inputs.is_empty() {
-            true => println!("    stale: published by other SQL than the task's"),
+            true => crate::outln!("    stale: published by other SQL than the task's"),
             false => {
                 for input in &w.stale_inputs {
-                    println!("    stale: {}", describe_stale(input, &w.stale_read));
+                    crate::outln!("    stale: {}", describe_stale(input, &w.stale_read));
                 }
             }
         }
     }
     if let Some(e) = &w.last_error {
-        println!("    last error: {}", redact(e));
+        crate::outln!("    last error: {}", redact(e));
     }
 }
 
@@ -149,8 +149,10 @@ fn print_status_row(w: &WindowStatus, lw: usize, sw: usize) {
 pub fn print_audits(format: OutputFormat, audits: &[WindowAudit]) {
     for a in audits {
         match format {
-            OutputFormat::Json => println!("{}", serde_json::to_string(a).expect("serialisable")),
-            OutputFormat::Text => println!("{}", a.describe()),
+            OutputFormat::Json => {
+                crate::outln!("{}", serde_json::to_string(a).expect("serialisable"))
+            }
+            OutputFormat::Text => crate::outln!("{}", a.describe()),
         }
     }
 }
@@ -158,7 +160,7 @@ pub fn print_audits(format: OutputFormat, audits: &[WindowAudit]) {
 /// Print one window's report.
 pub fn print_report(format: OutputFormat, r: &Report) {
     match format {
-        OutputFormat::Json => println!(
+        OutputFormat::Json => crate::outln!(
             "{}",
             redact(&serde_json::to_string(r).expect("serialisable"))
         ),
@@ -176,7 +178,7 @@ pub fn print_report(format: OutputFormat, r: &Report) {
                 .table_version
                 .map(|v| format!(" version={v}"))
                 .unwrap_or_default();
-            println!(
+            crate::outln!(
                 "{status:<8} {} {}  rows={}{version}  {:.2}s",
                 r.task,
                 r.window.label,
@@ -191,20 +193,22 @@ pub fn print_report(format: OutputFormat, r: &Report) {
                     Status::Failed => "checks passed before the failure",
                     _ => "checks ok",
                 };
-                println!("         {passed}: {}", names.join(", "));
+                crate::outln!("         {passed}: {}", names.join(", "));
             }
             if let Some(reason) = &r.unchecked {
-                println!("         not checked independently: {}", redact(reason));
+                crate::outln!("         not checked independently: {}", redact(reason));
             }
             for c in bad {
-                println!(
+                crate::outln!(
                     "         check {} DIFFERS: source={} output={}",
-                    c.check, c.source, c.output
+                    c.check,
+                    c.source,
+                    c.output
                 );
             }
             if let Some(l) = r.lineage.as_ref().filter(|l| l.failed > 0) {
                 let why = l.error.as_deref().unwrap_or("unknown error");
-                println!(
+                crate::outln!(
                     "         lineage: {} event(s) not sent: {}",
                     l.failed,
                     redact(why)

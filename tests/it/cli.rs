@@ -659,3 +659,36 @@ fn gen_tpch_at_another_scale_regenerates_instead_of_keeping_the_old_files() {
     );
     assert_eq!(parquet_rows(&lineitem), l2);
 }
+
+/// Regression (`idemlake backfill … | head -1`, `explain … | head -1`: the reader closing
+/// standard output made the next `println!` panic, exit 101, an undocumented code): output
+/// stops quietly and the exit code is the command's own; the windows were published.
+#[test]
+fn a_reader_closing_standard_output_early_is_not_a_panic() {
+    let p = TestProject::new();
+    for args in [
+        &[
+            "backfill",
+            "lineitem_by_ship_day",
+            "--from",
+            "1995-06-01",
+            "--to",
+            "1995-06-06",
+        ][..],
+        &["status", "lineitem_by_ship_day"][..],
+        &["explain", "lineitem_by_ship_day", "--window", "1995-06-01"][..],
+    ] {
+        let mut child = p.spawn(&p.path().join("lake"), args);
+        // The reader goes away before the first line is written.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+    }
+    let script = format!(
+        "import polars as pl\nprint(pl.read_delta('{}')['ship_date'].n_unique())",
+        p.table_dir("lineitem_by_ship_day").display()
+    );
+    assert_eq!(python_prints(&script), "6");
+}
