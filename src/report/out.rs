@@ -23,10 +23,11 @@ pub fn write(args: fmt::Arguments, newline: bool) {
         false => write!(out, "{args}"),
     }
     .and_then(|()| out.flush());
-    if let Err(e) = done {
-        if !CLOSED.swap(true, Ordering::Relaxed) && e.kind() != std::io::ErrorKind::BrokenPipe {
-            eprintln!("warning: could not write to standard output ({e}); no more output follows");
-        }
+    if let Err(e) = done
+        && !CLOSED.swap(true, Ordering::Relaxed)
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        eprintln!("warning: could not write to standard output ({e}); no more output follows");
     }
 }
 
