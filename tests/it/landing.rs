@@ -961,6 +961,29 @@ fn a_null_partition_directory_is_refused_by_name() {
     }
 }
 
+/// Regression (an impossible date directory, `dt=2026-02-30`, sorting first in the zone made
+/// `dt` text, and every window then failed on casting it to the window's dates: exit 1,
+/// retryable, an Arrow cast error naming no directory — an orchestrator retrying for ever):
+/// the window that reaches it fails with exit 2, not retryable, naming the directory, as a
+/// declared `DATE` column does.
+#[test]
+fn an_impossible_date_directory_sorting_first_is_refused_by_name_not_retried() {
+    let p = landing_project(3, 1);
+    let root = p.path().join("events");
+    let from = write_file(&root, day(30), 0);
+    let bad = root.join("dt=2026-02-30");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::rename(&from, bad.join("part-00000.parquet")).unwrap();
+    let w = day(1).to_string();
+    let out = p.run(&["--output", "json", "run", "events", "--window", &w]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    let r = &json_lines(&out)[0];
+    assert_eq!(r["retryable"], false, "{r}");
+    let error = r["error"].as_str().unwrap();
+    assert!(error.contains("dt=2026-02-30"), "{error}");
+    assert_eq!(log_version(&p.table_dir("events")), None);
+}
+
 /// An S3 landing zone that exists but holds no data files yet — only a folder marker
 /// (`raw/zone/`, as consoles create) or only `_SUCCESS` — fails the run with exit 1,
 /// `retryable: true` (it was exit 2, "no .parquet files under …").

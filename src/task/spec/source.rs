@@ -473,13 +473,18 @@ impl PartitionKind {
     }
 
     /// What a directory value reads as when no type is declared: a `YYYY-MM-DD` date, a
-    /// whole number, or text.
+    /// whole number, or text. Date-shaped is enough: an impossible date (`2026-02-30`) in the
+    /// zone's first directory makes the column a `DATE` whose reading names that directory
+    /// (exit 2), as a declared `DATE` column does; as text, every window failed on casting
+    /// it to the window's dates, exit 1, retryable, naming no directory.
     pub fn infer(value: &str) -> PartitionKind {
         let b = value.as_bytes();
         let date = b.len() == 10
             && b[4] == b'-'
             && b[7] == b'-'
-            && value.parse::<jiff::civil::Date>().is_ok();
+            && b.iter()
+                .enumerate()
+                .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit());
         if date {
             PartitionKind::Date
         } else if !value.starts_with('+') && value.parse::<i64>().is_ok() {
