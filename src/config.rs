@@ -141,6 +141,9 @@ fn whole_number(name: &str, strict: bool) -> Result<Option<u64>> {
         Some(v) => match v.trim().parse() {
             Ok(n) => Ok(Some(n)),
             Err(_) if !strict => Ok(None),
+            Err(_) if !v.trim().is_empty() && v.trim().bytes().all(|b| b.is_ascii_digit()) => Err(
+                Error::input(format!("{name} is too large: `{v}` (at most {})", u64::MAX)),
+            ),
             Err(_) => Err(Error::input(format!(
                 "{name} must be a whole number, got `{v}`"
             ))),

@@ -21,13 +21,31 @@ use crate::task::OnSchemaChange;
 pub const COMMIT_RETRIES: usize = 25;
 
 /// Open the Delta table at `url`; an empty location gives an unloaded table (`version() == None`).
+/// A local directory that does not exist is not created: read-only commands (`validate`,
+/// `status`, `audit`, `verify`) left an empty `lake/<task>/` behind; the first commit creates
+/// it (the local store creates the directories it writes into).
 pub async fn open(url: &Url) -> Result<DeltaTable> {
-    let url = if url.scheme() == "file" {
+    let missing = url.scheme() == "file"
+        && url
+            .to_file_path()
+            .is_ok_and(|p| !p.try_exists().unwrap_or(true));
+    let url = if url.scheme() == "file" && !missing {
         deltalake::ensure_table_uri(url.as_str())?
     } else {
         url.clone()
     };
-    let mut table = builder(&url)?.build()?;
+    let mut table = match missing && !crate::fault::wants_store_wrapper() {
+        true => builder_for(&url)?
+            .with_storage_backend(
+                Arc::new(object_store::local::LocalFileSystem::new()),
+                url.clone(),
+            )
+            .build()?,
+        false => builder(&url)?.build()?,
+    };
+    if missing {
+        return Ok(table);
+    }
     match table.load().await {
         Ok(()) => Ok(table),
         Err(DeltaTableError::NotATable(_)) => Ok(table),

@@ -92,9 +92,35 @@ fn counted_client(bucket: &Url) -> Result<Arc<dyn ObjectStore>> {
             .with_url(bucket.as_str())
             .with_retry(retry_config()?)
             .build()
-            .map_err(|e| Error::input(format!("cannot configure S3 access for {bucket}: {e}")))?,
+            .map_err(|e| configuration_error(bucket, &e))?,
     );
     Ok(Arc::new(wrap::Wrapped(count::Counted(s3))))
+}
+
+/// Why an S3 client for `bucket` could not be built, in a sentence naming the variable to set
+/// when one of the key pair is missing (object_store says `Missing SecretAccessKey`).
+fn configuration_error(bucket: &Url, e: &object_store::Error) -> Error {
+    let text = e.to_string();
+    let missing = [
+        (
+            "Missing SecretAccessKey",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_ACCESS_KEY_ID",
+        ),
+        (
+            "Missing AccessKeyId",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+        ),
+    ]
+    .into_iter()
+    .find(|(said, _, _)| text.contains(said));
+    match missing {
+        Some((_, unset, set)) => Error::input(format!(
+            "cannot configure S3 access for {bucket}: {set} is set but {unset} is not; set both, or neither to use the instance's or profile's credentials"
+        )),
+        None => Error::input(format!("cannot configure S3 access for {bucket}: {text}")),
+    }
 }
 
 /// Retries of failed storage requests: object_store's defaults (10 retries within 180 s),

@@ -299,10 +299,19 @@ mod tests {
             ["window_order"]
         );
         assert_eq!(
-            rules("SELECT rank() OVER (PARTITION BY d) AS r FROM t").await,
+            rules("SELECT ntile(2) OVER (PARTITION BY d) AS r FROM t").await,
             ["window_order"]
         );
-        // Negative cases: deterministic.
+        // Negative cases: deterministic. Ranks give peers the same value (regression: a
+        // `rank()` over a non-total ORDER BY was refused).
+        for sql in [
+            "SELECT rank() OVER (PARTITION BY d) AS r FROM t",
+            "SELECT x, rank() OVER (ORDER BY d) AS r FROM t",
+            "SELECT x, dense_rank() OVER (PARTITION BY x ORDER BY d DESC) AS r FROM t",
+            "SELECT x, percent_rank() OVER (ORDER BY d) AS p, cume_dist() OVER (ORDER BY d) AS c FROM t",
+        ] {
+            assert!(rules(sql).await.is_empty(), "{sql}");
+        }
         assert!(
             rules("SELECT x, d FROM t ORDER BY d, x LIMIT 5")
                 .await

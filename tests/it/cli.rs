@@ -692,3 +692,90 @@ fn a_reader_closing_standard_output_early_is_not_a_panic() {
     );
     assert_eq!(python_prints(&script), "6");
 }
+
+/// Regression (`validate`, `status`, `verify` and `audit`, which write nothing, created an
+/// empty `lake/<task>/` directory when the table did not exist yet): they leave the lake as
+/// they found it; the first `run` then creates the table.
+#[test]
+fn read_only_commands_leave_no_directory_for_a_table_not_written_yet() {
+    let p = TestProject::new();
+    let (t, w) = ("lineitem_by_ship_day", "1995-06-01");
+    for args in [
+        &["validate", t][..],
+        &["status", t][..],
+        &["verify", t, "--window", w][..],
+        &["audit", t, "--from", w, "--to", w][..],
+    ] {
+        let out = p.run(args);
+        assert!(matches!(code(&out), 0 | 4), "{args:?}: {}", text(&out));
+        assert!(!p.path().join("lake").exists(), "{args:?} created the lake");
+    }
+    p.run_ok(t, w);
+    assert_eq!(log_version(&p.table_dir(t)), Some(1));
+}
+
+/// Regression (only one of `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` set: exit 2 with
+/// object_store's "Generic S3 error: Missing SecretAccessKey"): one sentence naming the
+/// variable that is missing, exit 2, not retryable.
+#[test]
+fn one_of_the_two_aws_keys_missing_names_the_missing_variable() {
+    let p = TestProject::new();
+    for (set, unset) in [
+        ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"),
+        ("AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID"),
+    ] {
+        let out = p
+            .cmd()
+            .env(set, "some-value")
+            .env_remove(unset)
+            .env_remove("AWS_PROFILE")
+            .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+            .env("AWS_ALLOW_HTTP", "true")
+            .env("AWS_REGION", "us-east-1")
+            .args(["--lake", "s3://no-bucket/lake", "--output", "json"])
+            .args(["run", "lineitem_by_ship_day", "--window", "1995-06-01"])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 2, "{set}: {}", text(&out));
+        let said = text(&out);
+        assert!(
+            said.contains(&format!("{set} is set but {unset} is not")),
+            "{said}"
+        );
+        assert!(!said.contains("Generic S3 error"), "{said}");
+    }
+}
+
+/// Regression (a number past 2^64 − 1 was "must be a whole number"; a glob location matching
+/// no file said "no  files under …", the extension left blank): the messages say what is
+/// wrong.
+#[test]
+fn a_too_large_number_and_a_glob_matching_nothing_are_said_plainly() {
+    let p = TestProject::new();
+    let out = p.run_env(
+        "IDEMLAKE_SCAN_CACHE_KB",
+        "18446744073709551616",
+        &["validate", "lineitem_by_ship_day"],
+    );
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(text(&out).contains("is too large"), "{}", text(&out));
+    std::fs::create_dir_all(p.path().join("events/dt=2026-11-01")).unwrap();
+    std::fs::write(p.path().join("events/dt=2026-11-01/notes.txt"), "x").unwrap();
+    p.task(
+        "g",
+        r#"
+sql = "SELECT * FROM events WHERE dt >= $window_start AND dt < $window_end"
+[target]
+partition_by = "dt"
+[window]
+grain = "day"
+[sources.events]
+uri = "events/*/part-*.parquet"
+format = "parquet"
+"#,
+    );
+    let out = p.run(&["run", "g", "--window", "2026-11-01"]);
+    let said = text(&out);
+    assert!(said.contains("no data files under"), "{said}");
+    assert!(!said.contains("no  files"), "{said}");
+}

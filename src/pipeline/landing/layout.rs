@@ -207,7 +207,12 @@ impl LandingZone {
     /// `_SUCCESS`, folder markers and other hidden files — is retryable (exit 1): files may
     /// still land.
     pub(super) async fn no_files(&self, other: Option<Path>) -> Error {
-        let (ext, at) = (&self.options.file_extension, self.url.as_str());
+        let at = self.url.as_str();
+        // With a glob the files have no required extension (it names them itself).
+        let ext = match self.options.file_extension.as_str() {
+            "" => "data",
+            e => e,
+        };
         if let Some(o) = other {
             return Error::input(format!(
                 "no {ext} files under {at}, but {} is there: check the source's format (and its uri)",

@@ -9,14 +9,17 @@
 //!   `first_value`, `last_value`, `nth_value`) needs its own ORDER BY, covering every column
 //!   its arguments read: rows tied on the ORDER BY then carry equal arguments, so any order
 //!   among them gives the same result. `any_value` is arbitrary whatever its order.
-//! - `window_order`: a ranking, offset or value window function (`row_number`, `rank`,
+//! - `window_order`: a numbering, offset or value window function (`row_number`, `ntile`,
 //!   `lag`, `first_value`, …), an order-sensitive aggregate used as a window function, or
 //!   any aggregate over a `ROWS` frame smaller than its partition, needs an ORDER BY (the
-//!   ranking and offset functions in any case), and its PARTITION BY and ORDER BY together
+//!   numbering and offset functions in any case), and its PARTITION BY and ORDER BY together
 //!   must cover every column the window's rows carry to the result (the columns the
 //!   projection above reads, and the function's arguments). Rows tied on them are then
 //!   identical in everything the result shows, so numbering or ordering them differently
 //!   yields the same rows. Without a projection above, every input column counts.
+//!
+//!   `rank`, `dense_rank`, `percent_rank` and `cume_dist` give rows tied on the ORDER BY the
+//!   same value, so they are deterministic with any ORDER BY, or none.
 //!
 //! The rule is about names: a column that is unique on its own (an id) does not make an
 //! order total unless the other output columns are in the ORDER BY too (the lint cannot
@@ -32,13 +35,11 @@ use datafusion::logical_expr::{Expr, LogicalPlan, WindowFrameBound, WindowFrameU
 
 use crate::error::Result;
 
-/// Window functions whose result depends on row order.
-const ORDER_SENSITIVE: [&str; 11] = [
+/// Window functions whose result depends on row order. Not `rank`, `dense_rank`,
+/// `percent_rank` or `cume_dist`: rows tied on the ORDER BY (peers) get the same value
+/// whatever order they arrive in, and without an ORDER BY every row of a partition is a peer.
+const ORDER_SENSITIVE: [&str; 7] = [
     "row_number",
-    "rank",
-    "dense_rank",
-    "percent_rank",
-    "cume_dist",
     "ntile",
     "lag",
     "lead",
