@@ -583,6 +583,73 @@ async fn s3_a_landing_zone_named_without_a_trailing_slash_reads_only_its_day() {
     );
 }
 
+/// Regression (a glob location on S3, `…/events/*/part-*.parquet`, had its checks read each of
+/// the window's files with two GETs — the footer, then the file — where a directory location
+/// takes one: 3 GETs a file in all, not 2): the checks' own reader reads a glob zone too, one
+/// GET a file, and the window's rows are right on both routes.
+#[tokio::test(flavor = "multi_thread")]
+async fn s3_a_glob_zones_day_window_reads_each_file_once_per_route() {
+    use object_store::{ObjectStoreExt, PutPayload, path::Path as ObjPath};
+    let (days, files) = (4, 3);
+    let p = landing_project(days, files);
+    let prefix = format!("it-{}", uuid::Uuid::new_v4().simple());
+    let store = crate::s3::store();
+    for d in 0..days {
+        for n in 0..files {
+            let rel = format!("dt={}/part-{n:05}.parquet", day(d));
+            let bytes = std::fs::read(p.path().join("events").join(&rel)).unwrap();
+            let key = ObjPath::from(format!("{prefix}/events/{rel}"));
+            store
+                .put(&key, PutPayload::from(bytes.clone()))
+                .await
+                .unwrap();
+            // A file the glob does not name, in every directory.
+            let other = ObjPath::from(format!("{prefix}/events/dt={}/other-{n}.parquet", day(d)));
+            store.put(&other, PutPayload::from(bytes)).await.unwrap();
+        }
+    }
+    let bucket = crate::s3::bucket();
+    let uri = format!("s3://{bucket}/{prefix}/events/*/part-*.parquet");
+    p.task(
+        "events",
+        &TASK.replace("uri = \"events\"", &format!("uri = \"{uri}\"")),
+    );
+    let window = day(2);
+    for accelerate in ["1", "0"] {
+        let out = p
+            .cmd()
+            .envs(crate::s3::s3_env())
+            .env("IDEMLAKE_ACCELERATE", accelerate)
+            .env("IDEMLAKE_CHECK_MEMO", "0")
+            .env(
+                "IDEMLAKE_LAKE",
+                format!("s3://{bucket}/{prefix}/lake-{accelerate}"),
+            )
+            .env(
+                "IDEMLAKE_LOG",
+                "idemlake::storage::count=trace,idemlake=info",
+            )
+            .args(["-v", "run", "events", "--window", &window.to_string()])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        assert!(text(&out).contains("rows=30"), "{}", text(&out));
+        if accelerate == "0" {
+            continue;
+        }
+        let requests = crate::s3::traced_requests(&String::from_utf8_lossy(&out.stderr));
+        let own = format!("/events/dt={window}/");
+        let gets = requests
+            .iter()
+            .filter(|(k, l)| k == "GET" && l.contains(&own))
+            .count();
+        assert!(
+            gets <= 2 * files,
+            "{gets} GETs of the window's {files} files: {requests:?}"
+        );
+    }
+}
+
 /// A backfill of more days than the checks narrow their listing to (64) has its grouped check
 /// scan the whole zone with the checks' own reader (`checks/zone/files.rs`): the table
 /// matches polars over the source, and a row dropped on the published path fails the

@@ -13,7 +13,7 @@
 //! backfill's grouped check) the whole zone is listed once: that is cheaper then.
 //!
 //! The files are read by the checks' own reader (see `files`: one GET of a small remote
-//! file, one pass over a local one) when the zone is Parquet named without a glob; its plain
+//! file, one pass over a local one) when the zone is Parquet; its plain
 //! twin (`IDEMLAKE_ACCELERATE=0`, or another format) is one DataFusion `ListingTable` scan per
 //! value with the equality filter added, unioned.
 //!
@@ -73,15 +73,15 @@ impl CheckZone {
     }
 
     /// Scans read the zone's files with the checks' own reader (see `files`) when `on` and
-    /// the zone can be: Parquet files, named without a glob (on local disk or an object
-    /// store).
+    /// the zone can be: Parquet files (on local disk or an object store), named by a
+    /// directory or by a glob (whose file pattern DataFusion's listing applies, as for its
+    /// listing table; a glob zone's files were read with two GETs each before: footer, then
+    /// pages).
     pub fn with_own_reader(mut self, on: bool) -> CheckZone {
         use datafusion::datasource::file_format::parquet::ParquetFormat;
         let options = self.inner.options();
-        let url = &self.inner.table_paths()[0];
         let parquet = options.format.downcast_ref::<ParquetFormat>().is_some();
-        let plain = url.get_glob().is_none();
-        self.own_reader = (on && parquet && plain).then(|| options.file_extension.clone());
+        self.own_reader = (on && parquet).then(|| options.file_extension.clone());
         self
     }
 
