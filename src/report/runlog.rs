@@ -79,7 +79,16 @@ pub async fn record(store: &Arc<dyn ObjectStore>, report: &Report, overwrite: bo
     let body = serde_json::to_vec(report).unwrap_or_default();
     if let Err(e) = store.put(&path, PutPayload::from(body)).await {
         let e = crate::error::Error::from(e);
-        tracing::warn!("could not write the run log entry {path}: {}", e.message());
+        // The run failed on the same storage problem (no credentials, say): its error says
+        // it already; a warning would say it twice.
+        let said = report
+            .error
+            .as_deref()
+            .is_some_and(|r| r.contains(e.message()));
+        match said {
+            true => tracing::debug!("could not write the run log entry {path}: {}", e.message()),
+            false => tracing::warn!("could not write the run log entry {path}: {}", e.message()),
+        }
     }
 }
 

@@ -580,6 +580,12 @@ async fn s3_missing_or_invalid_credentials_are_a_configuration_error() {
             for raw in ["api/token", "<Error>", "403 Forbidden", "Generic S3 error"] {
                 assert!(!all.contains(raw), "{what}: raw `{raw}` shown:\n{all}");
             }
+            // Regression: said once, not a second time as a warning that the run log entry
+            // could not be written (for the same reason).
+            assert!(
+                !all.contains("could not write the run log entry"),
+                "{what}: {all}"
+            );
             // `run`'s reports say `retryable: false`; `validate`'s lines have no such field.
             for line in json_lines(&out) {
                 assert_ne!(line["retryable"], true, "{what}: {line}");
@@ -924,4 +930,28 @@ async fn s3_the_read_back_reads_the_tables_log_from_storage_not_the_log_cache() 
     );
     // The run's own commit is read back from storage.
     assert!(gets(before + 1) >= 1, "{requests:?}");
+}
+
+/// Regression: a run of local sources into an S3 lake without credentials said the
+/// credentials sentence twice, the first time as a warning that the run log entry could not
+/// be written (for the same reason). Said once now, exit 2.
+#[test]
+fn s3_missing_credentials_are_said_once_for_a_lake_on_s3() {
+    let p = TestProject::new();
+    let out = p
+        .cmd()
+        .envs(s3_env())
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env("AWS_METADATA_ENDPOINT", "http://127.0.0.1:9")
+        .env("IDEMLAKE_S3_MAX_RETRIES", "1")
+        .env("IDEMLAKE_S3_RETRY_TIMEOUT_SECS", "3")
+        .args(["--lake", &format!("s3://{}/no-credentials/lake", bucket())])
+        .args(["run", "lineitem_by_ship_day", "--window", "1995-06-02"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    let all = text(&out);
+    assert_eq!(all.matches("AWS_SECRET_ACCESS_KEY").count(), 1, "{all}");
+    assert!(!all.contains("could not write the run log entry"), "{all}");
 }
