@@ -456,22 +456,30 @@ mod tests {
     async fn sql_time_zones_the_two_databases_disagree_on_are_refused() {
         let sql = "SELECT d,\n  CAST(d AS TIMESTAMP) AT TIME ZONE 'EET' AS local\nFROM t";
         let p = plan(sql).await;
-        let e = check_time_zones(&p, &[], sql, &origin()).unwrap_err();
+        let e = check_time_zones(&p, &[], sql, &origin(), None).unwrap_err();
         for needle in ["EET", "line 11", "timezone_database", "chrono-tz"] {
             assert!(e.message().contains(needle), "{needle}: {e}");
         }
-        check_time_zones(&p, &["timezone_database".to_string()], sql, &origin()).unwrap();
+        check_time_zones(&p, &["timezone_database".to_string()], sql, &origin(), None).unwrap();
         for ok in [
             "SELECT CAST(d AS TIMESTAMP) AT TIME ZONE 'Europe/Berlin' AS l FROM t",
             "SELECT CAST(d AS TIMESTAMP) AT TIME ZONE 'UTC' AS l FROM t",
             "SELECT CAST(d AS TIMESTAMP) AT TIME ZONE '+05:30' AS l FROM t",
             "SELECT date_trunc('day', CAST(d AS TIMESTAMP) AT TIME ZONE 'America/New_York') AS l FROM t",
         ] {
-            check_time_zones(&plan(ok).await, &[], ok, &origin()).unwrap();
+            check_time_zones(&plan(ok).await, &[], ok, &origin(), None).unwrap();
         }
         let nested =
             "SELECT date_trunc('day', CAST(d AS TIMESTAMP) AT TIME ZONE 'WET') AS l FROM t";
-        assert!(check_time_zones(&plan(nested).await, &[], nested, &origin()).is_err());
+        assert!(check_time_zones(&plan(nested).await, &[], nested, &origin(), None).is_err());
+        // Regression: `Europe/Amsterdam` was refused for 1916, history no recent window
+        // reads; compared from 1970 it passes, and a window of 1917 still has it refused.
+        let amsterdam = "SELECT CAST(d AS TIMESTAMP) AT TIME ZONE 'Europe/Amsterdam' AS l FROM t";
+        let p = plan(amsterdam).await;
+        check_time_zones(&p, &[], amsterdam, &origin(), None).unwrap();
+        check_time_zones(&p, &[], amsterdam, &origin(), Some(1_700_000_000)).unwrap();
+        let e = check_time_zones(&p, &[], amsterdam, &origin(), Some(-1_672_531_200)).unwrap_err();
+        assert!(e.message().contains("1916"), "{e}");
     }
 
     #[tokio::test]

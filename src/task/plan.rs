@@ -188,7 +188,15 @@ async fn plan_sql(
     }
     lint::check_order_dependence(df.logical_plan(), &allow, sql, &origin)?;
     lint::check_zone_names(df.logical_plan(), sql, &origin)?;
-    lint::check_time_zones(df.logical_plan(), &task.lint_allow, sql, &origin)?;
+    let since = params.and_then(|p| {
+        p.iter().find_map(|(name, v)| match (name.as_str(), v) {
+            ("window_start_ts", ScalarValue::TimestampMicrosecond(Some(us), _)) => {
+                Some(us.div_euclid(1_000_000))
+            }
+            _ => None,
+        })
+    });
+    lint::check_time_zones(df.logical_plan(), &task.lint_allow, sql, &origin, since)?;
     lint::check_parameters(df.logical_plan(), &origin, require_window)?;
     match params {
         None => type_params(df, task.grain),

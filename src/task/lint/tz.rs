@@ -6,8 +6,11 @@
 //! database it was built with (older). Replacing arrow's is not possible from here, so the
 //! named zones a task's SQL uses (casts, literals and columns typed with a zone, the zone
 //! argument of `from_unixtime`) are checked: a zone whose UTC offsets differ between the two
-//! databases (1900–2100, at each of jiff's transitions and twice a day in between) is
-//! refused, naming the zone, the first instant they disagree at, and its line.
+//! databases (from 1970, or a year before the window's start if that is earlier, to 2100,
+//! at each of jiff's transitions and twice a day in between) is refused, naming the zone,
+//! the first instant they disagree at, and its line. (From 1900, 104 zones were refused,
+//! `Europe/Amsterdam` among them, 102 of them for history before 1960 that pipelines of
+//! recent windows never read; `validate`, without a window, compares from 1970.)
 //! `[lint] allow = ["timezone_database"]` accepts it. Fixed offsets and UTC are not
 //! checked. Each zone is compared once per process.
 
@@ -113,10 +116,20 @@ pub fn check_zone_names(plan: &LogicalPlan, sql: &str, origin: &SqlOrigin) -> Re
     Ok(())
 }
 
-/// The first instant (1900–2100) at which jiff's and chrono-tz's databases give `zone`
-/// different UTC offsets: `(instant, jiff's offset, chrono-tz's)`. `None` if they agree, or
-/// if either does not know the zone (DataFusion reports an unknown zone itself).
-fn disagreement(zone: &str) -> Option<(jiff::Timestamp, i32, i32)> {
+/// 1970-01-01, where the comparison starts unless a window starts earlier.
+const EPOCH: i64 = 0;
+
+/// Where the databases are compared from for a window starting at `since` (seconds; `None`
+/// without a window): 1970, or a year before the window's start if that is earlier.
+pub fn compared_from(since: Option<i64>) -> i64 {
+    since.map_or(EPOCH, |s| s.saturating_sub(366 * 86_400).min(EPOCH))
+}
+
+/// The first instant (from `from`, in seconds, to 2100) at which jiff's and chrono-tz's
+/// databases give `zone` different UTC offsets: `(instant, jiff's offset, chrono-tz's)`.
+/// `None` if they agree, or if either does not know the zone (DataFusion reports an unknown
+/// zone itself).
+fn disagreement(zone: &str, from: i64) -> Option<(jiff::Timestamp, i32, i32)> {
     let j = jiff::tz::TimeZone::get(zone).ok()?;
     let c: chrono_tz::Tz = zone.parse().ok()?;
     let differs = |t: jiff::Timestamp| {
@@ -125,7 +138,7 @@ fn disagreement(zone: &str) -> Option<(jiff::Timestamp, i32, i32)> {
         let ours = j.to_offset(t).seconds();
         (ours != theirs).then_some((t, ours, theirs))
     };
-    let start = jiff::Timestamp::from_second(-2_208_988_800).ok()?; // 1900-01-01
+    let start = jiff::Timestamp::from_second(from.max(-2_208_988_800)).ok()?; // 1900 at the earliest
     let end = jiff::Timestamp::from_second(4_102_444_800).ok()?; // 2100-01-01
     for tr in j.following(start) {
         let at = tr.timestamp();
@@ -149,19 +162,20 @@ fn disagreement(zone: &str) -> Option<(jiff::Timestamp, i32, i32)> {
     None
 }
 
-/// [`disagreement`], computed once per zone per process.
-fn cached_disagreement(zone: &str) -> Option<(jiff::Timestamp, i32, i32)> {
-    type Cache = Mutex<HashMap<String, Option<(jiff::Timestamp, i32, i32)>>>;
+/// [`disagreement`], computed once per zone and start per process.
+fn cached_disagreement(zone: &str, from: i64) -> Option<(jiff::Timestamp, i32, i32)> {
+    type Cache = Mutex<HashMap<(String, i64), Option<(jiff::Timestamp, i32, i32)>>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
-    if let Some(d) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(zone) {
+    let key = (zone.to_string(), from);
+    if let Some(d) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return *d;
     }
-    let d = disagreement(zone);
+    let d = disagreement(zone, from);
     cache
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(zone.to_string(), d);
+        .insert(key, d);
     d
 }
 
@@ -171,18 +185,20 @@ fn offset(seconds: i32) -> String {
     format!("UTC{sign}{:02}:{:02}", s / 3600, s % 3600 / 60)
 }
 
-/// Refuse the named zones of `plan` on which the two databases disagree, unless allowed.
+/// Refuse the named zones of `plan` on which the two databases disagree, unless allowed;
+/// `since`: the window's start (seconds), if planning for one (see [`compared_from`]).
 pub fn check_time_zones(
     plan: &LogicalPlan,
     allow: &[String],
     sql: &str,
     origin: &SqlOrigin,
+    since: Option<i64>,
 ) -> Result<()> {
     if allow.iter().any(|a| a.eq_ignore_ascii_case(RULE)) {
         return Ok(());
     }
     for zone in zones(plan)?.into_iter().filter(|z| !fixed(z)) {
-        let Some((at, ours, theirs)) = cached_disagreement(&zone) else {
+        let Some((at, ours, theirs)) = cached_disagreement(&zone, compared_from(since)) else {
             continue;
         };
         let line = locate_quoted(sql, &zone)
@@ -250,7 +266,7 @@ mod tests {
         let legacy: BTreeSet<String> = chrono_tz::TZ_VARIANTS
             .iter()
             .map(|t| t.name())
-            .filter(|z| !z.contains('/') && !fixed(z) && disagreement(z).is_some())
+            .filter(|z| !z.contains('/') && !fixed(z) && disagreement(z, EPOCH).is_some())
             .map(str::to_string)
             .collect();
         let documented = names(refused);
@@ -261,10 +277,13 @@ mod tests {
             .collect();
         assert_eq!(doc_legacy, legacy, "{row}");
         for z in documented.iter().filter(|z| z.contains('/')) {
-            assert!(disagreement(z).is_some(), "{z} is listed as refused");
+            assert!(disagreement(z, EPOCH).is_some(), "{z} is listed as refused");
         }
         for z in names(advised).iter().filter(|z| !documented.contains(*z)) {
-            assert!(disagreement(z).is_none(), "{z} is advised but refused");
+            assert!(
+                disagreement(z, EPOCH).is_none(),
+                "{z} is advised but refused"
+            );
         }
     }
 }
