@@ -115,12 +115,14 @@ test-orchestrators: py-env
 	WHEEL_PROFILE=$(WHEEL_TEST_PROFILE) scripts/test-orchestrators
 
 ## bench: idemlake vs polars/deltalake/DataFusion peers on TPC-H lineitem (SF 1 by default),
-## with the release binary (`PROFILE=dist make bench`: the dist one); writes bench/RESULTS.md. Not part of `make test`. Knobs
+## with the release binary (`PROFILE=dist make bench`: the dist one); writes bench/RESULTS.md, then
+## measures what the default independent check costs (bench-checks, appended to bench/CHECKS.md). Not part of `make test`. Knobs
 ## (BENCH_SCALE, BENCH_REPS, BENCH_WORK, ...) are listed in scripts/bench.py. ~15 min at SF 1 with
 ## BENCH_LOAD_REPS=3, most of it the DataFusion COPY peers and the peer's 365-process loop.
 bench:
 	$(CARGO) build --profile $(BENCH_PROFILE) --bin idemlake
 	BENCH_BIN=$(BENCH_BIN) BENCH_PROFILE=$(BENCH_PROFILE) python3 scripts/bench.py
+	BENCH_BIN=$(BENCH_BIN) python3 scripts/bench_checks.py
 
 ## bench-scale: 1, 2, 4, 8 worker processes (`backfill --shard I/N`) publishing one range into
 ## one table on the loopback SeaweedFS; windows/s, commits/s, rebuilt commits, window p50/p99,
