@@ -188,16 +188,25 @@ async fn register_delta(
         None => crate::delta::table::builder(&url)?,
     }
     .build()?;
-    match pin {
+    let loaded = match pin {
         Some(v) => table.load_version(v as u64).await,
         None => table.load().await,
+    };
+    if let Err(e) = loaded {
+        return Err(match &s.upstream {
+            Some(up) if pin.is_none() => Error::runtime(format!(
+                "it is task `{up}`'s table, which cannot be read yet (run `{up}` first): {e}"
+            )),
+            None if matches!(e, deltalake::DeltaTableError::NotATable(_))
+                && holds_files(&table).await =>
+            {
+                Error::input(
+                    "the location holds files but no Delta log (`_delta_log/`), so it is not a Delta table; set the source's `format` to its files' format (parquet, csv or json), or point `uri` at the table's root",
+                )
+            }
+            _ => Error::runtime(format!("cannot open delta table: {e}")),
+        });
     }
-    .map_err(|e| match &s.upstream {
-        Some(up) if pin.is_none() => Error::runtime(format!(
-            "it is task `{up}`'s table, which cannot be read yet (run `{up}` first): {e}"
-        )),
-        _ => Error::runtime(format!("cannot open delta table: {e}")),
-    })?;
     let version = table.version();
     if engine.is_local() {
         table.update_datafusion_session(&ctx.state())?;
@@ -214,6 +223,14 @@ async fn register_delta(
         fingerprint: None,
         read: Vec::new(),
     })
+}
+
+/// Whether the location of `table` (which has no Delta log) holds any object: files of
+/// another format, the task's mistake; an empty location may still become a table.
+async fn holds_files(table: &deltalake::DeltaTable) -> bool {
+    let store = table.log_store().object_store(None);
+    let mut listed = store.list(None);
+    matches!(futures::StreamExt::next(&mut listed).await, Some(Ok(_)))
 }
 
 /// A remote location without a trailing slash (`s3://raw/events`) names an object or a

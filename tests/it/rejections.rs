@@ -527,3 +527,41 @@ fn an_existing_location_with_no_data_files_yet_is_retryable() {
     assert_rejected(&p, v, &run, 2, &["part-0.csv", "format"]);
     assert_eq!(log_version(&p.table_dir("t")), Some(v));
 }
+
+/// Regression (a `format = "delta"` source naming a directory of Parquet files without a
+/// `_delta_log/` failed with exit 1, `retryable: true`: an orchestrator retried for ever):
+/// exit 2, not retryable, saying it is not a Delta table, in `validate` and `run`; an empty
+/// directory stays a runtime failure (a table may still be created there).
+#[test]
+fn a_delta_source_holding_files_but_no_log_is_not_retried() {
+    let p = TestProject::new();
+    let dir = p.path().join("notdelta");
+    std::fs::create_dir_all(&dir).unwrap();
+    p.task(
+        "x",
+        r#"
+sql = "SELECT l_orderkey, l_shipdate AS ship_date FROM src WHERE l_shipdate >= $window_start AND l_shipdate < $window_end"
+[target]
+partition_by = "ship_date"
+[window]
+grain = "day"
+[sources.src]
+uri = "notdelta"
+format = "delta"
+"#,
+    );
+    let out = p.run(&["--output", "json", "run", "x", "--window", DAY]);
+    assert_eq!(code(&out), 1, "empty: {}", text(&out));
+    std::fs::copy(
+        p.path().join("data/lineitem.parquet"),
+        dir.join("part-0.parquet"),
+    )
+    .unwrap();
+    let out = p.run(&["validate", "x"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(text(&out).contains("not a Delta table"), "{}", text(&out));
+    let out = p.run(&["--output", "json", "run", "x", "--window", DAY]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert_eq!(json_lines(&out)[0]["retryable"], false);
+    assert_eq!(log_version(&p.table_dir("x")), None);
+}
