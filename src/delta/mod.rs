@@ -5,6 +5,7 @@
 //! May import `task`, `storage`, `report`, `config`, `error`, `fault`.
 
 pub mod actions;
+pub mod features;
 pub mod filemap;
 pub mod merge;
 pub mod overwrite;

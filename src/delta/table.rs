@@ -228,6 +228,7 @@ pub fn schema_plan(
         return Ok(same);
     }
     let state = table.snapshot()?;
+    crate::delta::features::check_writable(state)?;
     let table_schema = state.schema();
     let parts = state.metadata().partition_columns();
     if parts.len() != 1 || parts[0] != partition_by {

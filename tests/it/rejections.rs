@@ -565,3 +565,72 @@ format = "delta"
     assert_eq!(json_lines(&out)[0]["retryable"], false);
     assert_eq!(log_version(&p.table_dir("x")), None);
 }
+
+/// Regression (a target table another tool gave a CHECK constraint was published into with
+/// rows breaking it, as deltalake refuses to; a column-mapped one was written with logical
+/// names, after which deltalake and polars could not open it): a target whose properties ask
+/// writers for what idemlake does not do — CHECK constraints, column mapping, append-only —
+/// is refused by `validate` and `run` with exit 2 naming the property, nothing written.
+#[test]
+fn a_target_with_constraints_column_mapping_or_append_only_is_refused() {
+    for (what, alter, needle) in [
+        (
+            "constraint",
+            "t.alter.add_constraint({'q_small': 'l_quantity < 1000'})",
+            "CHECK constraints (q_small",
+        ),
+        (
+            "append-only",
+            "t.alter.set_table_properties({'delta.appendOnly': 'true'})",
+            "append-only",
+        ),
+    ] {
+        let (p, v) = published();
+        python_prints(&format!(
+            "from deltalake import DeltaTable\nt = DeltaTable('{}')\n{alter}\nprint('ok')",
+            p.table_dir("t").display()
+        ));
+        let v = log_version(&p.table_dir("t")).unwrap().max(v);
+        assert_rejected(&p, v, &["validate", "t"], 2, &[needle]);
+        assert_rejected(&p, v, &["run", "t", "--window", DAY], 2, &[needle]);
+        assert_rejected(
+            &p,
+            v,
+            &["run", "t", "--window", "1995-06-02"],
+            2,
+            &[needle, "nothing was written"],
+        );
+        assert!(!what.is_empty());
+    }
+    // A column-mapped target created by deltalake, as in the report.
+    let p = TestProject::new();
+    python_prints(&format!(
+        "import pyarrow as pa, datetime as dt\n\
+         from deltalake import write_deltalake, DeltaTable\n\
+         D = dt.date\n\
+         write_deltalake('{src}', pa.table({{'id': pa.array([1, 2], pa.int64()), 'day': [D(2024, 1, 1)] * 2, 'v': [1.0, 2.0]}}))\n\
+         f = pa.table({{'id': pa.array([7], pa.int64()), 'day': [D(2024, 1, 2)], 'v': [7.0]}})\n\
+         DeltaTable.create('{t}', schema=f.schema, partition_by=['day'], configuration={{'delta.columnMapping.mode': 'name', 'delta.minReaderVersion': '2', 'delta.minWriterVersion': '5'}})\n\
+         write_deltalake('{t}', f, mode='append')\n\
+         print('ok')",
+        src = p.path().join("src").display(),
+        t = p.table_dir("t").display()
+    ));
+    p.task(
+        "t",
+        r#"
+sql = "SELECT id, day, v FROM src WHERE day >= $window_start AND day < $window_end"
+[target]
+partition_by = "day"
+[window]
+grain = "day"
+[sources.src]
+uri = "src"
+format = "delta"
+"#,
+    );
+    let v = log_version(&p.table_dir("t")).unwrap();
+    let needle = "delta.columnMapping.mode = name";
+    assert_rejected(&p, v, &["validate", "t"], 2, &[needle]);
+    assert_rejected(&p, v, &["run", "t", "--window", "2024-01-01"], 2, &[needle]);
+}
