@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 
+mod rewrites;
 mod upstream;
 pub use upstream::{blocked, missing_inputs, record_blocked};
 use upstream::{oldest_reads, recorded_inputs, stale_inputs, upstream_publishes};
@@ -88,6 +89,9 @@ pub async fn status_with(
         }
     };
 
+    if version.is_some() {
+        through_rewrites(&table, task, &mut data, &labels).await?;
+    }
     let current_hash = crate::task::plan::sql_hash(task);
     let has_upstream = task.sources.iter().any(|s| s.upstream.is_some());
     let mut windows = Vec::new();
@@ -140,38 +144,73 @@ fn published_files(table: &DeltaTable, task: &Task) -> Result<BTreeMap<String, A
         acc.files += 1;
         #[allow(deprecated)]
         let tags = view.add_action().tags.unwrap_or_default();
-        let tag = |k: &str| tags.get(k).cloned().flatten();
-        if let Some(v) = tag(TAG_RESTORED_FROM).and_then(|v| v.parse::<i64>().ok()) {
-            acc.restored_from = Some(v);
-        }
-        match (
-            tag(TAG_VERSION).and_then(|v| v.parse::<i64>().ok()),
-            tag(TAG_RUN_ID),
-        ) {
-            (Some(v), Some(run)) => {
-                if let Some(i) = tag(TAG_INPUTS)
-                    && acc.inputs.as_ref().is_none_or(|(at, _)| *at < v)
-                {
-                    acc.inputs = Some((v, i));
-                }
-                if let Some(c) = tag(TAG_CHECKS)
-                    && acc.checks.as_ref().is_none_or(|(at, _)| *at < v)
-                {
-                    acc.checks = Some((v, c));
-                }
-                acc.runs.insert(
-                    v,
-                    (
-                        run,
-                        tag(TAG_SQL_HASH).unwrap_or_default(),
-                        tag(TAG_PUBLISHED_AT).unwrap_or_default(),
-                    ),
-                );
-            }
-            _ => acc.untagged += 1,
+        if !note_tags(acc, &tags) {
+            acc.untagged += 1;
         }
     }
     Ok(data)
+}
+
+/// Record in `acc` the run a file's `tags` name (and the version `restore` brought it back
+/// to); false if they name no run.
+fn note_tags(acc: &mut Acc, tags: &rewrites::Tags) -> bool {
+    let tag = |k: &str| tags.get(k).cloned().flatten();
+    if let Some(v) = tag(TAG_RESTORED_FROM).and_then(|v| v.parse::<i64>().ok()) {
+        acc.restored_from = Some(v);
+    }
+    let (Some(v), Some(run)) = (
+        tag(TAG_VERSION).and_then(|v| v.parse::<i64>().ok()),
+        tag(TAG_RUN_ID),
+    ) else {
+        return false;
+    };
+    if let Some(i) = tag(TAG_INPUTS)
+        && acc.inputs.as_ref().is_none_or(|(at, _)| *at < v)
+    {
+        acc.inputs = Some((v, i));
+    }
+    if let Some(c) = tag(TAG_CHECKS)
+        && acc.checks.as_ref().is_none_or(|(at, _)| *at < v)
+    {
+        acc.checks = Some((v, c));
+    }
+    acc.runs.insert(
+        v,
+        (
+            run,
+            tag(TAG_SQL_HASH).unwrap_or_default(),
+            tag(TAG_PUBLISHED_AT).unwrap_or_default(),
+        ),
+    );
+    true
+}
+
+/// The windows among `labels` with untagged files get the run whose rows those hold if they
+/// are another tool's rewrites of its files (`dataChange: false`), read back through the log
+/// (see `rewrites`; the snapshot does not keep `dataChange`).
+async fn through_rewrites(
+    table: &DeltaTable,
+    task: &Task,
+    data: &mut BTreeMap<String, Acc>,
+    labels: &[String],
+) -> Result<()> {
+    let wanted: std::collections::BTreeSet<String> = labels
+        .iter()
+        .filter(|l| data.get(*l).is_some_and(|a| a.untagged > 0))
+        .cloned()
+        .collect();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    for (label, (_, tags)) in rewrites::publishers(table, task, &wanted).await? {
+        let Some(acc) = data.get_mut(&label) else {
+            continue;
+        };
+        if note_tags(acc, &tags) {
+            acc.untagged = 0;
+        }
+    }
+    Ok(())
 }
 
 /// The window a status label names, shaped as in every command's JSON (a label that is not

@@ -533,3 +533,53 @@ fn a_merge_window_with_no_rows_is_empty_in_status() {
         assert_eq!(ran, ["1991-06-03"], "{t}");
     }
 }
+
+/// Regression (found by trying: after deltalake's `optimize.z_order` on an idemlake table —
+/// `dataChange: false`, not a row changed — `status` called every window "published, not by
+/// idemlake" and `backfill --missing` published every one again, which made every downstream
+/// window stale): a window another tool only rewrote keeps the run that published it, and
+/// `--missing` runs nothing; a window another tool appended to is still not idemlake's.
+#[test]
+fn another_tools_compaction_keeps_a_windows_publisher() {
+    let p = TestProject::new();
+    let task = "lineitem_by_ship_day";
+    let (a, b) = ("1995-06-01", "1995-06-02");
+    for w in [a, b] {
+        p.run_ok(task, w);
+        p.run_ok(task, w);
+    }
+    let before = status_json(&p, a, b);
+    let table = p.table_dir(task);
+    python_prints(&format!(
+        "from deltalake import DeltaTable\n\
+         m = DeltaTable('{}').optimize.z_order(['l_orderkey'])\n\
+         print(m['numFilesAdded'])",
+        table.display()
+    ));
+    let after = status_json(&p, a, b);
+    for (x, y) in before.iter().zip(&after) {
+        assert_eq!(y["state"], "published", "{y}");
+        for k in ["run_id", "table_version", "sql_hash", "rows"] {
+            assert_eq!(x[k], y[k], "{k}: {x} vs {y}");
+        }
+    }
+    let out = p.run(&["backfill", task, "--from", a, "--to", b, "--missing"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(text(&out).contains(": 0 windows"), "{}", text(&out));
+    // Another tool's rows appended to one window: that window is not only idemlake's.
+    python_prints(&format!(
+        "from deltalake import DeltaTable, write_deltalake\n\
+         import polars as pl\n\
+         t = pl.read_delta('{t}').filter(pl.col('ship_date') == pl.date(1995, 6, 2)).head(1)\n\
+         write_deltalake('{t}', t.to_arrow(), mode='append')\n\
+         print('ok')",
+        t = table.display()
+    ));
+    let last = status_json(&p, a, b);
+    assert_eq!(by_window(&last, a)["state"], "published", "{last:?}");
+    assert_eq!(
+        by_window(&last, b)["state"],
+        "published-untracked",
+        "{last:?}"
+    );
+}
