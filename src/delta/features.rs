@@ -4,7 +4,8 @@
 //! Delta writer must honour. idemlake writes each window's rows with delta-rs's Parquet writer
 //! by column name and commits adds and removes; it does not evaluate a table's CHECK
 //! constraints or column invariants, compute generated or identity columns, or write the
-//! physical column names of a column-mapped table. Found by trying: a table with
+//! physical column names of a column-mapped table, and it stores every timestamp as a UTC
+//! `timestamp`, never `timestamp_ntz`. Found by trying: a table with
 //! `delta.constraints.v_small = 'v < 5'` was published with `v = 9` (deltalake refuses that
 //! append), and a column-mapped table was written with logical names, after which deltalake
 //! and polars could not open it. Such tables are refused before any row is read (exit 2), by
@@ -53,15 +54,27 @@ pub fn check_writable(state: &DeltaTableState) -> Result<()> {
     match problem {
         None => Ok(()),
         Some(p) => Err(Error::input(format!(
-            "the target table {p}, so idemlake cannot publish into it without breaking what its other writers rely on; nothing was written — publish into another table, or remove the property"
+            "the target table {p}, so idemlake cannot publish into it without breaking what its other writers rely on; nothing was written — publish into another table{}",
+            match p.contains("timestamp_ntz") {
+                true => "",
+                false => ", or remove the property",
+            }
         ))),
     }
 }
 
 /// A column whose metadata asks writers to check or compute it (invariants, generated or
-/// identity columns), as a sentence.
+/// identity columns), or whose type idemlake does not write (`timestamp_ntz`: idemlake
+/// stores every timestamp as a UTC `timestamp`, so such a table refused every run as a
+/// schema change no cast could fix), as a sentence.
 fn column_rules(schema: &StructType) -> Option<String> {
     for f in schema.fields() {
+        if f.data_type() == &deltalake::kernel::DataType::TIMESTAMP_NTZ {
+            return Some(format!(
+                "stores column `{}` as timestamp_ntz (a timestamp without time zone), and idemlake stores every timestamp as a UTC timestamp",
+                f.name()
+            ));
+        }
         for (key, what) in [
             ("delta.invariants", "an invariant"),
             ("delta.generationExpression", "a generation expression"),

@@ -633,4 +633,18 @@ format = "delta"
     let needle = "delta.columnMapping.mode = name";
     assert_rejected(&p, v, &["validate", "t"], 2, &[needle]);
     assert_rejected(&p, v, &["run", "t", "--window", "2024-01-01"], 2, &[needle]);
+    // A target with a timestamp_ntz column (idemlake stores timestamps as UTC `timestamp`):
+    // refused by name, not as a schema change no cast could fix.
+    python_prints(&format!(
+        "import pyarrow as pa, datetime as dt, shutil\n\
+         from deltalake import write_deltalake\n\
+         shutil.rmtree('{t}')\n\
+         write_deltalake('{t}', pa.table({{'id': pa.array([9], pa.int64()), 'day': [dt.date(2024, 1, 5)], 'v': pa.array([dt.datetime(2024, 1, 5, 3)], pa.timestamp('us'))}}), partition_by=['day'])\n\
+         print('ok')",
+        t = p.table_dir("t").display()
+    ));
+    let v = log_version(&p.table_dir("t")).unwrap();
+    let needle = "stores column `v` as timestamp_ntz";
+    assert_rejected(&p, v, &["validate", "t"], 2, &[needle]);
+    assert_rejected(&p, v, &["run", "t", "--window", "2024-01-01"], 2, &[needle]);
 }
