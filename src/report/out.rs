@@ -1,6 +1,6 @@
 //! Standard output for reports: a reader that stops reading (`idemlake status … | head -1`)
 //! must not turn a finished command into a panic (exit 101). `println!` panics when a write
-//! fails; [`outln!`](crate::outln) and [`out!`](crate::out) write through [`write`], which
+//! fails; [`outln!`](crate::outln) and [`out!`](crate::out) write through [`write()`], which
 //! stops writing once the pipe is closed and leaves the exit code to the command's outcome
 //! (a window published before the reader went away stays reported by its exit code).
 

@@ -54,7 +54,7 @@ fn read_as(t: &DataType, csv: bool) -> Option<DataType> {
     }
 }
 
-/// `file_schema` with its columns read as [`read_as`] says, or `None` if none is.
+/// `file_schema` with its columns read as `read_as` says, or `None` if none is.
 pub fn read_schema(file_schema: &SchemaRef, csv: bool) -> Option<SchemaRef> {
     let fields: Vec<Field> = file_schema
         .fields()

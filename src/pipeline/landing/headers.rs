@@ -94,7 +94,7 @@ impl Headers {
 }
 
 /// The column names of CSV file `m`'s header in `store`: its first line, read whole (a header
-/// longer than [`HEADER_BYTES`] is read up to [`MAX_HEADER_BYTES`]); `Err(bytes read)` if
+/// longer than `HEADER_BYTES` is read up to `MAX_HEADER_BYTES`); `Err(bytes read)` if
 /// they hold no complete line.
 pub async fn read_header(
     store: &dyn object_store::ObjectStore,

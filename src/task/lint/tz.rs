@@ -186,7 +186,7 @@ fn offset(seconds: i32) -> String {
 }
 
 /// Refuse the named zones of `plan` on which the two databases disagree, unless allowed;
-/// `since`: the window's start (seconds), if planning for one (see [`compared_from`]).
+/// `since`: the window's start (seconds), if planning for one (see `compared_from`).
 pub fn check_time_zones(
     plan: &LogicalPlan,
     allow: &[String],
