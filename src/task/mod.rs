@@ -12,6 +12,7 @@ pub mod project;
 pub mod project_file;
 pub mod range;
 pub mod spec;
+pub mod tzdb;
 pub mod window;
 
 pub use spec::*;

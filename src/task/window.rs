@@ -402,8 +402,12 @@ pub fn tz_name(tz: &TimeZone) -> String {
     tz.iana_name().unwrap_or("UTC").to_string()
 }
 
-/// Look up an IANA time zone by name.
+/// Look up an IANA time zone by name, in the database DataFusion's time zone functions use
+/// too (see `tzdb`); UTC and fixed offsets as jiff reads them.
 pub fn time_zone(name: &str) -> Result<TimeZone> {
+    if let Some(tz) = crate::task::tzdb::get(name) {
+        return Ok(tz);
+    }
     TimeZone::get(name).map_err(|e| Error::input(format!("unknown time zone `{name}`: {e}")))
 }
 

