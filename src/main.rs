@@ -121,7 +121,7 @@ fn main() -> ExitCode {
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            idemlake::errln!("error: cannot start the async runtime: {e}");
             return ExitCode::from(1);
         }
     };
@@ -131,6 +131,11 @@ fn main() -> ExitCode {
         code
     });
     log_costs();
+    // What the command had to say on standard output was not all written (a full disk under
+    // `> file`): not a success, whatever it did.
+    if code == 0 && idemlake::report::out::failed() {
+        return ExitCode::from(1);
+    }
     ExitCode::from(code)
 }
 
@@ -174,8 +179,11 @@ fn init_logging(cli: &idemlake::cli::Cli, config: &idemlake::config::Config) {
         .as_deref()
         .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
         .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(level));
+    // A closed standard error (`2>&1 | head`) ends the log quietly: tracing-subscriber would
+    // otherwise report the failed write with `eprintln!`, which panics on it.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .log_internal_errors(false)
         .with_writer(|| RedactingStderr);
     match cli.log_format {
         idemlake::cli::LogFormat::Json => builder.json().with_current_span(false).init(),

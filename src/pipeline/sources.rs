@@ -136,7 +136,10 @@ async fn register_one(
         };
         return Ok((v, Some(zone)));
     }
-    Ok((register_file_source(ctx, s, route).await?, None))
+    Ok((
+        register_file_source(ctx, s, route, client == Client::Shared).await?,
+        None,
+    ))
 }
 
 /// Register the object store `s` is read through in `ctx` (a remote location's: the process's,
@@ -289,11 +292,12 @@ fn nothing_at(uri: &str, url: &ListingTableUrl) -> Error {
 }
 
 /// Register a file source (Parquet, CSV or JSON) as a listing, fingerprinted; a text source
-/// as `text` does (`route`: whose session this is).
+/// as `text` does (`route`: how it is read; `runner`: the runner's session, not the checks').
 async fn register_file_source(
     ctx: &SessionContext,
     s: &Source,
     route: Route,
+    runner: bool,
 ) -> Result<SourceVersion> {
     use datafusion::datasource::file_format::options::ReadOptions;
     let url = listing_url(&s.uri)?;
@@ -332,7 +336,7 @@ async fn register_file_source(
             if let Some(c) = compression {
                 o = o.file_compression_type(c);
             }
-            text::register(ctx, s, o.to_listing_options(&config, table), route).await?
+            text::register(ctx, s, o.to_listing_options(&config, table), route, runner).await?
         }
         Format::Json => {
             let mut o = JsonReadOptions::default();
@@ -342,7 +346,7 @@ async fn register_file_source(
             if let Some(c) = compression {
                 o = o.file_compression_type(c);
             }
-            text::register(ctx, s, o.to_listing_options(&config, table), route).await?
+            text::register(ctx, s, o.to_listing_options(&config, table), route, runner).await?
         }
         Format::Delta => unreachable!("register_one registers delta sources"),
     }

@@ -32,14 +32,14 @@ pub static LOG_FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new
 pub fn diag(level: &str, message: &str, exit_code: Option<u8>) {
     let message = redact(message);
     match LOG_FORMAT.get().copied().unwrap_or(LogFormat::Text) {
-        LogFormat::Text if level == "INFO" => eprintln!("{message}"),
-        LogFormat::Text => eprintln!("{}: {message}", level.to_ascii_lowercase()),
+        LogFormat::Text if level == "INFO" => crate::errln!("{message}"),
+        LogFormat::Text => crate::errln!("{}: {message}", level.to_ascii_lowercase()),
         LogFormat::Json => {
             let mut fields = serde_json::json!({ "message": message });
             if let Some(c) = exit_code {
                 fields["exit_code"] = c.into();
             }
-            eprintln!(
+            crate::errln!(
                 "{}",
                 serde_json::json!({
                     "timestamp": jiff::Timestamp::now().to_string(),

@@ -691,6 +691,52 @@ fn a_reader_closing_standard_output_early_is_not_a_panic() {
         p.table_dir("lineitem_by_ship_day").display()
     );
     assert_eq!(python_prints(&script), "6");
+    // Review: standard error closed too (`2>&1 | head`): the diagnostics stop quietly, and
+    // an invalid window is still exit 2, not a panic.
+    for (args, want) in [
+        (
+            &["run", "lineitem_by_ship_day", "--window", "1995-02-30"][..],
+            2,
+        ),
+        (
+            &[
+                "-v",
+                "run",
+                "lineitem_by_ship_day",
+                "--window",
+                "1995-06-01",
+            ][..],
+            0,
+        ),
+    ] {
+        let mut child = p.spawn(&p.path().join("lake"), args);
+        drop(child.stdout.take());
+        drop(child.stderr.take());
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(want), "{args:?}");
+    }
+    // Review: standard output failing otherwise (a full disk) is not a success.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let mut child = p.spawn(
+        &p.path().join("lake"),
+        &["--output", "json", "status", "lineitem_by_ship_day"],
+    );
+    drop(child.stdout.take());
+    let out = std::process::Command::new(assert_cmd::cargo::cargo_bin!("idemlake"))
+        .args(["--project"])
+        .arg(p.path())
+        .args(["--output", "json", "status", "lineitem_by_ship_day"])
+        .stdout(full)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let _ = child.wait();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("could not write to standard output"), "{err}");
 }
 
 /// Regression (`validate`, `status`, `verify` and `audit`, which write nothing, created an

@@ -217,13 +217,26 @@ fn a_csv_directory_file_whose_header_differs_from_the_first_fails_the_window() {
             None,
             "{what}: nothing published"
         );
+        // A file with a column more: named against the first file's header (review: the
+        // message compared with the merged columns of every file, blaming the wrong one).
+        std::fs::write(dir.join("b.csv"), "ts,v,w,x\n2026-11-01T02:00:00,2,20,7\n").unwrap();
+        let out = run();
+        assert_eq!(code(&out), 2, "{what}: {}", text(&out));
+        let error = json_lines(&out)[0]["error"].as_str().unwrap().to_string();
+        assert!(
+            error.contains("b.csv is `ts,v,w,x`, not `ts,v,w` (the header of")
+                && error.contains("a.csv, the first file"),
+            "{what}: {error}"
+        );
         std::fs::write(dir.join("b.csv"), "ts,v,w\n2026-11-01T02:00:00,2,20\n").unwrap();
+        // An empty file (a writer's, before its first write) is skipped, not waited for.
+        std::fs::write(dir.join("c.csv"), "").unwrap();
         let out = run();
         assert_eq!(code(&out), 0, "{what}: {}", text(&out));
         let script = format!(
-            "import polars as pl, glob\n\
+            "import polars as pl, glob, os\n\
              t = pl.read_delta('{}').sort('v')\n\
-             s = pl.concat([pl.read_csv(f) for f in sorted(glob.glob('{}/*.csv'))], how='diagonal').sort('v')\n\
+             s = pl.concat([pl.read_csv(f) for f in sorted(glob.glob('{}/*.csv')) if os.path.getsize(f) > 0], how='diagonal').sort('v')\n\
              print(t['v'].to_list() == s['v'].to_list(), t['w'].to_list() == s['w'].to_list(), t.height)",
             p.table_dir("t").display(),
             dir.display()

@@ -39,19 +39,20 @@ pub(super) fn compression_of(location: &str) -> Option<FileCompressionType> {
 }
 
 /// Register text source `s` with listing `options` in `ctx`: on the runner's routes (`route`
-/// other than [`Route::Listing`]) with its integer and untyped columns read exactly.
+/// other than [`Route::Listing`]) with its integer and untyped columns read exactly; in the
+/// runner's session (`runner`, whatever its engine) a CSV directory's headers checked.
 pub(super) async fn register(
     ctx: &SessionContext,
     s: &Source,
     options: ListingOptions,
     route: Route,
+    runner: bool,
 ) -> Result<()> {
     let url = listing_url(&s.uri)?;
     let csv = s.format == Format::Csv;
     let schema = options.infer_schema(&ctx.state(), &url).await?;
-    let header = csv && s.csv_header && url.is_collection() && route != Route::Listing;
-    if header {
-        check_headers(ctx, s, &url, &options, &schema).await?;
+    if csv && s.csv_header && url.is_collection() && runner {
+        check_headers(ctx, s, &url, &options).await?;
     }
     let read = match route {
         Route::Listing => None,
@@ -71,28 +72,29 @@ pub(super) async fn register(
     Ok(())
 }
 
-/// Every file of CSV directory `url` has the header DataFusion took the columns from (its
-/// first file's): arrow's CSV reader reads by column position, so a file with the same columns
-/// in another order had its values published in other columns, every check passing (every
-/// route reads alike). A file whose header differs fails the run with exit 2 naming it; one
-/// with no complete first line yet is still being written (retryable). One read of at most
-/// 64 KiB per file and run; the whole directory is read for every window anyway.
+/// Every file of CSV directory `url` has the first file's header (in path order): arrow's CSV
+/// reader reads by column position, so a file with the same columns in another order had its
+/// values published in other columns, every check passing (every route reads alike). A file
+/// whose header differs fails the run with exit 2 naming it and both headers; one with no
+/// complete first line yet is still being written (retryable); an empty file is skipped, as
+/// DataFusion's reader skips it. One read of at most 64 KiB per file and run; the whole
+/// directory is read for every window anyway.
 async fn check_headers(
     ctx: &SessionContext,
     s: &Source,
     url: &ListingTableUrl,
     options: &ListingOptions,
-    schema: &arrow::datatypes::SchemaRef,
 ) -> Result<()> {
     use futures::{StreamExt, TryStreamExt};
-    let want: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
     let store = ctx.runtime_env().object_store(url)?;
     let state = ctx.state();
-    let files: Vec<object_store::ObjectMeta> = url
+    let mut files: Vec<object_store::ObjectMeta> = url
         .list_all_files(&state, store.as_ref(), &options.file_extension)
         .await?
+        .try_filter(|m| futures::future::ready(m.size > 0))
         .try_collect()
         .await?;
+    files.sort_by(|a, b| a.location.cmp(&b.location));
     let shown = |m: &object_store::ObjectMeta| match url.scheme() {
         "file" => format!("/{}", m.location),
         _ => format!("{}{}", url.object_store().as_str(), m.location),
@@ -102,17 +104,23 @@ async fn check_headers(
         let got = read_header(store, m, s.csv_delimiter).await?;
         Ok::<_, Error>((m, got))
     }))
-    .buffer_unordered(16);
+    .buffered(16);
     let headers: Vec<_> = headers.try_collect().await?;
+    let mut first: Option<(&object_store::ObjectMeta, Vec<String>)> = None;
     for (m, got) in headers {
         let got = got.map_err(|read| incomplete(&s.alias, &shown(m), read))?;
-        if got != want {
-            return Err(Error::input(format!(
-                "the header of {} is `{}`, not `{}` (the header the source's columns were taken from): CSV files are read by column position, so its values would be read into other columns; nothing was read — rewrite the file with that header, or move it out of the directory",
-                shown(m),
-                got.join(","),
-                want.join(",")
-            )));
+        match &first {
+            None => first = Some((m, got)),
+            Some((f, want)) if &got != want => {
+                return Err(Error::input(format!(
+                    "the header of {} is `{}`, not `{}` (the header of {}, the first file in path order): CSV files are read by column position, so its values would be read into other columns; nothing was read — rewrite the file with that header, or move it out of the directory",
+                    shown(m),
+                    got.join(","),
+                    want.join(","),
+                    shown(f)
+                )));
+            }
+            Some(_) => {}
         }
     }
     Ok(())
