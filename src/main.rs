@@ -94,11 +94,38 @@ impl std::io::Write for RedactingStderr {
     }
 }
 
+/// A command line clap refuses (exit 2), or `--help`/`--version` (exit 0). With `--output
+/// json` a refusal also prints the JSON line every other whole-command failure prints, so
+/// an orchestrator reading standard output sees why (it saw nothing).
+fn usage_error(e: clap::Error) -> ! {
+    let args: Vec<String> = std::env::args().collect();
+    let json = args
+        .windows(2)
+        .any(|w| w[0] == "--output" && w[1] == "json")
+        || args.iter().any(|a| a == "--output=json");
+    if json && e.use_stderr() {
+        // clap's message up to its usage line, on one line.
+        let text = e.to_string();
+        let said: Vec<&str> = text
+            .lines()
+            .take_while(|l| !l.starts_with("Usage:"))
+            .map(|l| l.trim().trim_start_matches("error: "))
+            .filter(|l| !l.is_empty())
+            .collect();
+        let line = serde_json::json!({"status": "failed", "error": said.join(" "), "exit_code": 2, "retryable": false});
+        idemlake::outln!("{line}");
+    }
+    e.exit()
+}
+
 fn main() -> ExitCode {
     // Elsewhere than Linux there is no constructor above: set the defaults as early as `main`.
     #[cfg(not(target_os = "linux"))]
     allocator_defaults();
-    let cli = idemlake::cli::Cli::parse();
+    let cli = match idemlake::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => usage_error(e),
+    };
     // The configuration is resolved once, before anything runs: a malformed setting is the
     // user's mistake, reported before anything is read or written.
     let config = match resolve_config(&cli) {

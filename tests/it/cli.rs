@@ -825,3 +825,45 @@ format = "parquet"
     assert!(said.contains("no data files under"), "{said}");
     assert!(!said.contains("no  files"), "{said}");
 }
+
+/// Regression (found by trying: with `--output json`, a command line clap refuses — a
+/// missing `--window`, an unknown flag, an invalid `--shard` — printed nothing on standard
+/// output, where every other whole-command failure prints one JSON line): one JSON line
+/// naming the problem, exit 2, not retryable; `--help` still prints help, exit 0.
+#[test]
+fn a_usage_error_with_output_json_prints_one_json_line() {
+    let p = TestProject::new();
+    for (args, said) in [
+        (&["run", "lineitem_by_ship_day"][..], "--window"),
+        (
+            &[
+                "run",
+                "lineitem_by_ship_day",
+                "--window",
+                "1995-06-01",
+                "--bogus",
+            ][..],
+            "--bogus",
+        ),
+    ] {
+        let out = p
+            .cmd()
+            .args(["--output", "json"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 2, "{args:?}: {}", text(&out));
+        let lines = json_lines(&out);
+        assert_eq!(lines.len(), 1, "{args:?}: {}", text(&out));
+        assert_eq!(lines[0]["status"], "failed");
+        assert_eq!(lines[0]["retryable"], false);
+        assert!(
+            lines[0]["error"].as_str().unwrap().contains(said),
+            "{}",
+            lines[0]
+        );
+    }
+    let out = p.run(&["--output", "json", "--help"]);
+    assert_eq!(code(&out), 0);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Usage"));
+}
