@@ -80,6 +80,9 @@ pub struct Error {
     message: String,
     #[source]
     source: Option<Cause>,
+    /// A runtime failure (exit 1) that the same command on the same inputs meets again (rows
+    /// outside the window, a value that does not cast): `retryable: false`.
+    permanent: bool,
 }
 
 /// The library error behind an [`Error`].
@@ -108,6 +111,7 @@ impl Error {
             kind,
             message,
             source: None,
+            permanent: false,
         }
     }
     /// A runtime failure that is the storage configuration's (credentials, a missing
@@ -149,6 +153,7 @@ impl Error {
             kind,
             message,
             source: Some(cause),
+            permanent: false,
         }
     }
     pub fn kind(&self) -> ErrorKind {
@@ -156,6 +161,23 @@ impl Error {
     }
     pub fn message(&self) -> &str {
         &self.message
+    }
+    /// The same error, marked as one a retry on the same inputs meets again (see
+    /// [`Error::retryable`]); its kind and exit code are unchanged.
+    pub fn permanent(self) -> Self {
+        Self {
+            permanent: true,
+            ..self
+        }
+    }
+    /// Whether re-running the same command can succeed (SPEC: `retryable`): a runtime
+    /// failure not known to be permanent, or a failure after the commit (exit 5).
+    pub fn retryable(&self) -> bool {
+        match self.kind {
+            ErrorKind::Runtime => !self.permanent,
+            ErrorKind::Unverified => true,
+            _ => false,
+        }
     }
     /// The exit code of this error: decided by its kind alone ([`ErrorKind::exit_code`]).
     pub fn exit_code(&self) -> u8 {
@@ -226,6 +248,19 @@ fn unreadable_value(e: &datafusion::error::DataFusionError) -> Option<String> {
     ))
 }
 
+/// Whether a DataFusion error is one of the query's arithmetic on the rows it read (a value
+/// that does not cast, a division by zero, an overflow): the same inputs fail the same way,
+/// so a retry cannot help (found by trying: `CAST(l_shipmode AS INT)` failed with
+/// `retryable: true` on every attempt).
+fn deterministic(e: &datafusion::error::DataFusionError) -> bool {
+    use arrow::error::ArrowError as A;
+    matches!(
+        e.find_root(),
+        datafusion::error::DataFusionError::ArrowError(a, _)
+            if matches!(a.as_ref(), A::CastError(_) | A::DivideByZero | A::ArithmeticOverflow(_))
+    )
+}
+
 impl From<datafusion::error::DataFusionError> for Error {
     fn from(e: datafusion::error::DataFusionError) -> Self {
         // The user's mistake found by idemlake's own code inside DataFusion's (a landing
@@ -240,7 +275,9 @@ impl From<datafusion::error::DataFusionError> for Error {
             return Error::input(sentence);
         }
         let kind = datafusion_kind(&e);
-        Error::caused(kind, Cause::DataFusion(Box::new(e)))
+        let permanent = deterministic(&e);
+        let e = Error::caused(kind, Cause::DataFusion(Box::new(e)));
+        if permanent { e.permanent() } else { e }
     }
 }
 

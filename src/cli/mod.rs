@@ -354,10 +354,7 @@ pub async fn execute(cli: Cli) -> u8 {
         Ok(code) => code,
         Err(e) => {
             if cli.output == OutputFormat::Json {
-                let retryable = matches!(
-                    e.kind(),
-                    crate::error::ErrorKind::Runtime | crate::error::ErrorKind::Unverified
-                );
+                let retryable = e.retryable();
                 let line = serde_json::json!({"status": "failed", "error": redact(e.message()), "exit_code": e.kind().exit_code(), "retryable": retryable});
                 crate::outln!("{line}");
             }

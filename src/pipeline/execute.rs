@@ -87,11 +87,13 @@ pub fn check_bounds(batch: &RecordBatch, b: &WindowRange) -> Result<()> {
     } else {
         arrow::util::display::array_value_to_string(col, first)?
     };
+    // The same SQL over the same inputs returns them again: not retryable (exit 1).
     Err(Error::runtime(format!(
         "rows outside the window: the query returned rows whose `{}` is not in {} (first: {example}); nothing was published. Filter the sources with $window_start/$window_end",
         b.column(),
         b.shown()
-    )))
+    ))
+    .permanent())
 }
 
 /// A one-shot partition stream fed by a channel: the `output` table of `[reconcile].output`.

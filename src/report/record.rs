@@ -220,7 +220,7 @@ impl Report {
             e.message().to_string()
         });
         report.exit_code = Some(kind.exit_code());
-        report.retryable = matches!(kind, ErrorKind::Runtime | ErrorKind::Unverified);
+        report.retryable = kind == ErrorKind::Unverified || (kind == e.kind() && e.retryable());
         if !report.published {
             report.rows_written = 0;
             report.table_version = None;

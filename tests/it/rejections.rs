@@ -648,3 +648,32 @@ format = "delta"
     assert_rejected(&p, v, &["validate", "t"], 2, &[needle]);
     assert_rejected(&p, v, &["run", "t", "--window", "2024-01-01"], 2, &[needle]);
 }
+
+/// Regression (found by trying: a query returning rows outside its window, and one casting
+/// `l_shipmode` to INT, failed with exit 1 and `retryable: true` on every attempt, so an
+/// orchestrator spent its retries on them): still exit 1, nothing published, but
+/// `retryable: false`, as SPEC defines it (re-running the same command cannot succeed).
+#[test]
+fn failures_the_same_inputs_repeat_are_not_retryable() {
+    for (what, sql) in [
+        (
+            "rows outside the window",
+            "SELECT l_orderkey, l_linenumber, l_quantity, l_shipdate AS ship_date FROM lineitem\nWHERE l_shipdate >= $window_start AND l_shipdate < $window_end + INTERVAL '1' DAY",
+        ),
+        (
+            "a value that does not cast",
+            "SELECT l_orderkey, l_linenumber, CAST(l_shipmode AS INT) AS mode, l_shipdate AS ship_date FROM lineitem\nWHERE l_shipdate >= $window_start AND l_shipdate < $window_end",
+        ),
+    ] {
+        let p = TestProject::new();
+        p.task("t", &task(sql, ""));
+        for _ in 0..2 {
+            let out = p.run(&["--output", "json", "run", "t", "--window", DAY]);
+            assert_eq!(code(&out), 1, "{what}: {}", text(&out));
+            let r = &json_lines(&out)[0];
+            assert_eq!(r["retryable"], false, "{what}: {r}");
+            assert_eq!(r["published"], false, "{what}: {r}");
+        }
+        assert_eq!(log_version(&p.table_dir("t")), None, "{what}");
+    }
+}
