@@ -26,12 +26,6 @@ pub struct Config {
     /// [`DEFAULT_CHECK_BATCH`]; 0 or 1: window by window, the plain twin; off whenever
     /// `accelerate` is).
     pub check_batch: u64,
-    /// The checks' memo: a grouped check query's per-window results kept in the target
-    /// table's `_idemlake/checks/`, keyed by its physical plan and the exact files it reads,
-    /// and reused by a later run that would read the same files the same way
-    /// (`IDEMLAKE_CHECK_MEMO=0` turns only this off; off whenever `accelerate` is, or grouped
-    /// checks are).
-    pub check_memo: bool,
     /// Delta log files read from object storage kept in memory for the process, each fetched
     /// whole once (`IDEMLAKE_LOG_CACHE=0` turns only this off; off whenever `accelerate` is).
     pub log_cache: bool,
@@ -325,7 +319,6 @@ impl Config {
             scan_cache_kb: scan_cache_kb(strict)?,
             check_batch: whole_number("IDEMLAKE_CHECK_BATCH", strict)?
                 .unwrap_or(DEFAULT_CHECK_BATCH),
-            check_memo: switch("IDEMLAKE_CHECK_MEMO", strict)? && accelerate,
             log_cache: switch("IDEMLAKE_LOG_CACHE", strict)? && accelerate,
             s3_probe_max_age_secs: bounded(
                 "IDEMLAKE_S3_PROBE_MAX_AGE_SECS",
@@ -390,7 +383,6 @@ impl fmt::Display for Config {
             opt(self.scan_cache_kb, "auto (1/8 of memory)")
         )?;
         writeln!(f, "check_batch = {}", self.check_batch)?;
-        writeln!(f, "check_memo = {}", self.check_memo)?;
         writeln!(f, "log_cache = {}", self.log_cache)?;
         writeln!(f, "s3_probe_max_age_secs = {}", self.s3_probe_max_age_secs)?;
         writeln!(

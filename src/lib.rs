@@ -15,6 +15,7 @@
 //! | [`report`] | run records, the run log, alerts, the status picture, output rendering |
 //! | [`storage`] | object stores per location |
 //! | [`task`] | what a task *is*: spec, window and grain, project, lint, logical plan |
+//! | [`session`] | the one DataFusion session builder, with each route's differences |
 //! | [`config`], [`error`], [`fault`] | the resolved configuration, error kinds, test fault injection |
 
 pub mod accel;
@@ -28,6 +29,7 @@ pub mod fault;
 pub mod lineage;
 pub mod pipeline;
 pub mod report;
+pub mod session;
 pub mod storage;
 pub mod task;
 

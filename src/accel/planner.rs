@@ -156,8 +156,11 @@ async fn prepare(task: &Task, ctx: &SessionContext, shared: Option<&Shared>) -> 
         Some(s) => s.template_session(ctx).await,
         None => Ok(ctx.clone()),
     };
+    let sliced: Vec<String> = shared
+        .map(|s| s.shared_sources().into_iter().map(|(a, _)| a).collect())
+        .unwrap_or_default();
     let prepared = match template {
-        Ok(t) => Prepared::new(&t, task).await,
+        Ok(t) => Prepared::new(&t, task).await.map(|p| p.sliced(sliced)),
         Err(e) => Err(e),
     };
     prepared

@@ -57,6 +57,10 @@ pub struct Prepared {
     output_exec: Option<Arc<OnceLock<Arc<dyn ExecutionPlan>>>>,
     /// The main query's physical plan, reused across windows.
     main_exec: Reuse,
+    /// The sources planned as in-memory slices (shared scans): a window without a slice of
+    /// each plans itself (bound to the source's own table, a plan made for a slice would
+    /// scan it without the filters pushed into it: every file of a landing zone).
+    sliced: Vec<String>,
 }
 
 /// A window's physical plans, from a [`Prepared`] task.
@@ -121,7 +125,14 @@ impl Prepared {
             sql_hash: planned.sql_hash,
             output_exec: fixed.then(|| Arc::new(OnceLock::new())),
             main_exec: Reuse::default(),
+            sliced: Vec::new(),
         })
+    }
+
+    /// The same, planned with `sliced` as in-memory slices (see [`Prepared::bind`]).
+    pub fn sliced(mut self, sliced: Vec<String>) -> Prepared {
+        self.sliced = sliced;
+        self
     }
 
     /// The task planned for `window` in `session`, with its physical plans; `None` if the
@@ -134,6 +145,13 @@ impl Prepared {
     ) -> Result<Option<(Planned, WindowPlans)>> {
         let range = WindowRange::of(task, window);
         let params = range.params();
+        if self.sliced.iter().any(|name| {
+            session
+                .slice(&TableReference::bare(name.as_str()))
+                .is_none()
+        }) {
+            return Ok(None);
+        }
         let mut providers = HashMap::new();
         {
             for (name, schema) in scans(&self.main) {

@@ -115,22 +115,16 @@ pub(super) async fn vacuum(
     } else {
         "deleted"
     };
-    for f in report.files.iter().chain(&report.memo_entries) {
+    for f in &report.files {
         crate::outln!("{verb} {f}");
     }
     crate::outln!(
-        "vacuum {} ({} mode, retention {} h; the table's minimum is {} h): {verb} {} file(s) and {} checks' memo entr{}",
+        "vacuum {} ({} mode, retention {} h; the table's minimum is {} h): {verb} {} file(s)",
         report.task,
         if report.full { "full" } else { "lite" },
         report.retention_hours,
         report.table_retention_hours,
         report.files.len(),
-        report.memo_entries.len(),
-        if report.memo_entries.len() == 1 {
-            "y"
-        } else {
-            "ies"
-        }
     );
     Ok(0)
 }

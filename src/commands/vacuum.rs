@@ -10,9 +10,6 @@
 //!   publishing windows.
 //! - `_idemlake/` (the run log) and `_delta_log/` are never touched (delta-rs skips paths whose
 //!   first component starts with `_`, other than partition directories).
-//! - The checks' memo (`_idemlake/checks/`, see `pipeline::checks::memo`) is pruned by the
-//!   same retention: entries written longer ago are deleted (a later run over the same files
-//!   computes its checks again), younger ones kept. Nothing else under `_idemlake/` is.
 //! - `--dry-run` lists what would be deleted and deletes nothing.
 
 use deltalake::operations::vacuum::VacuumMode;
@@ -40,8 +37,6 @@ pub struct VacuumReport {
     pub table_retention_hours: i64,
     /// Files deleted (or to delete), relative to the table root.
     pub files: Vec<String>,
-    /// The checks' memo entries deleted (or to delete), relative to the table root.
-    pub memo_entries: Vec<String>,
 }
 
 /// Options of one vacuum.
@@ -106,7 +101,6 @@ pub async fn vacuum(project: &Project, task: &Task, opts: VacuumOptions) -> Resu
         "retention_hours": retention.num_hours(),
         "full": opts.full,
     });
-    let memo_store = table.log_store().object_store(None);
     let (_, metrics) = table
         .vacuum()
         .with_retention_period(retention)
@@ -134,7 +128,6 @@ pub async fn vacuum(project: &Project, task: &Task, opts: VacuumOptions) -> Resu
         })
         .collect();
     files.sort();
-    let memo_entries = prune_checks_memo(memo_store, retention, opts.dry_run).await;
     Ok(VacuumReport {
         task: task.name.clone(),
         table_version: Some(version as i64),
@@ -143,55 +136,5 @@ pub async fn vacuum(project: &Project, task: &Task, opts: VacuumOptions) -> Resu
         retention_hours: retention.num_hours(),
         table_retention_hours: minimum.num_hours(),
         files,
-        memo_entries,
     })
-}
-
-/// The checks' memo entries (`_idemlake/checks/<key>.arrow`) of the table `store` is rooted
-/// at, written more than `retention` ago, deleted unless `dry_run`; their paths relative to
-/// the table root, sorted. The memo is never a failure: a listing or deletion that fails is
-/// logged (the entries stay, and are tried again by the next vacuum).
-async fn prune_checks_memo(
-    store: std::sync::Arc<dyn object_store::ObjectStore>,
-    retention: chrono::Duration,
-    dry_run: bool,
-) -> Vec<String> {
-    use futures::StreamExt;
-    use object_store::path::Path;
-    let prefix = Path::from(crate::pipeline::checks::memo::PREFIX);
-    let cutoff = chrono::Utc::now()
-        .checked_sub_signed(retention)
-        .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
-    let listed = match store.list_with_delimiter(Some(&prefix)).await {
-        Ok(l) => l.objects,
-        Err(e) => {
-            tracing::warn!("the checks' memo was not pruned: cannot list it: {e}");
-            return Vec::new();
-        }
-    };
-    let mut old: Vec<Path> = listed
-        .into_iter()
-        .filter(|m| m.last_modified < cutoff && m.location.extension() == Some("arrow"))
-        .map(|m| m.location)
-        .collect();
-    old.sort();
-    if !dry_run {
-        let paths = futures::stream::iter(old.clone()).map(Ok).boxed();
-        let deleted: std::collections::HashSet<Path> = store
-            .delete_stream(paths)
-            .filter_map(|r| async move {
-                match r {
-                    Ok(p) => Some(p),
-                    Err(object_store::Error::NotFound { path, .. }) => Some(Path::from(path)),
-                    Err(e) => {
-                        tracing::warn!("a checks' memo entry was not deleted: {e}");
-                        None
-                    }
-                }
-            })
-            .collect()
-            .await;
-        old.retain(|p| deleted.contains(p));
-    }
-    old.into_iter().map(|p| p.to_string()).collect()
 }

@@ -21,8 +21,8 @@ use crate::error::{Error, Result};
 /// A client session of the scheduler at `scheduler` (`host:port`) with idemlake's SQL
 /// settings; DataFusion plans here, Ballista's planner sends the plan to the cluster when it
 /// runs. Connecting is lazy: an unreachable scheduler fails the first query.
-pub async fn client(scheduler: &str, pushdown: bool) -> Result<SessionContext> {
-    let local = crate::accel::session::session(false, pushdown)?;
+pub async fn client(scheduler: &str, profile: crate::session::Profile) -> Result<SessionContext> {
+    let local = crate::session::build(profile)?;
     SessionContext::remote_with_state(&format!("df://{scheduler}"), local.state())
         .await
         .map_err(|e| {

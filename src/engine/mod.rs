@@ -32,17 +32,22 @@ pub fn of(task: &Task) -> Result<Engine> {
     Ok(engine)
 }
 
-/// The session a task's queries plan and run in on `engine`: the local session (see
-/// `accel::session`, `mapped` and `pushdown` as there), or a client session of the cluster
-/// with the same SQL settings (sources are read by the cluster's executors, so never through
-/// this process's memory maps).
-pub async fn session(engine: &Engine, mapped: bool, pushdown: bool) -> Result<SessionContext> {
-    match engine {
-        Engine::Local => crate::accel::session::session(mapped, pushdown),
+/// The session a route's queries plan and run in on `engine`: on the local engine the
+/// runner's session (see `accel::session`, `mapped` as there) or the checks'
+/// (`crate::session`), or a client session of the cluster with the same settings (sources are
+/// read by the cluster's executors, so never through this process's memory maps).
+pub async fn session(
+    engine: &Engine,
+    profile: crate::session::Profile,
+    mapped: bool,
+) -> Result<SessionContext> {
+    match (engine, profile) {
+        (Engine::Local, crate::session::Profile::Runner) => crate::accel::session::session(mapped),
+        (Engine::Local, profile) => crate::session::build(profile),
         #[cfg(feature = "ballista")]
-        Engine::Ballista { scheduler } => ballista::client(scheduler, pushdown).await,
+        (Engine::Ballista { scheduler }, profile) => ballista::client(scheduler, profile).await,
         #[cfg(not(feature = "ballista"))]
-        Engine::Ballista { .. } => {
+        (Engine::Ballista { .. }, _) => {
             crate::task::engine::available()?;
             unreachable!("available() fails without the feature")
         }

@@ -28,9 +28,12 @@ pub async fn compare(
     let mut checks = Vec::new();
     let mut on_mismatch = task.checking.on_mismatch;
     match (&task.reconcile, reconcile) {
-        (Some(r), Some(source_rows)) => {
+        (Some(r), Some((source_rows, computed))) => {
             let out = staged.output_aggregates.as_deref().unwrap_or_default();
-            checks.extend(reconcile::compare(source_rows, out, &r.tolerance)?);
+            for mut c in reconcile::compare(source_rows, out, &r.tolerance)? {
+                c.computed = Some(computed.clone());
+                checks.push(c);
+            }
             on_mismatch = r.on_mismatch;
         }
         (Some(_), None) => return Err(Error::runtime("[reconcile].source was not planned")),
@@ -38,9 +41,15 @@ pub async fn compare(
     }
     match default {
         None => {}
-        Some(Measured::Rows(n)) => checks.push(Check::counts("source_rows", *n, staged.rows)),
-        Some(Measured::Content(fp)) => {
-            checks.push(Check::counts("source_rows", fp.rows, staged.rows));
+        Some((Measured::Rows(n), computed)) => {
+            let mut c = Check::counts("source_rows", *n, staged.rows);
+            c.computed = Some(computed.clone());
+            checks.push(c);
+        }
+        Some((Measured::Content(fp), computed)) => {
+            let mut c = Check::counts("source_rows", fp.rows, staged.rows);
+            c.computed = Some(computed.clone());
+            checks.push(c);
             let out = staged_content(checker, task, w, schema).await?;
             checks.push(Check {
                 check: "source_content".into(),
@@ -48,6 +57,7 @@ pub async fn compare(
                 output: out.to_string(),
                 ok: *fp == out,
                 tolerance: None,
+                computed: Some(computed.clone()),
             });
         }
     }

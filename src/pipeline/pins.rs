@@ -18,6 +18,8 @@ pub struct Pin {
     /// The filters of each scan of the zone in the window's plan.
     scans: Vec<Vec<Expr>>,
     files: Vec<PartitionedFile>,
+    /// The files' identities when the window pinned them (see `storage::identity`).
+    ids: Vec<crate::storage::identity::FileId>,
 }
 
 /// The union of the files each scan's filters select (a scan without partition filters
@@ -77,10 +79,12 @@ impl Runner {
                 files = files.len(),
                 "files the window reaches"
             );
+            let ids = landing::identities(zone.root(), &files);
             pins.push(Pin {
                 zone: zone.clone(),
                 scans,
                 files,
+                ids,
             });
         }
         Ok(pins)
@@ -93,7 +97,7 @@ impl Runner {
             .map(|v| match pins.iter().find(|p| p.zone.alias == v.alias) {
                 None => v.clone(),
                 Some(p) => {
-                    let (fingerprint, read) = landing::describe(&p.files);
+                    let (fingerprint, read) = landing::describe(&p.ids);
                     SourceVersion {
                         files: Some(p.files.len()),
                         fingerprint: Some(fingerprint),
@@ -110,7 +114,8 @@ impl Runner {
     pub(super) async fn check_pins(&self, pins: &[Pin]) -> Result<()> {
         for p in pins {
             let now = reach(&p.zone, &p.scans, Listing::Fresh).await?;
-            let changed = landing::differences(&p.files, &now);
+            let now = landing::identities(p.zone.root(), &now);
+            let changed = landing::differences(&p.ids, &now);
             if changed.is_empty() {
                 continue;
             }
@@ -142,11 +147,11 @@ impl Runner {
             }
         }
         Ok(crate::accel::mapped::faulted(|at| {
-            let path = object_store::path::Path::from(at);
-            pins.iter()
+            let pinned = pins
+                .iter()
                 .flat_map(|p| &p.files)
-                .any(|f| f.object_meta.location == path)
-                || locations.iter().any(|u| u.contains(&path, false))
+                .map(|f| &f.object_meta.location);
+            reaches(at, pinned, &locations)
         }))
     }
 
@@ -193,5 +198,41 @@ impl Runner {
             "source(s) {} changed while the window ran (files, sizes or modification times differ from the start of the run); nothing was published — re-run once the sources are stable",
             changed.join(", ")
         )))
+    }
+}
+
+/// Whether the file at `at` (an object store location as recorded: already percent-encoded)
+/// is one of `pinned` or lies under one of `locations`.
+fn reaches<'a>(
+    at: &str,
+    mut pinned: impl Iterator<Item = &'a object_store::path::Path>,
+    locations: &[datafusion::datasource::listing::ListingTableUrl],
+) -> bool {
+    // `Path::from` would encode the `%` of an escape again (`New%20York` → `New%2520York`).
+    let Ok(path) = object_store::path::Path::parse(at) else {
+        return false;
+    };
+    pinned.any(|p| *p == path) || locations.iter().any(|u| u.contains(&path, false))
+}
+
+#[cfg(test)]
+mod tests {
+    use object_store::path::Path;
+
+    /// Regression (a truncated file under a `%`-escaped directory was never attributed to its
+    /// window: its recorded location was encoded a second time before the comparison).
+    #[test]
+    fn a_fault_under_a_percent_escaped_directory_is_attributed_to_its_window() {
+        // A directory named `city=New%20York` on disk (as pyarrow escapes a value).
+        let file = Path::from_iter(["zone", "city=New%20York", "part-0.parquet"]);
+        let at = file.to_string();
+        assert!(at.contains("%2520"), "{at}");
+        assert_ne!(Path::from(at.as_str()), file, "the defect: encoded twice");
+        assert!(super::reaches(&at, [&file].into_iter(), &[]));
+        let zone =
+            datafusion::datasource::listing::ListingTableUrl::parse("file:///zone/").unwrap();
+        assert!(super::reaches(&at, std::iter::empty(), &[zone]));
+        let other = Path::from_iter(["zone", "city=Paris", "part-0.parquet"]);
+        assert!(!super::reaches(&at, [&other].into_iter(), &[]));
     }
 }

@@ -113,6 +113,7 @@ pub fn compare(
             output: ov.to_string(),
             ok,
             tolerance: tol,
+            computed: None,
         });
     }
     Ok(checks)

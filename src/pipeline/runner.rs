@@ -110,9 +110,10 @@ impl Runner {
         let (ctx, local) = match &engine {
             crate::engine::Engine::Local => (new_session()?, None),
             remote => {
-                let ctx = crate::engine::session(remote, false, true).await?;
+                let ctx =
+                    crate::engine::session(remote, crate::session::Profile::Runner, false).await?;
                 tracing::info!(engine = %remote.describe(), "the task's queries execute on the cluster");
-                (ctx, Some(crate::accel::session::session(false, true)?))
+                (ctx, Some(crate::accel::session::session(false)?))
             }
         };
         let (sources, zones) = sources::register_with_zones(&ctx, &task.sources, &engine).await?;

@@ -75,9 +75,9 @@ pub async fn register_with_zones(
 
 /// Register every source again in another session (the independent checks' own), Delta
 /// sources at the versions `pins` recorded, so both sessions read the same inputs: landing
-/// zones returned for the caller to register (a listing of its own, see `checks::zone`;
-/// those the runner `opened` are not opened again on the local engine, the others are
-/// registered as DataFusion's listing tables), and S3 sources through a client of their own
+/// zones the runner `opened` are returned for the caller to register on the local engine (not
+/// opened again), the others are registered on the plain route (DataFusion's listing table,
+/// strict casts; as it is on a remote engine), and S3 sources through a client of their own
 /// (no log cache, not the store the task's session reads through).
 pub async fn register_pinned(
     ctx: &SessionContext,
@@ -100,7 +100,12 @@ pub async fn register_pinned(
             .iter()
             .find(|p| p.alias == s.alias)
             .and_then(|p| p.version);
-        let (_, zone) = register_one(ctx, s, pin, engine, (Route::Listing, Client::Own))
+        let route = if engine.is_local() {
+            Route::Plain
+        } else {
+            Route::Listing
+        };
+        let (_, zone) = register_one(ctx, s, pin, engine, (route, Client::Own))
             .await
             .map_err(|e| e.context(format!("source `{}` ({})", s.alias, s.uri)))?;
         zones.extend(zone);
@@ -424,7 +429,7 @@ pub async fn changed_since(
     Ok(changed)
 }
 
-/// List the objects under `url` and hash their (path, size, mtime).
+/// List the objects under `url` and hash their identities (see `storage::identity`).
 async fn fingerprint(store: &dyn ObjectStore, url: &ListingTableUrl) -> Result<(usize, String)> {
     let mut metas = if url.is_collection() {
         store
@@ -444,11 +449,9 @@ async fn fingerprint(store: &dyn ObjectStore, url: &ListingTableUrl) -> Result<(
     });
     metas.sort_by(|a, b| a.location.cmp(&b.location));
     let mut h = Sha256::new();
+    let local = crate::storage::identity::is_local(url.scheme());
     for m in &metas {
-        h.update(m.location.as_ref().as_bytes());
-        h.update(m.size.to_le_bytes());
-        h.update(m.last_modified.timestamp_micros().to_le_bytes());
-        h.update(m.e_tag.as_deref().unwrap_or_default().as_bytes());
+        crate::storage::identity::FileId::of(m, local).hash_into(&mut h);
     }
     Ok((metas.len(), hex::encode(&h.finalize()[..8])))
 }

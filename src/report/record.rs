@@ -261,6 +261,9 @@ pub struct Check {
     pub ok: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tolerance: Option<f64>,
+    /// How the source side was computed, in this run (records of earlier versions have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub computed: Option<Computed>,
 }
 
 impl Check {
@@ -271,8 +274,32 @@ impl Check {
             output: actual.to_string(),
             ok: expected == actual,
             tolerance: None,
+            computed: None,
         }
     }
+}
+
+/// How a check's source side was computed: always in the run that reports it, never taken
+/// from an earlier one.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct Computed {
+    /// `independent`: the checks' own session over the sources (DataFusion's listing tables,
+    /// delta-rs), not the path the output was computed by.
+    pub route: String,
+    /// The windows one query computed together with this one (1: this window alone).
+    pub windows: usize,
+    /// What the query's scans read.
+    pub scans: Vec<Scanned>,
+}
+
+/// One scan of a check's query: where it read, how many files, and the rows it produced.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct Scanned {
+    /// The files' common location (`file:///…/events/dt=2026-11-28/`, `s3://bucket/…`), or
+    /// `memory` for a table held in memory.
+    pub location: String,
+    pub files: usize,
+    pub rows: u64,
 }
 
 /// What one run read from one source.

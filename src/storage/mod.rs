@@ -16,6 +16,8 @@
 //! Invariant: credentials are never formatted into messages; errors are passed through
 //! `cli::redact` before printing anyway.
 
+pub mod identity;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, &[&str])] = &[
     ("error", &[]),
     ("config", &["error"]),
+    ("session", &["error"]),
     ("storage", &["config", "error"]),
     ("fault", &["config", "error", "storage"]),
     ("task", &["config", "error"]),
@@ -19,27 +20,33 @@ const LAYERS: &[(&str, &[&str])] = &[
         "delta",
         &["task", "storage", "report", "config", "error", "fault"],
     ),
-    ("accel", &["task", "storage", "config", "error", "fault"]),
-    ("engine", &["accel", "task", "storage", "config", "error"]),
+    (
+        "accel",
+        &["session", "task", "storage", "config", "error", "fault"],
+    ),
+    (
+        "engine",
+        &["session", "accel", "task", "storage", "config", "error"],
+    ),
     (
         "pipeline",
         &[
-            "engine", "accel", "delta", "lineage", "report", "storage", "task", "config", "error",
-            "fault",
+            "session", "engine", "accel", "delta", "lineage", "report", "storage", "task",
+            "config", "error", "fault",
         ],
     ),
     (
         "commands",
         &[
-            "pipeline", "engine", "accel", "delta", "lineage", "report", "storage", "task",
-            "config", "error", "fault",
+            "pipeline", "session", "engine", "accel", "delta", "lineage", "report", "storage",
+            "task", "config", "error", "fault",
         ],
     ),
     (
         "cli",
         &[
-            "commands", "pipeline", "engine", "accel", "delta", "lineage", "report", "storage",
-            "task", "config", "error", "fault",
+            "commands", "pipeline", "session", "engine", "accel", "delta", "lineage", "report",
+            "storage", "task", "config", "error", "fault",
         ],
     ),
 ];

@@ -17,6 +17,7 @@ use datafusion::common::{Column, ScalarValue, TableReference};
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{BinaryExpr, Expr, JoinType, LogicalPlan, Operator};
 
+use super::prune::Prune;
 use crate::task::range::WindowRange;
 
 /// How one reference to a source is bounded by window parameters.
@@ -27,6 +28,8 @@ struct Leaf {
     upper: String,
     /// The upper bound is strict (`<`): rows equal to it are out of reach.
     strict: bool,
+    /// Every conjunct of the reference on its own columns (see `prune`).
+    prunes: Vec<Prune>,
 }
 
 /// A source whose every reference is bounded on one column.
@@ -38,6 +41,9 @@ pub struct Bound {
     pub leaves: Vec<(String, String)>,
     /// Every reference's upper bound is strict (`<`): a window's rows stop short of `hi`.
     pub upper_strict: bool,
+    /// The conjuncts a chunk's scan keeps besides the bound column's span, columns named as
+    /// `alias`'s (see `prune`; none when the source is read through several references).
+    pub prunes: Vec<Prune>,
 }
 
 impl Bound {
@@ -86,11 +92,23 @@ pub fn analyze(aliases: &[&str], plans: &[&LogicalPlan]) -> Vec<Bound> {
         if leaves.iter().any(|l| l.column != column) {
             continue;
         }
+        // The bound column's own bounds are the chunk's span already.
+        let prunes = match leaves.as_slice() {
+            [one] => one
+                .prunes
+                .iter()
+                .filter(|p| !p.bounds_column(&column))
+                .cloned()
+                .map(|p| p.requalified(alias))
+                .collect(),
+            _ => Vec::new(),
+        };
         out.push(Bound {
             alias: alias.to_string(),
             column,
             upper_strict: leaves.iter().all(|l| l.strict),
             leaves: leaves.into_iter().map(|l| (l.lower, l.upper)).collect(),
+            prunes,
         });
     }
     out
@@ -220,6 +238,7 @@ fn leaf_bound(conjuncts: &[&Expr], qualifier: &TableReference) -> Option<Leaf> {
                 lower: lo.clone(),
                 upper: hi.clone(),
                 strict: *strict,
+                prunes: super::prune::of(conjuncts, qualifier),
             })
     })
 }

@@ -109,7 +109,7 @@ impl Shared {
         &self,
         base: &SessionContext,
         b: &Bound,
-        windows: usize,
+        windows: &[Window],
         (lo, hi): (ScalarValue, ScalarValue),
     ) -> Result<DataFrame> {
         let c = col(Column::new(Some(b.alias.as_str()), b.column.as_str()));
@@ -118,7 +118,7 @@ impl Shared {
         // keeps a large share of scattered rows, and decoding its filter column first and
         // then skipping between the survivors costs more than decoding everything
         // (measured on SF1 lineitem: a 300-day chunk took ~1.3 s with pushdown).
-        let df = if windows > 16 {
+        let df = if windows.len() > 16 {
             // A copy of the state (same catalog): only its configuration changes.
             let mut state = base.state();
             state
@@ -144,7 +144,14 @@ impl Shared {
             .field_with_unqualified_name(&b.column)?
             .data_type()
             .clone();
-        let filter = chunk_filter(c, &ty, lo, hi, b.upper_strict);
+        let mut filter = chunk_filter(c, &ty, lo, hi, b.upper_strict);
+        // Every other filter the windows put on this source's own columns (see `prune`).
+        let ranges: Vec<_> = windows.iter().map(|w| self.range(w)).collect();
+        for p in &b.prunes {
+            for f in p.filters(&ranges).into_iter().flatten() {
+                filter = filter.and(f);
+            }
+        }
         tracing::debug!(source = %b.alias, %filter, "shared scan filter");
         Ok(df.filter(filter)?.select(keep)?)
     }
@@ -176,7 +183,9 @@ impl Shared {
         };
         // The run's span, kept whole while the census's rows fit half the budget.
         let mut whole = census.and_then(|_| Some((as_i64(&scanned.0)?, as_i64(&scanned.1)?)));
-        let df = self.chunk_scan(base, b, windows.len(), scanned).await?;
+        let df = self
+            .chunk_scan(base, b, census.unwrap_or(windows), scanned)
+            .await?;
         let key_at = df.schema().as_arrow().index_of(&b.column)?;
         let schema = Arc::new(df.schema().as_arrow().clone());
         let mut stream = df.execute_stream().await?;

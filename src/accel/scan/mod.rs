@@ -36,6 +36,7 @@
 mod bounds;
 mod chunk;
 mod load;
+mod prune;
 mod rows;
 mod session;
 
@@ -202,6 +203,26 @@ impl Shared {
             (windows.len() / 10).clamp(FIRST_CHUNK, 8 * FIRST_CHUNK);
     }
 
+    /// [`Shared::load`]; a source that cannot be read for the chunk fails the windows that
+    /// read it, no other: on an error each window of the chunk reads its sources itself (no
+    /// slice: an empty map), and meets the fault only if it is within its own reach.
+    async fn load_or_read_directly(
+        &self,
+        base: &SessionContext,
+        windows: &[Window],
+    ) -> Option<Arc<HashMap<String, rows::Rows>>> {
+        match self.load(base, windows).await {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                tracing::info!(
+                    windows = windows.len(),
+                    "a shared scan failed; these windows read their sources directly: {e}"
+                );
+                Some(Arc::new(HashMap::new()))
+            }
+        }
+    }
+
     /// The session for `window`: shared sources as in-memory slices, the others as in `base`.
     pub async fn session_for(
         self: &Arc<Self>,
@@ -228,8 +249,8 @@ impl Shared {
                 });
             }
             loaded = rows
-                .get_or_try_init(|| self.load(base, &windows))
-                .await?
+                .get_or_init(|| self.load_or_read_directly(base, &windows))
+                .await
                 .clone();
             if loaded.is_some() || first == last {
                 break;
@@ -241,7 +262,8 @@ impl Shared {
                 .expect("not poisoned")
                 .retain(|c| !Arc::ptr_eq(&c.rows, &rows));
         }
-        let Some(rows) = &loaded else {
+        // Over budget, or the chunk's scan failed (no source's rows): read directly.
+        let Some(rows) = loaded.as_ref().filter(|r| !r.is_empty()) else {
             return Ok(WindowSession::base(base));
         };
         let range = self.range(window);

@@ -115,6 +115,17 @@ pub async fn of_dataframe(df: datafusion::prelude::DataFrame) -> Result<Fingerpr
     Fingerprint::of_stream(df.execute_stream().await?).await
 }
 
+/// [`of_dataframe`], with what its scans read (see `read`).
+pub async fn of_dataframe_scanned(
+    df: datafusion::prelude::DataFrame,
+) -> Result<(Fingerprint, Vec<crate::report::record::Scanned>)> {
+    let task_ctx = Arc::new(df.task_ctx());
+    let plan = df.create_physical_plan().await?;
+    let stream = datafusion::physical_plan::execute_stream(plan.clone(), task_ctx)?;
+    let fp = Fingerprint::of_stream(stream).await?;
+    Ok((fp, super::read::scans(&plan)))
+}
+
 /// The fingerprint of a table's rows (the staged files, see `staged`).
 pub async fn of_table(
     ctx: &datafusion::prelude::SessionContext,

@@ -43,7 +43,6 @@ use datafusion::logical_expr::{
 };
 use datafusion::prelude::DataFrame;
 
-use super::memo::Memo;
 use crate::task::Task;
 use crate::task::range::WindowRange;
 use crate::task::window::Window;
@@ -352,14 +351,14 @@ impl Grouped {
         })
     }
 
-    /// The per-window results for `windows` (ascending, disjoint), from one query, or from
-    /// `memo` if it computed them before from the same files the same way (see `memo`).
+    /// The per-window results for `windows` (ascending, disjoint), from one query computed
+    /// now.
     pub async fn evaluate(
         &self,
         task: &Task,
         windows: &[Window],
-        memo: Option<&Memo>,
-    ) -> std::result::Result<Vec<PerWindow>, NotGroupable> {
+    ) -> std::result::Result<(Vec<PerWindow>, Vec<crate::report::record::Scanned>), NotGroupable>
+    {
         let keys = self.window_keys(task, windows)?;
         let mut aggregated = false;
         let mut grouped = carry(&self.plan, &keys, self.measure, &mut aggregated)?;
@@ -393,34 +392,8 @@ impl Grouped {
         let bound = grouped.with_param_values(values)?;
         let df = DataFrame::new(self.state.clone(), bound);
         let plan = df.create_physical_plan().await?;
-        let memo = memo.and_then(|m| {
-            let bounds: Vec<_> = windows
-                .iter()
-                .map(|w| WindowRange::of(task, w).params())
-                .collect();
-            let context = format!("{:?}\n{bounds:?}", self.measure);
-            Some((m, m.key(&plan, &context)?))
-        });
-        if let Some((m, key)) = &memo
-            && let Some(results) = m.get(key, self.measure, windows.len()).await
-        {
-            tracing::info!(
-                windows = windows.len(),
-                memo = &key[..12],
-                "the checks' source side of these windows was computed by an earlier run from the same files"
-            );
-            return Ok(results);
-        }
-        let listed = plan.clone();
-        let results = self.results(plan, windows.len()).await?;
-        if let Some((m, key)) = &memo {
-            if super::memo::still_as_listed(&listed) {
-                m.put(key, self.measure, &results).await;
-            } else {
-                tracing::info!("a source file changed while the checks read it: not memoised");
-            }
-        }
-        Ok(results)
+        let results = self.results(plan.clone(), windows.len()).await?;
+        Ok((results, super::read::scans(&plan)))
     }
 
     /// The query's result over no rows: its window filter replaced by `false`.

@@ -39,27 +39,28 @@ use tokio::sync::OnceCell;
 
 use crate::error::Result;
 use crate::pipeline::sources::{self, SourceVersion};
+use crate::report::record::Computed;
 use crate::task::window::Window;
 use crate::task::{DefaultCheck, Task};
 
 pub mod content;
 pub mod data;
 pub mod grouped;
-pub mod memo;
-pub mod session;
+pub mod read;
 pub mod staged;
-pub mod zone;
 
 pub use content::Fingerprint;
 use grouped::{Grouped, Measure, PerWindow};
 
-/// What the source says a window's output must reconcile to.
+/// What the source says a window's output must reconcile to, computed in this run.
 #[derive(Debug, Clone, Default)]
 pub struct SourceSide {
-    /// The `[reconcile].source` query's rows (with `[reconcile]` `source`/`output`).
-    pub reconcile: Option<Vec<RecordBatch>>,
-    /// The default check's measure of the task's query (unless the task has none).
-    pub default: Option<Measured>,
+    /// The `[reconcile].source` query's rows (with `[reconcile]` `source`/`output`), and how
+    /// they were computed.
+    pub reconcile: Option<(Vec<RecordBatch>, Computed)>,
+    /// The default check's measure of the task's query (unless the task has none), and how it
+    /// was computed.
+    pub default: Option<(Measured, Computed)>,
 }
 
 /// The default check's measure of a window's rows.
@@ -67,6 +68,20 @@ pub struct SourceSide {
 pub enum Measured {
     Rows(u64),
     Content(Fingerprint),
+}
+
+/// The route every check's source side is computed by (see the module documentation).
+const ROUTE: &str = "independent";
+
+impl SourceSide {
+    fn add(&mut self, (part, computed): (PerWindow, Computed)) {
+        match part {
+            PerWindow::Query(b) => self.reconcile = Some((vec![b], computed)),
+            PerWindow::Batches(b) => self.reconcile = Some((b, computed)),
+            PerWindow::Rows(n) => self.default = Some((Measured::Rows(n), computed)),
+            PerWindow::Content(f) => self.default = Some((Measured::Content(f), computed)),
+        }
+    }
 }
 
 /// The two kinds of check computed on the independent path.
@@ -89,7 +104,7 @@ enum Template {
 }
 
 /// Source sides by window key, taken out as their windows ask for them.
-type Sides = Mutex<HashMap<(i64, i64), PerWindow>>;
+type Sides = Mutex<HashMap<(i64, i64), (PerWindow, Computed)>>;
 
 /// Windows announced together, whose source sides come from one grouped query per lane.
 struct Batch {
@@ -109,8 +124,6 @@ pub struct Checker {
     batch_size: usize,
     templates: [OnceCell<Template>; 2],
     batches: Mutex<HashMap<(i64, i64), Arc<Batch>>>,
-    /// The grouped queries' memo in the target table (`None`: off, see `memo`).
-    memo: Option<memo::Memo>,
 }
 
 fn lanes(task: &Task) -> Vec<Lane> {
@@ -156,12 +169,14 @@ impl Checker {
             engine
         };
         let ctx = match engine {
-            crate::engine::Engine::Local => checks_session()?,
-            remote => crate::engine::session(remote, false, false).await?,
+            crate::engine::Engine::Local => crate::session::build(crate::session::Profile::Checks)?,
+            remote => {
+                crate::engine::session(remote, crate::session::Profile::Checks, false).await?
+            }
         };
         let zones = sources::register_pinned(&ctx, &task.sources, pins, engine, opened).await?;
         if engine.is_local() {
-            narrow_listings(&ctx, task, &zones)?;
+            register_zones(&ctx, task, &zones)?;
         }
         let config = crate::config::get();
         let batch_size = if config.accelerate && engine.is_local() {
@@ -170,20 +185,12 @@ impl Checker {
             1
         };
         let table_store = crate::delta::readback::own_root(table)?;
-        let memo = match memo::Memo::context(&task.sources, pins) {
-            Some(context) if config.check_memo && batch_size > 1 => match &table_store {
-                Some(own) => Some(memo::Memo::new(own.clone(), Default::default(), context)),
-                None => memo_root(table, context),
-            },
-            _ => None,
-        };
         Ok(Checker {
             ctx,
             table_store,
             batch_size,
             templates: [OnceCell::new(), OnceCell::new()],
             batches: Mutex::new(HashMap::new()),
-            memo,
         })
     }
 
@@ -264,45 +271,55 @@ impl Checker {
                 Some(p) => p,
                 None => self.window_part(task, lane, window).await?,
             };
-            match part {
-                PerWindow::Query(b) => side.reconcile = Some(vec![b]),
-                PerWindow::Batches(b) => side.reconcile = Some(b),
-                PerWindow::Rows(n) => side.default = Some(Measured::Rows(n)),
-                PerWindow::Content(f) => side.default = Some(Measured::Content(f)),
-            }
+            side.add(part);
         }
         Ok(side)
     }
 
-    /// The source side of one window by itself (the plain twin of `Checker::grouped_sides`).
+    /// The source side of one window by itself, its sources listed afresh (the listings the
+    /// checks' session keeps for the run are forgotten first): a check computed again after
+    /// a mismatch must see the files that landed since the checks first listed them.
     pub async fn window_side(&self, task: &Task, window: &Window) -> Result<SourceSide> {
+        if let Some(cache) = self.ctx.runtime_env().cache_manager.get_list_files_cache() {
+            cache.clear();
+        }
         let mut side = SourceSide::default();
         for lane in lanes(task) {
-            match self.window_part(task, lane, window).await? {
-                PerWindow::Query(b) => side.reconcile = Some(vec![b]),
-                PerWindow::Batches(b) => side.reconcile = Some(b),
-                PerWindow::Rows(n) => side.default = Some(Measured::Rows(n)),
-                PerWindow::Content(f) => side.default = Some(Measured::Content(f)),
-            }
+            side.add(self.window_part(task, lane, window).await?);
         }
         Ok(side)
     }
 
     /// One lane of one window's source side, by itself.
-    async fn window_part(&self, task: &Task, lane: Lane, window: &Window) -> Result<PerWindow> {
+    async fn window_part(
+        &self,
+        task: &Task,
+        lane: Lane,
+        window: &Window,
+    ) -> Result<(PerWindow, Computed)> {
+        let computed = |scans| Computed {
+            route: ROUTE.into(),
+            windows: 1,
+            scans,
+        };
         if lane == Lane::Reconcile {
             let src = crate::task::plan::plan_reconcile_source(&self.ctx, task, window).await?;
             let src = src.ok_or_else(|| {
                 crate::error::Error::runtime("[reconcile].source was not planned")
             })?;
-            return Ok(PerWindow::Batches(src.collect().await?));
+            let (batches, scans) = read::collect(src).await?;
+            return Ok((PerWindow::Batches(batches), computed(scans)));
         }
         let planned = crate::task::plan::plan_query_window(&self.ctx, task, window).await?;
         Ok(match task.checking.default {
             Some(DefaultCheck::Content) => {
-                PerWindow::Content(content::of_dataframe(planned.df).await?)
+                let (fp, scans) = content::of_dataframe_scanned(planned.df).await?;
+                (PerWindow::Content(fp), computed(scans))
             }
-            _ => PerWindow::Rows(planned.df.count().await? as u64),
+            _ => {
+                let (n, scans) = read::count(planned.df).await?;
+                (PerWindow::Rows(n), computed(scans))
+            }
         })
     }
 
@@ -359,14 +376,22 @@ impl Checker {
             }
             Template::PerWindow => return None,
         };
-        match g.evaluate(task, windows, self.memo.as_ref()).await {
-            Ok(per) => {
+        match g.evaluate(task, windows).await {
+            Ok((per, scans)) => {
                 tracing::debug!(
                     windows = windows.len(),
                     ?lane,
                     "the checks' source side of these windows came from one grouped query"
                 );
-                let sides = windows.iter().zip(per).map(|(w, p)| (w.key(), p));
+                let computed = Computed {
+                    route: ROUTE.into(),
+                    windows: windows.len(),
+                    scans,
+                };
+                let sides = windows
+                    .iter()
+                    .zip(per)
+                    .map(|(w, p)| (w.key(), (p, computed.clone())));
                 Some(Mutex::new(sides.collect()))
             }
             Err(e) => {
@@ -382,19 +407,10 @@ impl Checker {
     }
 }
 
-/// The checks' memo of a local table (`None` for another location: no memo).
-fn memo_root(table: &url::Url, context: String) -> Option<memo::Memo> {
-    if table.scheme() != "file" {
-        return None;
-    }
-    let root = object_store::path::Path::from_url_path(table.path()).ok()?;
-    let store = Arc::new(object_store::local::LocalFileSystem::new());
-    Some(memo::Memo::new(store, root, context))
-}
-
-/// Landing zones read through [`zone::CheckZone`]: DataFusion's listing table, listing only
-/// the top-level directories a scan's filters accept.
-fn narrow_listings(
+/// The landing zones the runner opened, registered on the plain route in the checks' own
+/// session (see `LandingZone::plain_table`): DataFusion's listing table with the checks'
+/// format settings, listing through the checks' own store client.
+fn register_zones(
     ctx: &SessionContext,
     task: &Task,
     zones: &[Arc<crate::pipeline::landing::LandingZone>],
@@ -404,34 +420,17 @@ fn narrow_listings(
         let Some(source) = task.sources.iter().find(|s| s.alias == z.alias) else {
             continue;
         };
-        let Some(options) = listing_options(ctx, source) else {
-            continue;
-        };
-        let table = z.listing_table_with(options)?;
-        let columns = z.partition_columns();
-        if let Some(t) = zone::CheckZone::new(table, z.root().clone(), columns) {
-            let t = t.with_own_reader(crate::config::get().accelerate);
-            ctx.deregister_table(z.alias.as_str())?;
-            ctx.register_table(z.alias.as_str(), Arc::new(t))?;
-        }
+        let table = z.plain_table(listing_options(ctx, source))?;
+        ctx.deregister_table(z.alias.as_str())?;
+        ctx.register_table(z.alias.as_str(), table)?;
     }
     Ok(())
 }
 
-/// A DataFusion session with idemlake's SQL settings and Delta support, reading local files
-/// through object_store's plain local store (no memory maps).
+/// A session with idemlake's SQL settings and Delta support, reading local files through
+/// object_store's plain local store (no memory maps): for reads that are not a run's.
 pub fn plain_session() -> Result<SessionContext> {
-    session::build(true, session::Listings::Cached)
-}
-
-/// The checks' session: [`plain_session`] without Parquet filter pushdown. A check query reads
-/// few columns (the window column and what it sums), so late materialisation saves it little,
-/// while building and applying the row selection of a scattered window costs more than
-/// decoding the other column whole and filtering after: a day window of the TPC-H lineitem
-/// task spent ~80 ms CPU in its check with pushdown. Row-group and page pruning by statistics
-/// stay on (they do not depend on pushdown).
-fn checks_session() -> Result<SessionContext> {
-    session::build(false, session::Listings::Narrow)
+    crate::session::build(crate::session::Profile::Runner)
 }
 
 /// Whether every output row of `plan` is one input row of a single table, projected,

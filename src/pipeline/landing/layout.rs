@@ -124,7 +124,7 @@ impl LandingZone {
     pub(super) async fn first_file(
         &self,
         other: &mut Option<Path>,
-    ) -> Result<Option<(Vec<(String, String)>, ObjectMeta)>> {
+    ) -> Result<Option<(Vec<(String, String)>, Vec<ObjectMeta>)>> {
         let depth_of_files = self.glob.as_ref().map(|g| g.dirs.len());
         // Depth-first, smallest path first: (directory, depth, levels above it).
         let mut stack = vec![(self.url.prefix().clone(), 0usize, Vec::new())];
@@ -143,11 +143,8 @@ impl LandingZone {
                     .files
                     .iter()
                     .filter(|m| self.is_source_file(&m.location));
-                let first = match self.last {
-                    true => files.max_by(|a, b| a.location.cmp(&b.location)),
-                    false => files.min_by(|a, b| a.location.cmp(&b.location)),
-                };
-                if let Some(f) = first {
+                let files = self.schema_candidates(files);
+                if let Some(f) = files.first() {
                     if depth == 0 && self.glob.is_none() && dir.dirs.iter().any(is_hive_dir) {
                         return Err(Error::input(format!(
                             "source `{}`: {} lies in the zone's root beside its key=value directories (its partitions): no window would read its rows by the partitions' layout; move it into a partition directory, or out of the zone; nothing was read",
@@ -155,7 +152,7 @@ impl LandingZone {
                             self.shown(&f.location)
                         )));
                     }
-                    return Ok(Some((levels, f.clone())));
+                    return Ok(Some((levels, files)));
                 }
             }
             let mut next: Vec<&Path> = match &self.glob {
@@ -243,9 +240,57 @@ impl LandingZone {
 }
 
 impl LandingZone {
-    /// The checks name a window's top-level DATE or BIGINT directories by their values'
-    /// spelling (`n=7/`) when its filters bound that column: among the directories a window
-    /// reaches (`kept`), one spelled otherwise (`n=007`) they would never read.
+    /// The files of one directory to take the zone's schema from, in order: the first in path
+    /// order; with `schema_from = "last"` every one, newest first (the newest may still be
+    /// being written: see `LandingZone::schema_of`).
+    fn schema_candidates<'a>(
+        &self,
+        files: impl Iterator<Item = &'a ObjectMeta>,
+    ) -> Vec<ObjectMeta> {
+        let mut files: Vec<ObjectMeta> = files.cloned().collect();
+        files.sort_by(|a, b| match self.last {
+            true => b.location.cmp(&a.location),
+            false => a.location.cmp(&b.location),
+        });
+        files.truncate(if self.last { files.len() } else { 1 });
+        files
+    }
+
+    /// The files' schema, from the first of `candidates` whose schema can be read (and that
+    /// file): with `schema_from = "last"` the candidates are the newest directory's files,
+    /// newest first, and one still being written (its footer not yet there) is passed over
+    /// for the newest complete one; otherwise there is one candidate.
+    pub(super) async fn schema_of(
+        &self,
+        ctx: &datafusion::prelude::SessionContext,
+        candidates: Vec<ObjectMeta>,
+    ) -> Result<(arrow::datatypes::SchemaRef, ObjectMeta)> {
+        let state = ctx.state();
+        let mut failed = None;
+        for file in candidates {
+            let read = self
+                .options
+                .format
+                .infer_schema(&state, &self.store, std::slice::from_ref(&file))
+                .await;
+            match read {
+                Ok(schema) => return Ok((schema, file)),
+                Err(e) if self.last => {
+                    tracing::info!(file = %file.location, "schema_from = \"last\": passed over an incomplete file: {e}");
+                    failed.get_or_insert(e);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(failed
+            .map(Into::into)
+            .unwrap_or_else(|| Error::runtime("no file to read the zone's schema from")))
+    }
+
+    /// DataFusion's listing (the checks' route) lists the directory an equality filter names
+    /// by its value's spelling (`n = 7` lists `n=7/`): among the top-level DATE or BIGINT
+    /// directories a window reaches (`kept`) when its filters bound that column, one spelled
+    /// otherwise (`n=007`) could be read by one route and not the other, so it is refused.
     pub(super) fn spelled_as_values(
         &self,
         kept: &[(Path, Vec<ScalarValue>)],
@@ -267,7 +312,7 @@ impl LandingZone {
             let Some(v) = values.first() else { continue };
             if v.to_string() != raw {
                 return Err(Error::input(format!(
-                    "directory {} of source `{}`: its value {v} is spelled `{raw}`; a top-level {ty} directory a window's filters bound must be spelled as its value prints (`{name}={v}`), which is how the independent checks find it: rename it, or declare the column VARCHAR in partition_columns",
+                    "directory {} of source `{}`: its value {v} is spelled `{raw}`; a top-level {ty} directory a window's filters bound must be spelled as its value prints (`{name}={v}`), which is how DataFusion's listing, the checks' route, finds a directory an equality names: rename it, or declare the column VARCHAR in partition_columns",
                     self.shown(dir),
                     self.alias
                 )));

@@ -39,7 +39,7 @@ mod whole;
 
 pub use exact::{exact_file_table, read_schema};
 pub use headers::{incomplete, read_header};
-pub use pins::{describe, differences, scan_filters};
+pub use pins::{describe, differences, identities, scan_filters};
 pub use provider::ZoneTable;
 pub use register::{Route, listing_options, register};
 
@@ -162,12 +162,12 @@ impl LandingZone {
             zone.pinned.lock().expect("not poisoned").insert(key, dir);
         }
         let mut other = None;
-        let Some((levels, first)) = zone.first_file(&mut other).await? else {
+        let Some((levels, candidates)) = zone.first_file(&mut other).await? else {
             return Err(zone.no_files(other).await);
         };
         zone.columns = match partitioning {
             Partitioning::Hive(declared) if !declared.is_empty() => {
-                check_levels(declared, &levels, &first.location)?;
+                check_levels(declared, &levels, &candidates[0].location)?;
                 declared
                     .iter()
                     .map(|c| (c.name.clone(), arrow_type(c.kind)))
@@ -177,7 +177,7 @@ impl LandingZone {
                 return Err(Error::input(format!(
                     "partitioning = \"hive\", but the first file under {} ({}) lies in no key=value directory",
                     zone.url.as_str(),
-                    first.location
+                    candidates[0].location
                 )));
             }
             _ if levels.is_empty() && zone.glob.is_none() => return Ok(None),
@@ -186,12 +186,7 @@ impl LandingZone {
                 .map(|(k, v)| (k.clone(), arrow_type(PartitionKind::infer(v))))
                 .collect(),
         };
-        let state = ctx.state();
-        let schema = zone
-            .options
-            .format
-            .infer_schema(&state, &zone.store, std::slice::from_ref(&first))
-            .await?;
+        let (schema, first) = zone.schema_of(ctx, candidates).await?;
         no_clash(&zone.columns, &schema, &first)?;
         zone.file_schema = schema;
         Ok(Some(zone))
@@ -236,21 +231,34 @@ impl LandingZone {
             .collect()
     }
 
-    /// DataFusion's own listing table over the same location, partition columns and schema:
-    /// the plain twin (`strict`: refusing lossy conversions of a file's columns, see
-    /// `casts`), a remote engine's and the independent checks' route (a listing of its own).
-    pub fn listing_table(&self, strict: bool) -> Result<ListingTable> {
-        let mut config = self.listing_config(self.options.clone(), &self.file_schema)?;
-        if strict
-            && self
-                .options
-                .format
-                .downcast_ref::<ParquetFormat>()
-                .is_some()
-        {
+    /// DataFusion's own listing table over the same location, partition columns and schema
+    /// (a listing of its own): a remote engine's route, which converts a file's columns as
+    /// DataFusion does.
+    pub fn listing_table(&self) -> Result<ListingTable> {
+        let config = self.listing_config(self.options.clone(), &self.file_schema)?;
+        Ok(ListingTable::try_new(config)?)
+    }
+
+    /// The plain route over the zone, the runner's plain twin's and the independent checks'
+    /// on the local engine: DataFusion's listing table with `options` (the reading session's
+    /// format settings; `None`: the zone's own), refusing lossy conversions of a Parquet
+    /// file's columns (`casts`), text files read exactly (`exact`). Its listing, pruning and
+    /// schema adaptation are DataFusion's; its files are read through the object store the
+    /// reading session registered for the location.
+    pub fn plain_table(
+        self: &Arc<Self>,
+        options: Option<ListingOptions>,
+    ) -> Result<Arc<dyn datafusion::catalog::TableProvider>> {
+        if let Some(exact) = self.exact_table(true)? {
+            return Ok(exact);
+        }
+        let options = options.unwrap_or_else(|| self.options.clone());
+        let parquet = options.format.downcast_ref::<ParquetFormat>().is_some();
+        let mut config = self.listing_config(options, &self.file_schema)?;
+        if parquet {
             config = config.with_expr_adapter_factory(self.strict_casts());
         }
-        Ok(ListingTable::try_new(config)?)
+        Ok(Arc::new(ListingTable::try_new(config)?))
     }
 
     /// The adapter of a Parquet file's columns to the zone's schema the runner reads through.
@@ -258,13 +266,6 @@ impl LandingZone {
         Arc::new(casts::StrictCasts {
             alias: self.alias.clone(),
         })
-    }
-
-    /// [`LandingZone::listing_table`] with another session's `options` (its format settings).
-    pub fn listing_table_with(&self, options: ListingOptions) -> Result<ListingTable> {
-        Ok(ListingTable::try_new(
-            self.listing_config(options, &self.file_schema)?,
-        )?)
     }
 
     /// DataFusion's listing table configuration of the zone with `options`.

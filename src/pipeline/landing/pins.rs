@@ -4,12 +4,12 @@
 use std::collections::HashMap;
 
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::listing::{ListingTableUrl, PartitionedFile};
 use datafusion::logical_expr::{Expr, LogicalPlan};
-use object_store::path::Path;
 use sha2::{Digest, Sha256};
 
 use crate::report::record::FileRead;
+use crate::storage::identity::{self, FileId};
 
 /// The filters each scan of `alias` in an optimised plan applies at the scan (what the
 /// listing prunes by), one list per scan, subqueries included.
@@ -26,22 +26,29 @@ pub fn scan_filters(plan: &LogicalPlan, alias: &str) -> Vec<Vec<Expr>> {
     out
 }
 
+/// The identities of `files` of a zone at `root` (see `storage::identity`), taken now.
+pub fn identities(root: &ListingTableUrl, files: &[PartitionedFile]) -> Vec<FileId> {
+    let local = identity::is_local(root.scheme());
+    files
+        .iter()
+        .map(|f| FileId::of(&f.object_meta, local))
+        .collect()
+}
+
 /// What a window read of a landing zone, for its run record: the files, and a fingerprint of
-/// their paths, sizes, modification times and ETags.
-pub fn describe(files: &[PartitionedFile]) -> (String, Vec<FileRead>) {
+/// their identities.
+pub fn describe(files: &[FileId]) -> (String, Vec<FileRead>) {
     let mut h = Sha256::new();
     let mut read = Vec::with_capacity(files.len());
     for f in files {
-        let m = &f.object_meta;
-        h.update(m.location.as_ref().as_bytes());
-        h.update(m.size.to_le_bytes());
-        h.update(m.last_modified.timestamp_micros().to_le_bytes());
-        h.update(m.e_tag.as_deref().unwrap_or_default().as_bytes());
+        f.hash_into(&mut h);
+        let modified =
+            chrono::DateTime::<chrono::Utc>::from_timestamp_micros(f.modified).unwrap_or_default();
         read.push(FileRead {
-            path: m.location.to_string(),
-            size: m.size,
-            modified: m.last_modified.to_rfc3339(),
-            e_tag: m.e_tag.clone(),
+            path: f.path.clone(),
+            size: f.size,
+            modified: modified.to_rfc3339(),
+            e_tag: f.e_tag.clone(),
         });
     }
     (hex::encode(&h.finalize()[..8]), read)
@@ -49,19 +56,9 @@ pub fn describe(files: &[PartitionedFile]) -> (String, Vec<FileRead>) {
 
 /// The files of `before` that are not in `now` as they were (removed or rewritten), and the
 /// files of `now` that are new, by path: what changed in a window's reach.
-pub fn differences(before: &[PartitionedFile], now: &[PartitionedFile]) -> Vec<String> {
-    let key = |f: &PartitionedFile| {
-        let m = &f.object_meta;
-        (m.size, m.last_modified, m.e_tag.clone())
-    };
-    let old: HashMap<&Path, _> = before
-        .iter()
-        .map(|f| (&f.object_meta.location, key(f)))
-        .collect();
-    let new: HashMap<&Path, _> = now
-        .iter()
-        .map(|f| (&f.object_meta.location, key(f)))
-        .collect();
+pub fn differences(before: &[FileId], now: &[FileId]) -> Vec<String> {
+    let old: HashMap<&str, &FileId> = before.iter().map(|f| (f.path.as_str(), f)).collect();
+    let new: HashMap<&str, &FileId> = now.iter().map(|f| (f.path.as_str(), f)).collect();
     let mut out: Vec<String> = Vec::new();
     for (p, k) in &old {
         match new.get(p) {

@@ -15,9 +15,10 @@ pub enum Route {
     /// The runner's: [`ZoneTable`], pruned listings pinned for the run.
     Zone,
     /// DataFusion's own listing table, refusing lossy conversions of a file's columns
-    /// (`casts::StrictCasts`): the runner's plain twin on the local engine.
+    /// (`casts::StrictCasts`), text read exactly: the runner's plain twin and the independent
+    /// checks on the local engine (see `LandingZone::plain_table`).
     Plain,
-    /// DataFusion's own listing table as it is (a remote engine, the checks).
+    /// DataFusion's own listing table as it is (a remote engine).
     Listing,
 }
 
@@ -46,22 +47,15 @@ pub async fn register(
         ?route,
         "a landing zone (Hive-style partitions)"
     );
-    let exact = match route {
-        Route::Zone | Route::Plain => zone.exact_table(route == Route::Plain)?,
-        Route::Listing => None,
+    let table: Arc<dyn datafusion::catalog::TableProvider> = match route {
+        Route::Zone => match zone.exact_table(false)? {
+            Some(table) => table,
+            None => Arc::new(ZoneTable::new(zone.clone())),
+        },
+        Route::Plain => zone.plain_table(None)?,
+        Route::Listing => Arc::new(zone.listing_table()?),
     };
-    match (route, exact) {
-        (Route::Zone | Route::Plain, Some(table)) => ctx.register_table(s.alias.as_str(), table)?,
-        (Route::Zone, None) => {
-            ctx.register_table(s.alias.as_str(), Arc::new(ZoneTable::new(zone.clone())))?
-        }
-        (Route::Plain, None) => {
-            ctx.register_table(s.alias.as_str(), Arc::new(zone.listing_table(true)?))?
-        }
-        (Route::Listing, _) => {
-            ctx.register_table(s.alias.as_str(), Arc::new(zone.listing_table(false)?))?
-        }
-    };
+    ctx.register_table(s.alias.as_str(), table)?;
     Ok(Some(zone))
 }
 

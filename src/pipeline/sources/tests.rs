@@ -54,11 +54,7 @@ async fn the_checks_list_a_landing_zone_themselves_not_through_the_runners_pins(
     // A file lands in the second day; then the checks register the zone.
     write_parquet(&day.join("b.parquet"), &[6]);
     assert_eq!(zone.files(&[], Listing::Pinned).await.unwrap().len(), 2);
-    let checks = crate::pipeline::checks::session::build(
-        false,
-        crate::pipeline::checks::session::Listings::Narrow,
-    )
-    .unwrap();
+    let checks = crate::session::build(crate::session::Profile::Checks).unwrap();
     register_pinned(
         &checks,
         std::slice::from_ref(&source),
@@ -88,4 +84,59 @@ async fn the_checks_list_a_landing_zone_themselves_not_through_the_runners_pins(
         .unwrap();
     let col = rows[0].column(0).as_any();
     assert_eq!(col.downcast_ref::<Int64Array>().unwrap().value(0), 3);
+}
+
+/// Regression (the checks' own reader converted a file's columns with arrow's default cast,
+/// an overflow becoming NULL, where the runner refuses a lossy conversion): the checks read a
+/// landing zone through the plain route, which refuses it the same way, naming the column.
+#[tokio::test]
+async fn the_checks_route_refuses_a_lossy_conversion_as_the_runner_does() {
+    let dir = tempfile::tempdir().unwrap();
+    write_parquet(&dir.path().join("zone/dt=2026-01-01/a.parquet"), &[1, 2]);
+    // The second day's file holds `id` as DOUBLE: into the zone's BIGINT it would lose values.
+    let later = dir.path().join("zone/dt=2026-01-02/a.parquet");
+    std::fs::create_dir_all(later.parent().unwrap()).unwrap();
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        "id",
+        DataType::Float64,
+        false,
+    )]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![Arc::new(arrow::array::Float64Array::from(vec![1.5, 1e300]))],
+    )
+    .unwrap();
+    let file = std::fs::File::create(&later).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(file, schema, None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let source = Source {
+        alias: "events".into(),
+        uri: format!("{}/", dir.path().join("zone").display()),
+        upstream: None,
+        require: Require::Complete,
+        format: Format::Parquet,
+        csv_header: true,
+        csv_delimiter: b',',
+        partitioning: Partitioning::Auto,
+        schema_from: crate::task::SchemaFrom::First,
+    };
+    let checks = crate::session::build(crate::session::Profile::Checks).unwrap();
+    let zones = register_pinned(
+        &checks,
+        std::slice::from_ref(&source),
+        &[],
+        &Engine::Local,
+        &[],
+    )
+    .await
+    .unwrap();
+    assert_eq!(zones.len(), 1);
+    let first = "SELECT sum(id) FROM events WHERE dt = DATE '2026-01-01'";
+    let df = checks.sql(first).await.unwrap();
+    assert_eq!(df.collect().await.unwrap()[0].num_rows(), 1);
+    let all = checks.sql("SELECT sum(id) FROM events").await.unwrap();
+    let err = all.collect().await.unwrap_err().to_string();
+    assert!(err.contains("id"), "{err}");
+    assert!(err.contains("Float64") || err.contains("DOUBLE"), "{err}");
 }
