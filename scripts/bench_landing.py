@@ -9,6 +9,22 @@ the partition column and on `ts`:
     WHERE dt >= $window_start AND dt < $window_end AND ts >= $window_start_ts AND ts < $window_end_ts
 
 Scenarios, tools alternating rep by rep (A B C A B C ...), medians reported:
+  first   the nightly first run of a day window D (the middle day): D never run in the table,
+          nothing reusable from an earlier run. Untimed setup: for each task form below a table
+          of every day but D (`idemlake backfill --parallel N` of the days before D and of those
+          after it), and a polars table of the same days (scan_parquet(hive_partitioning=True),
+          one write_deltalake). Each rep (untimed) copies each table to a fresh directory
+          (`.parquet` data files hard-linked, `_delta_log/`, `_idemlake/` and every other file
+          copied; os.sync()); timed: `idemlake run events --window D` (the whole process) against
+          polars doing what a user writes for one day: scan_parquet(hive_partitioning=True)
+          filtered on `dt` and on `ts` inside the day, then write_deltalake(predicate "day = 'D'")
+          on its own fresh copy. Three task forms, a row each: the guide's task (dt first); the
+          same conjuncts ts first; the guide's time-zone form (`dt` widened by a day on each side,
+          `timezone = "Asia/Kolkata"`, a half-hour offset, `day` the Kolkata date), whose peer
+          reads the same three directories and keeps the Kolkata day. idemlake and polars only
+          (no DuckDB); local disk only (skipped with LANDING_S3=1, whose report gives a first
+          run's requests). After the reps both copies' day D, and idemlake's whole table, are
+          compared with polars over the source.
   load    the initial load: idemlake `backfill --parallel N` of every day vs polars
           (scan_parquet(hive_partitioning=True) + one write_deltalake of everything) and DuckDB
           (read_parquet(..., hive_partitioning = true) + one write_deltalake)
@@ -28,7 +44,7 @@ The issue's zone six times larger (105,120 files, same 24 files a day) is LANDIN
 
 Knobs: BENCH_BIN, LANDING_DAYS [730], LANDING_FILES [24], LANDING_ROWS [100], LANDING_REPS [5],
 LANDING_RANGE [30], LANDING_PARALLEL [4], LANDING_WORK [/tmp/idemlake-landing], LANDING_OUT
-[bench/LANDING.md, appended], LANDING_SCENARIOS [load,day,range], LANDING_S3 [0] (LANDING_DAYS
+[bench/LANDING.md, appended], LANDING_SCENARIOS [first,load,day,range], LANDING_S3 [0] (LANDING_DAYS
 defaults to 90 there), LANDING_S3_LATENCY_MS [0].
 Runs with the project's .venv-py (polars, deltalake, duckdb: scripts/py-env).
 """
@@ -58,7 +74,7 @@ RANGE = int(os.environ.get("LANDING_RANGE", "30"))
 PARALLEL = os.environ.get("LANDING_PARALLEL", "4")
 WORK = os.environ.get("LANDING_WORK", "/tmp/idemlake-landing")
 OUT = os.environ.get("LANDING_OUT", os.path.join(REPO, "bench/LANDING.md"))
-SCENARIOS = os.environ.get("LANDING_SCENARIOS", "load,day,range").split(",")
+SCENARIOS = os.environ.get("LANDING_SCENARIOS", "first,load,day,range").split(",")
 FIRST = dt.date(2024, 1, 1)
 
 TASK = '''
@@ -72,6 +88,40 @@ partition_by = "day"
 [window]
 grain = "day"
 timezone = "UTC"
+[sources.events]
+uri = "{uri}"
+format = "parquet"
+[write]
+mode = "overwrite"
+'''
+
+# The `first` scenario's task forms: (row label, day expression, WHERE clause, window zone).
+KOLKATA = "Asia/Kolkata"
+FIRST_FORMS = (
+    ("dt first (the guide's task)", "CAST(ts AS DATE)",
+     "dt >= $window_start AND dt < $window_end\n  AND ts >= $window_start_ts AND ts < $window_end_ts",
+     "UTC"),
+    ("ts first (the same conjuncts)", "CAST(ts AS DATE)",
+     "ts >= $window_start_ts AND ts < $window_end_ts\n  AND dt >= $window_start AND dt < $window_end",
+     "UTC"),
+    (f"dt widened by a day each side, timezone {KOLKATA} (peer: the same three directories, "
+     "the Kolkata day)", f"CAST(ts AT TIME ZONE '{KOLKATA}' AS DATE)",
+     "dt >= CAST($window_start AS DATE) - INTERVAL '1' DAY\n"
+     "  AND dt <  CAST($window_end AS DATE) + INTERVAL '1' DAY\n"
+     "  AND ts >= $window_start_ts AND ts < $window_end_ts",
+     KOLKATA),
+)
+
+FIRST_TASK = '''
+sql = """
+SELECT {day} AS day, ts, id, v FROM events
+WHERE {where}
+"""
+[target]
+partition_by = "day"
+[window]
+grain = "day"
+timezone = "{tz}"
 [sources.events]
 uri = "{uri}"
 format = "parquet"
@@ -252,6 +302,55 @@ else:
                     predicate=f"day >= '{lo}' AND day <= '{hi}'", storage_options=opts)
 '''
 
+# The first run's polars peer. "base": the table of every day in FIRST..LAST but `d`, one
+# write_deltalake. "first": what a user writes for day `d`: the zone filtered on `dt` (the day's
+# directory; with a zone other than UTC the day's directory and its two neighbours, as the task's
+# widened filter) and on `ts` inside the local day, written over the day of the table.
+PEER_FIRST = r'''
+import sys, datetime as dt, polars as pl
+from zoneinfo import ZoneInfo
+from deltalake import write_deltalake
+src, table, d, tz, first, last, mode = sys.argv[1:]
+d, first, last = (dt.date.fromisoformat(x) for x in (d, first, last))
+q = pl.scan_parquet(f"{src}/**/*.parquet", hive_partitioning=True)
+local = pl.col("ts") if tz == "UTC" else pl.col("ts").dt.convert_time_zone(tz)
+if mode == "base":
+    df = (q.with_columns(local.dt.date().alias("day"))
+          .filter((pl.col("day") != d) & (pl.col("day") >= first) & (pl.col("day") <= last))
+          .select("day", "ts", "id", "v").collect())
+    write_deltalake(table, df, mode="overwrite", partition_by=["day"])
+else:
+    one = dt.timedelta(days=1)
+    lo = dt.datetime.combine(d, dt.time(), tzinfo=ZoneInfo(tz)).astimezone(dt.timezone.utc)
+    hi = dt.datetime.combine(d + one, dt.time(), tzinfo=ZoneInfo(tz)).astimezone(dt.timezone.utc)
+    q = q.filter(pl.col("dt") == d) if tz == "UTC" else q.filter(pl.col("dt").is_between(d - one, d + one))
+    df = (q.filter((pl.col("ts") >= lo) & (pl.col("ts") < hi))
+          .with_columns(local.dt.date().alias("day")).select("day", "ts", "id", "v").collect())
+    write_deltalake(table, df, mode="overwrite", partition_by=["day"], predicate=f"day = '{d}'")
+'''
+
+
+def peer_first(src: str, table: str, d: dt.date, tz: str, mode: str):
+    return [sys.executable, "-c", PEER_FIRST, src, table, str(d), tz, str(day(0)), str(day(DAYS - 1)), mode]
+
+
+def fresh_copy(src: str, dst: str):
+    """`src` (a lake or a table directory) copied to a fresh `dst`: the `.parquet` data files
+    hard-linked (never rewritten in place), everything else copied, `_delta_log/` and
+    `_idemlake/` included; then os.sync()."""
+    shutil.rmtree(dst, ignore_errors=True)
+    for root, _, files in os.walk(src):
+        rel = os.path.relpath(root, src)
+        meta = any(part.startswith("_") for part in rel.split(os.sep))
+        os.makedirs(os.path.join(dst, rel), exist_ok=True)
+        for f in files:
+            a, b = os.path.join(root, f), os.path.join(dst, rel, f)
+            if f.endswith(".parquet") and not meta:
+                os.link(a, b)
+            else:
+                shutil.copy2(a, b)
+    os.sync()
+
 
 def peer(store, tool: str, lo: dt.date, hi: dt.date, mode: str):
     return [sys.executable, "-c", PEER, tool, store.src, store.table(tool), str(lo), str(hi), mode,
@@ -262,17 +361,21 @@ def idem(project: str, lake: str, *args):
     return [BIN, "--project", project, "--lake", lake, *args]
 
 
-def check(store, tool: str, lo: dt.date, hi: dt.date):
+def check(store, tool: str, lo: dt.date, hi: dt.date, table: str = None, tz: str = "UTC"):
+    """`tool`'s table (or the table at `table`) against polars over the source, day by day
+    (`day` the date of `ts` in `tz`) from `lo` to `hi`."""
     opts = store.options()
+    table = table or store.table(tool)
+    local = pl.col("ts") if tz == "UTC" else pl.col("ts").dt.convert_time_zone(tz)
     s = (pl.scan_parquet(f"{store.src}/**/*.parquet", hive_partitioning=True, storage_options=opts)
-         .with_columns(pl.col("ts").dt.date().alias("d"))
+         .with_columns(local.dt.date().alias("d"))
          .filter((pl.col("d") >= lo) & (pl.col("d") <= hi))
          .group_by("d").agg(pl.len(), pl.col("v").sum()).sort("d").collect())
-    t = (pl.read_delta(store.table(tool), storage_options=opts)
+    t = (pl.read_delta(table, storage_options=opts)
          .filter((pl.col("day") >= lo) & (pl.col("day") <= hi))
          .group_by("day").agg(pl.len(), pl.col("v").sum()).sort("day"))
     if s.rows() != t.rows():
-        raise SystemExit(f"{store.table(tool)}: differs from polars over the source for {lo}..{hi}")
+        raise SystemExit(f"{table}: differs from polars over the source for {lo}..{hi}")
 
 
 def requests_of_day(store, project: str, d: dt.date) -> str:
@@ -318,6 +421,54 @@ def scenario(store, name, reps, cmd_of, warm=False):
     return (name, times)
 
 
+def first_runs(store, d: dt.date):
+    """The `first` scenario: one result row a task form (see the module's docstring)."""
+    rows = []
+    first, last = day(0), day(DAYS - 1)
+    one = dt.timedelta(days=1)
+    peer_base = {}
+    for n, (label, day_expr, where, tz) in enumerate(FIRST_FORMS):
+        project = os.path.join(WORK, f"first-project-{n}")
+        shutil.rmtree(project, ignore_errors=True)
+        os.makedirs(os.path.join(project, "tables"))
+        with open(os.path.join(project, "tables/events.toml"), "w") as f:
+            f.write(FIRST_TASK.format(day=day_expr, where=where, tz=tz, uri=store.src))
+        # Untimed setup: idemlake's table of every day but d, and polars' (one a time zone).
+        base, copy = os.path.join(WORK, f"first-base-idemlake-{n}"), os.path.join(WORK, "first-run-idemlake")
+        shutil.rmtree(base, ignore_errors=True)
+        t0 = time.time()
+        for lo, hi in ((first, d - one), (d + one, last)):
+            if lo <= hi:
+                timed(idem(project, base, "backfill", "events", "--from", str(lo), "--to", str(hi),
+                           "--parallel", PARALLEL))
+        if tz not in peer_base:
+            peer_base[tz] = os.path.join(WORK, f"first-base-polars-{tz.replace('/', '-')}")
+            shutil.rmtree(peer_base[tz], ignore_errors=True)
+            timed(peer_first(store.src, os.path.join(peer_base[tz], "events"), d, tz, "base"))
+        for t in (os.path.join(base, "events"), os.path.join(peer_base[tz], "events")):
+            if pl.read_delta(t).filter(pl.col("day") == d).height != 0:
+                raise SystemExit(f"{t}: holds day {d}, which a first run must not find")
+        print(f"first run, {label}: tables of every day but {d} in {time.time() - t0:.0f} s",
+              file=sys.stderr, flush=True)
+        pcopy = os.path.join(WORK, "first-run-polars")
+        times = {"idemlake": [], "polars": []}
+        for _ in range(REPS):
+            fresh_copy(base, copy)
+            fresh_copy(peer_base[tz], pcopy)
+            times["idemlake"].append(timed(idem(project, copy, "run", "events", "--window", str(d))))
+            times["polars"].append(timed(peer_first(store.src, os.path.join(pcopy, "events"), d, tz, "first")))
+            print(f"first run, {label}: idemlake {times['idemlake'][-1]:.2f} s, "
+                  f"polars {times['polars'][-1]:.2f} s", file=sys.stderr, flush=True)
+        check(store, "idemlake", d, d, table=os.path.join(copy, "events"), tz=tz)
+        check(store, "polars", d, d, table=os.path.join(pcopy, "events"), tz=tz)
+        check(store, "idemlake", first, last, table=os.path.join(copy, "events"), tz=tz)
+        shutil.rmtree(base, ignore_errors=True)
+        rows.append((f"first run (nightly), day window {d} never run, {label}", times))
+    for p in (os.path.join(WORK, "first-run-idemlake"), os.path.join(WORK, "first-run-polars"), *peer_base.values()):
+        shutil.rmtree(p, ignore_errors=True)
+    return rows
+
+
 def main() -> int:
     os.makedirs(WORK, exist_ok=True)
     local_src = generate()
@@ -346,12 +497,29 @@ def run(store) -> int:
                         str(last), "--parallel", PARALLEL)
         return peer(store, t, first, last, "load")
 
-    if "load" in SCENARIOS or not all(store.exists(t) for t in tools):
+    mid = day(DAYS // 2)
+    if "first" in SCENARIOS:
+        if ON_S3:
+            print("first: local disk only (the S3 report gives a first run's requests); skipped",
+                  file=sys.stderr)
+        else:
+            results += first_runs(store, mid)
+            extra.append(
+                f"First run (nightly): day window {mid} never run in the table (every other day "
+                f"loaded by `backfill --parallel {PARALLEL}`, nothing reusable from an earlier run); "
+                "each rep on fresh copies of both tables (data files hard-linked, `_delta_log/` and "
+                "`_idemlake/` copied, os.sync()), idemlake and polars alternating. Timed: "
+                f"`idemlake run events --window {mid}` (the whole process) against polars "
+                "`scan_parquet(zone/**/*.parquet, hive_partitioning=True)` filtered on `dt` and on "
+                "`ts` inside the day, then `write_deltalake(mode=\"overwrite\", "
+                f"predicate=\"day = '{mid}'\")`, each tool a process of its own. Day {mid} of both copies and idemlake's "
+                "whole table matched polars over the source.")
+    if ("load" in SCENARIOS or ("day" in SCENARIOS or "range" in SCENARIOS)
+            and not all(store.exists(t) for t in tools)):
         reps = max(1, min(REPS, 3)) if "load" in SCENARIOS else 1
         results.append(scenario(store, "initial load", reps, load))
         for t in tools:
             check(store, t, first, last)
-    mid = day(DAYS // 2)
     if "day" in SCENARIOS:
         results.append(scenario(store, f"day window ({mid}), re-run (retry)", REPS, lambda t: (
             idem(project, store.lake(t), "run", "events", "--window", str(mid)) if t == "idemlake"
@@ -379,7 +547,7 @@ def report(results, extra):
     where = "local disk"
     if ON_S3:
         where = "the local S3 server" + (f", +{LATENCY_MS} ms a request" if LATENCY_MS else "")
-    peers = [t for t in ("polars", "duckdb") if t in results[0][1]] if results else []
+    peers = [t for t in ("polars", "duckdb") if any(t in times for _, times in results)]
     names = {"polars": "polars", "duckdb": "DuckDB"}
     lines = [f"\n## Landing zone {DAYS} days x {FILES} files x {ROWS} rows ({DAYS * FILES} files), "
              f"{where}, {stamp}, {rev}\n",
@@ -389,8 +557,9 @@ def report(results, extra):
     for name, times in results:
         med = {t: statistics.median(v) for t, v in times.items()}
         lines.append(f"| {name} (median of {len(times['idemlake'])}) | {med['idemlake']:.2f} s | "
-                     + " | ".join(f"{med[p]:.2f} s" for p in peers) + " | "
-                     + " | ".join(f"{med['idemlake'] / med[p]:.2f}x" for p in peers) + " |")
+                     + " | ".join(f"{med[p]:.2f} s" if p in med else "–" for p in peers) + " | "
+                     + " | ".join(f"{med['idemlake'] / med[p]:.2f}x" if p in med else "–" for p in peers)
+                     + " |")
     lines.append("\nEvery table matched polars over the source, day by day.")
     lines += [f"\n{e}" for e in extra]
     text = "\n".join(lines) + "\n"

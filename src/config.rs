@@ -237,7 +237,7 @@ pub const PAUSE_POINTS: [&str; 4] = [
 
 /// The faults and mutations `IDEMLAKE_TEST_FAULT` may name (see `fault`), beside
 /// `batch:N` and `pause-<point>:MS`.
-pub const TEST_FAULTS: [&str; 14] = [
+pub const TEST_FAULTS: [&str; 15] = [
     "before-commit",
     "abort-before-commit",
     "after-commit",
@@ -246,6 +246,7 @@ pub const TEST_FAULTS: [&str; 14] = [
     "merge-error-after-commit",
     "slice-drop-row",
     "slice-move-row",
+    "zone-drop-file",
     "derived-keep-literal",
     "skip-remove",
     "partition-shift",
