@@ -16,12 +16,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::{
-    ArrayRef, Date32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+    Array, ArrayRef, Date32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
     TimestampNanosecondArray,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::common::ScalarValue;
-use datafusion::prelude::{CsvReadOptions, JsonReadOptions, SessionContext};
+use datafusion::prelude::{CsvReadOptions, JsonReadOptions, ParquetReadOptions, SessionContext};
 use jiff::civil::Date;
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
@@ -86,6 +86,12 @@ enum TimeCol {
 enum Format {
     Parquet,
     ParquetFiles,
+    /// A landing zone: `events/dt=YYYY-MM-DD/` by the UTC date of `ts` (NULL times in the
+    /// first date's), `_SUCCESS` and checksum files beside the data, and a `dt` filter the
+    /// task writes before or after its window filter (`dt_first`).
+    Zone {
+        dt_first: bool,
+    },
     Csv,
     Json,
     Delta,
@@ -198,6 +204,14 @@ fn generate(seed: u64) -> Case {
         Format::Json,
         Format::Delta,
     ]);
+    // Half of the directory cases are landing zones; decided from the seed, not drawn, so
+    // every other case stays what it was.
+    let format = match format {
+        Format::ParquetFiles if (seed >> 3) & 1 == 1 => Format::Zone {
+            dt_first: (seed >> 4) & 1 == 1,
+        },
+        other => other,
+    };
 
     // Events spread over the range and one window either side, unsorted, some times NULL.
     let lo = windows[0].0.as_second() - (windows[0].1.as_second() - windows[0].0.as_second());
@@ -288,7 +302,11 @@ fn generate(seed: u64) -> Case {
     )
     .unwrap();
 
-    let (sql, reconcile) = sql(&mut r, grain, tz_name, time, &windows);
+    let zone = match format {
+        Format::Zone { dt_first } => Some(dt_first),
+        _ => None,
+    };
+    let (sql, reconcile) = sql(&mut r, (grain, tz_name, time, zone), &windows);
     Case {
         seed,
         grain,
@@ -307,9 +325,7 @@ fn generate(seed: u64) -> Case {
 /// shapes.
 fn sql(
     r: &mut Rng,
-    grain: Grain,
-    tz: &str,
-    time: TimeCol,
+    (grain, tz, time, zone): (Grain, &str, TimeCol, Option<bool>),
     windows: &[(Timestamp, Timestamp)],
 ) -> (String, Option<(String, String)>) {
     let t = |p: &str| match time {
@@ -347,7 +363,19 @@ fn sql(
         3 => format!(" AND {p}amount IN (1, 2, 3, 5, 8, 13, 21, 34, 55, 89)"),
         _ => String::new(),
     };
-    let filter = format!("({window_filter}){extra}");
+    // A landing zone's directories, widened by a day either side of the window's UTC dates.
+    let filter = match zone {
+        None => format!("({window_filter}){extra}"),
+        Some(dt_first) => {
+            let dt = format!(
+                "{p}dt >= CAST($window_start_ts AS DATE) - INTERVAL '1' DAY AND {p}dt < CAST($window_end_ts AS DATE) + INTERVAL '1' DAY"
+            );
+            match dt_first {
+                true => format!("{dt} AND ({window_filter}){extra}"),
+                false => format!("({window_filter}){extra} AND {dt}"),
+            }
+        }
+    };
     // The window column: stamped from the window, or derived from the data when that
     // provably lies in the window.
     let derived = match (time, grain) {
@@ -466,6 +494,10 @@ async fn write_sources(case: &Case, dir: &Path) -> String {
             }
             "events/".to_string()
         }
+        Format::Zone { .. } => {
+            write_zone(&case.events, &dir.join("events"));
+            "events/".to_string()
+        }
         Format::Csv => {
             let mut w = datafusion::arrow::csv::Writer::new(
                 std::fs::File::create(dir.join("events.csv")).unwrap(),
@@ -510,7 +542,7 @@ async fn write_sources(case: &Case, dir: &Path) -> String {
         }
     };
     let format = match case.format {
-        Format::Parquet | Format::ParquetFiles => "parquet",
+        Format::Parquet | Format::ParquetFiles | Format::Zone { .. } => "parquet",
         Format::Csv => "csv",
         Format::Json => "json",
         Format::Delta => "delta",
@@ -521,6 +553,47 @@ async fn write_sources(case: &Case, dir: &Path) -> String {
     write_parquet(&dir.join("dims.parquet"), std::slice::from_ref(&case.dims));
     sections.push_str("[sources.dims]\nuri = \"dims.parquet\"\n");
     sections
+}
+
+/// `events` as a landing zone at `root` (see [`Format::Zone`]).
+fn write_zone(events: &RecordBatch, root: &Path) {
+    let i = events.schema().index_of("ts").unwrap();
+    let secs: Vec<Option<i64>> = {
+        let as_micros = datafusion::arrow::compute::cast(
+            events.column(i),
+            &DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+        )
+        .unwrap();
+        let a = as_micros
+            .as_any()
+            .downcast_ref::<TimestampMicrosecondArray>()
+            .unwrap();
+        (0..a.len())
+            .map(|k| a.is_valid(k).then(|| a.value(k).div_euclid(1_000_000)))
+            .collect()
+    };
+    let date = |s: i64| {
+        Timestamp::from_second(s)
+            .unwrap()
+            .to_zoned(TimeZone::UTC)
+            .date()
+    };
+    let first = secs.iter().flatten().map(|s| date(*s)).min().unwrap();
+    let mut days: std::collections::BTreeMap<jiff::civil::Date, Vec<u32>> = Default::default();
+    for (k, s) in secs.iter().enumerate() {
+        days.entry(s.map_or(first, date))
+            .or_default()
+            .push(k as u32);
+    }
+    for (d, rows) in days {
+        let dir = root.join(format!("dt={d}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let idx = datafusion::arrow::array::UInt32Array::from(rows);
+        let part = datafusion::arrow::compute::take_record_batch(events, &idx).unwrap();
+        write_parquet(&dir.join("part-0.parquet"), &[part]);
+        std::fs::write(dir.join("_SUCCESS"), b"").unwrap();
+        std::fs::write(dir.join(".part-0.parquet.crc"), b"crc").unwrap();
+    }
 }
 
 /// Text formats hold times and dates as text.
@@ -598,6 +671,13 @@ async fn oracle(case: &Case, dir: &Path) -> std::result::Result<Vec<RecordBatch>
             .register_parquet("events", p("events/"), Default::default())
             .await
             .map_err(e)?,
+        Format::Zone { .. } => {
+            let options = ParquetReadOptions::default()
+                .table_partition_cols(vec![("dt".to_string(), DataType::Date32)]);
+            ctx.register_parquet("events", p("events/"), options)
+                .await
+                .map_err(e)?
+        }
         Format::Csv => ctx
             .register_csv("events", p("events.csv"), CsvReadOptions::new())
             .await
@@ -1036,5 +1116,6 @@ fn the_generator_is_deterministic_and_covers_its_grammar() {
     }
     assert_eq!(grains.len(), 4);
     assert_eq!(zones.len(), 4);
-    assert_eq!(formats.len(), 5);
+    // Five formats, the landing zone with its `dt` filter first and last.
+    assert_eq!(formats.len(), 7, "{formats:?}");
 }
