@@ -4,7 +4,8 @@
 
 CARGO       ?= cargo
 # debug (cargo's dev profile), release, profiling (release + line tables, for perf) or dist
-# (release + fat LTO, one codegen unit: what ships); see Cargo.toml and bench/BUILD.md.
+# (release + fat LTO, one codegen unit; `WHEEL_PROFILE=dist make wheel`); see Cargo.toml and
+# bench/BUILD.md.
 PROFILE     ?= debug
 CARGO_FLAGS := $(if $(filter debug,$(PROFILE)),,--profile $(PROFILE))
 TARGET_DIR  := $(or $(CARGO_TARGET_DIR),target)
