@@ -18,20 +18,25 @@ pub struct Pin {
     /// The filters of each scan of the zone in the window's plan.
     scans: Vec<Vec<Expr>>,
     files: Vec<PartitionedFile>,
+    /// Whether any directory the window's filters reach exists (see `Runner::landed`).
+    landed: bool,
     /// The files' identities when the window pinned them (see `storage::identity`).
     ids: Vec<crate::storage::identity::FileId>,
 }
 
 /// The union of the files each scan's filters select (a scan without partition filters
-/// reaches every file).
+/// reaches every file), and whether any directory they reach exists.
 async fn reach(
     zone: &LandingZone,
     scans: &[Vec<Expr>],
     how: Listing,
-) -> Result<Vec<PartitionedFile>> {
+) -> Result<(Vec<PartitionedFile>, bool)> {
     let mut out: Vec<PartitionedFile> = Vec::new();
+    let mut landed = scans.is_empty();
     for filters in scans {
-        for f in zone.files(filters, how).await? {
+        let (files, dirs) = zone.reached(filters, how).await?;
+        landed |= dirs > 0;
+        for f in files {
             if !out
                 .iter()
                 .any(|o| o.object_meta.location == f.object_meta.location)
@@ -41,7 +46,7 @@ async fn reach(
         }
     }
     out.sort_by(|a, b| a.object_meta.location.cmp(&b.object_meta.location));
-    Ok(out)
+    Ok((out, landed))
 }
 
 impl Runner {
@@ -72,7 +77,7 @@ impl Runner {
         let mut pins = Vec::new();
         for zone in &self.zones {
             let scans = landing::scan_filters(&plan, &zone.alias);
-            let files = reach(zone, &scans, how).await?;
+            let (files, landed) = reach(zone, &scans, how).await?;
             tracing::debug!(
                 window = %window.label(),
                 source = %zone.alias,
@@ -84,10 +89,32 @@ impl Runner {
                 zone: zone.clone(),
                 scans,
                 files,
+                landed,
                 ids,
             });
         }
         Ok(pins)
+    }
+
+    /// Not landed is not empty: a window none of whose directories in a landing zone exist
+    /// yet (run before its files landed, or after a retention policy removed them) fails,
+    /// retryable, unless the source says such a window is empty (`on_missing = "empty"`). A
+    /// directory that exists, even empty, is a window with no rows (`[write].on_empty`).
+    pub(super) fn landed(&self, window: &Window, pins: &[Pin]) -> Result<()> {
+        for p in pins.iter().filter(|p| !p.landed) {
+            let source = self.task().sources.iter().find(|s| s.alias == p.zone.alias);
+            if source.is_some_and(|s| s.on_missing == crate::task::OnMissing::Empty) {
+                continue;
+            }
+            return Err(Error::runtime(format!(
+                "source `{}`: nothing has landed for window {} yet — no directory its filters reach exists under {}; nothing was published. Re-run once the files land, or set `on_missing = \"empty\"` in [sources.{}] if such a window is empty",
+                p.zone.alias,
+                window.label(),
+                p.zone.root(),
+                p.zone.alias
+            )));
+        }
+        Ok(())
     }
 
     /// The window's own record of its sources: landing zones by the files it read.
@@ -113,7 +140,7 @@ impl Runner {
     /// the ones pinned (files elsewhere in the zone do not matter).
     pub(super) async fn check_pins(&self, pins: &[Pin]) -> Result<()> {
         for p in pins {
-            let now = reach(&p.zone, &p.scans, Listing::Fresh).await?;
+            let (now, _) = reach(&p.zone, &p.scans, Listing::Fresh).await?;
             let now = landing::identities(p.zone.root(), &now);
             let changed = landing::differences(&p.ids, &now);
             if changed.is_empty() {

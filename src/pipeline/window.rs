@@ -93,6 +93,7 @@ impl Runner {
     ) -> Result<Option<Ready>> {
         crate::fault::pause("before-pins").await;
         let pins = self.pin_window(window).await?;
+        self.landed(window, &pins)?;
         let plan = self.plan_stage(window, report).await?;
         let staged = self.stage_window(&plan, window).await?;
         let schema = plan.planned.schema.clone();

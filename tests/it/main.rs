@@ -13,6 +13,7 @@ mod dst;
 mod findings;
 mod incident;
 mod landing;
+mod late_data;
 mod layers;
 mod lineage;
 mod lookback;

@@ -289,6 +289,16 @@ impl LandingZone {
     /// by level, only those whose values the filters on known partition columns accept (filters
     /// naming other columns are ignored here).
     pub async fn files(&self, filters: &[Expr], how: Listing) -> Result<Vec<PartitionedFile>> {
+        Ok(self.reached(filters, how).await?.0)
+    }
+
+    /// [`LandingZone::files`], and how many of the deepest directories `filters` reach exist
+    /// (0: nothing the filters reach has landed; a zone without levels is its root, 1).
+    pub async fn reached(
+        &self,
+        filters: &[Expr],
+        how: Listing,
+    ) -> Result<(Vec<PartitionedFile>, usize)> {
         let names: Vec<&str> = self.columns.iter().map(|(n, _)| n.as_str()).collect();
         let filters: Vec<&Expr> = filters
             .iter()
@@ -337,6 +347,7 @@ impl LandingZone {
             .try_collect()
             .await?;
         let mut out = Vec::new();
+        let reached = leaves.len();
         for (values, dir) in leaves {
             // Below the last level (hidden `_`/`.` directories are not listed).
             let nested = dir.dirs.iter().find(|_| !self.columns.is_empty());
@@ -354,7 +365,7 @@ impl LandingZone {
             }
         }
         out.sort_by(|a, b| a.object_meta.location.cmp(&b.object_meta.location));
-        Ok(out)
+        Ok((out, reached))
     }
 
     /// The directory at `path`, listed with a delimiter (pinned or afresh, see [`Listing`]).

@@ -43,6 +43,7 @@ async fn the_checks_list_a_landing_zone_themselves_not_through_the_runners_pins(
         csv_delimiter: b',',
         partitioning: Partitioning::Auto,
         schema_from: crate::task::SchemaFrom::First,
+        on_missing: crate::task::OnMissing::Retry,
     };
     // The runner's route: the zone's pinned listings, made now.
     let runner = SessionContext::new();
@@ -120,6 +121,7 @@ async fn the_checks_route_refuses_a_lossy_conversion_as_the_runner_does() {
         csv_delimiter: b',',
         partitioning: Partitioning::Auto,
         schema_from: crate::task::SchemaFrom::First,
+        on_missing: crate::task::OnMissing::Retry,
     };
     let checks = crate::session::build(crate::session::Profile::Checks).unwrap();
     let zones = register_pinned(

@@ -8,7 +8,8 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::{
-    Checking, DefaultCheck, Fail, Format, OnMismatch, Reconcile, Require, SchemaFrom, Source,
+    Checking, DefaultCheck, Fail, Format, OnMismatch, OnMissing, Reconcile, Require, SchemaFrom,
+    Source,
     is_identifier, resolve_location,
 };
 use crate::error::Result;
@@ -33,6 +34,8 @@ pub(super) struct RawSource {
     partition_columns: Option<Vec<String>>,
     /// `first` (default) or `last`: the file, in path order, a landing zone's columns come from.
     schema_from: Option<String>,
+    /// `retry` (default) or `empty`: a landing-zone window none of whose directories exist.
+    on_missing: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -105,6 +108,7 @@ pub(super) fn parse_source(
     let csv_delimiter = csv_delimiter(s.delimiter.as_deref(), &field, fail)?;
     let partitioning = parse_partitioning(&s, format, &field, fail)?;
     let schema_from = parse_schema_from(&s, format, &field, fail)?;
+    let on_missing = parse_on_missing(&s, format, &field, fail)?;
     Ok(Source {
         uri: resolve_location(project_dir, &uri),
         upstream: None,
@@ -115,7 +119,33 @@ pub(super) fn parse_source(
         csv_delimiter,
         partitioning,
         schema_from,
+        on_missing,
     })
+}
+
+/// The `on_missing` option, validated: `retry` (default) or `empty`, not for a Delta source.
+fn parse_on_missing(
+    s: &RawSource,
+    format: Format,
+    field: &str,
+    fail: &Fail<'_>,
+) -> Result<OnMissing> {
+    let field = format!("{field}.on_missing");
+    match s.on_missing.as_deref().map(str::trim) {
+        None => Ok(OnMissing::Retry),
+        Some(_) if format == Format::Delta => Err(fail(
+            &field,
+            "applies to directory sources (landing zones), not to a Delta table".into(),
+        )),
+        Some("retry") => Ok(OnMissing::Retry),
+        Some("empty") => Ok(OnMissing::Empty),
+        Some(other) => Err(fail(
+            &field,
+            format!(
+                "is `{other}`: use \"retry\" (a window whose directories have not landed fails, retryable) or \"empty\" (it is a window with no rows)"
+            ),
+        )),
+    }
 }
 
 /// The `schema_from` option, validated: `first` (default) or `last`, not for a Delta source.
@@ -204,10 +234,11 @@ fn task_source(
         || s.partitioning.is_some()
         || s.partition_columns.is_some()
         || s.schema_from.is_some()
+        || s.on_missing.is_some()
     {
         return Err(fail(
             field,
-            "a task source is that task's Delta table: no format, header, delimiter, partitioning or schema_from".into(),
+            "a task source is that task's Delta table: no format, header, delimiter, partitioning, schema_from or on_missing".into(),
         ));
     }
     Ok(Source {
@@ -220,6 +251,7 @@ fn task_source(
         csv_delimiter: b',',
         partitioning: Partitioning::None,
         schema_from: SchemaFrom::First,
+        on_missing: OnMissing::Retry,
     })
 }
 
