@@ -4,10 +4,7 @@
 //! - Delta's session defaults and planner (Delta sources are read through delta-rs);
 //! - unquoted identifiers normalised (standard SQL: `SELECT Amount` names column `amount`);
 //! - Parquet filter reordering (cheapest predicate first);
-//! - DataFusion's default runtime, with a listing cache of [`LIST_FILES_CACHE_BYTES`]: a
-//!   session lives for one run, so a listing is kept for that run and never longer (DataFusion's
-//!   1 MiB default holds ~5,000 files' metadata: a larger landing zone was listed again for
-//!   every scan).
+//! - DataFusion's default runtime.
 //!
 //! The checks' deliberate differences from the runner's session are all in [`Profile`]; the
 //! object stores each session reads through are registered by its caller (the runner's
@@ -22,14 +19,18 @@ use deltalake::delta_datafusion::planner::DeltaPlanner;
 
 use crate::error::Result;
 
-/// A listing cache's budget: ~300,000 objects' metadata, for one session (one run).
+/// The accelerated runner's listing cache: ~300,000 objects' metadata, kept for its session
+/// (one run; DataFusion's 1 MiB default holds ~5,000 files' metadata).
 pub const LIST_FILES_CACHE_BYTES: usize = 64 << 20;
 
 /// Which route a session is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Profile {
-    /// The runner's (accelerated or plain twin) and every other reader's: Parquet filter
-    /// pushdown (a window reads a thin slice of its sources, so the window predicate is
+    /// The runner's (accelerated or plain twin) and every other reader's. With the
+    /// accelerations on, a listing cache of [`LIST_FILES_CACHE_BYTES`] for the run (a source
+    /// directory is listed once, then checked for changes before each commit); on the plain
+    /// twin none: every scan lists what it reads when it reads it, as the window's pins do.
+    /// Parquet filter pushdown (a window reads a thin slice of its sources, so the window predicate is
     /// evaluated while decoding; measured at TPC-H SF 1: the day-window scan of lineitem
     /// 1.56 s → 0.68 s in a debug build), without arrow-rs's predicate cache (a window keeps one
     /// row in thousands, so caching whole decoded pages to hand over a few rows costs more than
@@ -43,7 +44,11 @@ pub enum Profile {
     ///   with pushdown). Row-group and page pruning by statistics stay on;
     /// - **no statistics collected at planning** (a footer read of every file before the scan
     ///   reads it again; statistics steer plan choices such as a join's build side, never an
-    ///   answer).
+    ///   answer);
+    /// - **no listing cache**: each check query lists what it reads when it reads it (a
+    ///   landing zone under a range filter is listed whole, DataFusion's listing: see
+    ///   `internals/independent-checks.md`), so a check never answers from a listing older
+    ///   than the window's own.
     Checks,
 }
 
@@ -63,8 +68,12 @@ pub fn build(profile: Profile) -> Result<SessionContext> {
     ] {
         config.options_mut().set(key, value)?;
     }
+    let cache = match profile {
+        Profile::Runner if crate::config::get().accelerate => LIST_FILES_CACHE_BYTES,
+        _ => 0,
+    };
     let runtime = RuntimeEnvBuilder::new()
-        .with_object_list_cache_limit(LIST_FILES_CACHE_BYTES)
+        .with_object_list_cache_limit(cache)
         .build_arc()?;
     // As `DeltaSessionContext` builds its sessions (Delta's defaults and planner), with this
     // runtime.
@@ -81,9 +90,8 @@ pub fn build(profile: Profile) -> Result<SessionContext> {
 mod tests {
     use super::*;
 
-    /// Both profiles: object_store's plain local store (the caller registers another), a
-    /// listing cache for the session, the same SQL dialect; only pushdown and statistics
-    /// differ.
+    /// Both profiles: object_store's plain local store (the caller registers another), the
+    /// same SQL dialect; only pushdown, statistics and the listing cache differ.
     #[tokio::test]
     async fn the_profiles_differ_only_where_documented() {
         let runner = build(Profile::Runner).unwrap();
@@ -92,11 +100,14 @@ mod tests {
             let local = datafusion::execution::object_store::ObjectStoreUrl::local_filesystem();
             let store = ctx.runtime_env().object_store(&local).unwrap();
             assert!(store.to_string().starts_with("LocalFileSystem"), "{store}");
-            let limit = ctx.runtime_env().cache_manager.get_list_files_cache_limit();
-            assert_eq!(limit, LIST_FILES_CACHE_BYTES);
             let df = ctx.sql("SELECT 1 AS Amount").await.unwrap();
             assert_eq!(df.schema().field(0).name(), "amount");
         }
+        let limit =
+            |ctx: &SessionContext| ctx.runtime_env().cache_manager.get_list_files_cache_limit();
+        assert_eq!(limit(&checks), 0);
+        let accelerated = crate::config::get().accelerate;
+        assert_eq!(limit(&runner) > 0, accelerated);
         let (r, c) = (runner.copied_config(), checks.copied_config());
         let (mut r, mut c) = (r.options().as_ref().clone(), c.options().as_ref().clone());
         assert!(r.execution.parquet.pushdown_filters && !c.execution.parquet.pushdown_filters);

@@ -74,17 +74,34 @@ impl Runner {
         } else {
             Listing::Fresh
         };
+        let bounded = window_bounded_columns(self.session(), self.task()).await?;
         let mut pins = Vec::new();
         for zone in &self.zones {
             let scans = landing::scan_filters(&plan, &zone.alias);
-            let (files, landed) = reach(zone, &scans, how).await?;
+            let (files, _) = reach(zone, &scans, how).await?;
+            // Landed: a directory exists among those the window's own bounds reach (other
+            // filters, `city = 'Paris'`, say nothing of what has landed).
+            let by_window: Vec<Vec<Expr>> = scans
+                .iter()
+                .map(|filters| {
+                    filters
+                        .iter()
+                        .filter(|f| {
+                            let cols = f.column_refs();
+                            !cols.is_empty() && cols.iter().all(|c| bounded.contains(&c.name))
+                        })
+                        .cloned()
+                        .collect()
+                })
+                .collect();
+            let (_, landed) = reach(zone, &by_window, how).await?;
             tracing::debug!(
                 window = %window.label(),
                 source = %zone.alias,
                 files = files.len(),
                 "files the window reaches"
             );
-            let ids = landing::identities(zone.root(), &files);
+            let ids = landing::identities(&files);
             pins.push(Pin {
                 zone: zone.clone(),
                 scans,
@@ -141,7 +158,7 @@ impl Runner {
     pub(super) async fn check_pins(&self, pins: &[Pin]) -> Result<()> {
         for p in pins {
             let (now, _) = reach(&p.zone, &p.scans, Listing::Fresh).await?;
-            let now = landing::identities(p.zone.root(), &now);
+            let now = landing::identities(&now);
             let changed = landing::differences(&p.ids, &now);
             if changed.is_empty() {
                 continue;
@@ -226,6 +243,35 @@ impl Runner {
             changed.join(", ")
         )))
     }
+}
+
+/// The columns the task's SQL bounds by window parameters (`dt >= $window_start`), in a
+/// filter of its unbound plan.
+async fn window_bounded_columns(
+    ctx: &datafusion::prelude::SessionContext,
+    task: &crate::task::Task,
+) -> Result<std::collections::HashSet<String>> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::LogicalPlan;
+    use datafusion::logical_expr::utils::split_conjunction;
+    let df = crate::task::plan::plan_query_unbound(ctx, task).await?;
+    let mut out = std::collections::HashSet::new();
+    let _ = df.logical_plan().apply_with_subqueries(|p| {
+        if let LogicalPlan::Filter(f) = p {
+            for c in split_conjunction(&f.predicate) {
+                let mut param = false;
+                let _ = c.apply(|e| {
+                    param |= matches!(e, Expr::Placeholder(_));
+                    Ok(TreeNodeRecursion::Continue)
+                });
+                if param {
+                    out.extend(c.column_refs().into_iter().map(|col| col.name.clone()));
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    Ok(out)
 }
 
 /// Whether the file at `at` (an object store location as recorded: already percent-encoded)

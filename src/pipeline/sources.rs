@@ -319,7 +319,10 @@ async fn register_file_source(
         let ext = std::path::Path::new(url.prefix().as_ref())
             .extension()
             .map(|e| format!(".{}", e.to_string_lossy()));
-        (ext.or(Some(String::new())), text::compression_of(&s.uri))
+        (
+            ext.or(Some(String::new())),
+            crate::pipeline::landing::compression_of(&s.uri),
+        )
     };
     let alias = s.alias.as_str();
     let (config, table) = (ctx.copied_config(), ctx.copied_table_options());

@@ -1,6 +1,7 @@
 //! The one identity of a source file, for every fingerprint, pin and change check: its path,
 //! size, modification time, ETag and version as listed, and for a local file also its inode
-//! and change time (`ctime`). A file rewritten in place with its size and modification time
+//! and change time (`ctime`): a landing zone's listing records them as the file's version
+//! ([`local_version`]), a fingerprint takes them when it lists. A file rewritten in place with its size and modification time
 //! kept (`cp -p`, `rsync -t --inplace`) lists as it was — same inode, same size, same mtime,
 //! so the same ETag object_store derives from them — but its change time moves: the kernel
 //! sets it on every write and no tool can set it back.
@@ -59,15 +60,31 @@ pub fn is_local(scheme: &str) -> bool {
 /// The inode and change time of the local file at `location` (object_store's local store
 /// path), if it can be read.
 fn local_identity(location: &object_store::path::Path) -> Option<(u64, i128)> {
-    use std::os::unix::fs::MetadataExt as _;
     let path = object_store::local::LocalFileSystem::new()
         .path_to_filesystem(location)
         .ok()?;
-    let m = std::fs::metadata(path).ok()?;
-    Some((
+    Some(inode_and_change(&std::fs::metadata(path).ok()?))
+}
+
+fn inode_and_change(m: &std::fs::Metadata) -> (u64, i128) {
+    use std::os::unix::fs::MetadataExt as _;
+    (
         m.ino(),
         i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
-    ))
+    )
+}
+
+/// A local file's version as a listing records it (`ObjectMeta::version`, which object_store's
+/// local store leaves empty): its inode and change time, taken when it is listed, so a pin
+/// holds what the file was when the window's listing saw it.
+pub fn local_version(m: &std::fs::Metadata) -> String {
+    let (inode, changed) = inode_and_change(m);
+    format!("{inode:x}-{changed:x}")
+}
+
+/// [`local_version`] of the local file at `location`, if it can be read.
+pub fn local_version_at(location: &object_store::path::Path) -> Option<String> {
+    local_identity(location).map(|(inode, changed)| format!("{inode:x}-{changed:x}"))
 }
 
 #[cfg(test)]

@@ -90,3 +90,32 @@ fn an_empty_directory_or_on_missing_empty_is_a_window_with_no_rows() {
     assert_eq!(code(&out), 2, "{}", text(&out));
     assert!(text(&out).contains("on_missing"), "{}", text(&out));
 }
+
+/// Review finding (a window whose filter names another partition level, `city = 'Paris'`,
+/// failed as "not landed" on every run of a day without Paris events): only the levels the
+/// window's own bounds name decide whether it has landed; a day whose `dt` directory exists
+/// publishes no rows for Paris.
+#[test]
+fn a_filter_on_another_level_does_not_make_a_landed_day_missing() {
+    let p = landing_project(0, 0);
+    let root = p.path().join("events");
+    for (d, city) in [(0, "Paris"), (1, "Lyon")] {
+        let file = write_file(&root, day(d), 0);
+        let dir = file.parent().unwrap().join(format!("city={city}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::rename(&file, dir.join(file.file_name().unwrap())).unwrap();
+    }
+    p.task(
+        "events",
+        &TASK.replace(
+            "AND ts >= $window_start_ts",
+            "AND city = 'Paris' AND ts >= $window_start_ts",
+        ),
+    );
+    let out = p.run_ok("events", &day(0).to_string());
+    assert!(text(&out).contains("rows=10"), "{}", text(&out));
+    let out = p.run_ok("events", &day(1).to_string());
+    assert!(text(&out).contains("rows=0"), "{}", text(&out));
+    let out = p.run(&["run", "events", "--window", &day(2).to_string()]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+}

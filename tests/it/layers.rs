@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, &[&str])] = &[
     ("error", &[]),
     ("config", &["error"]),
-    ("session", &["error"]),
+    ("session", &["config", "error"]),
     ("storage", &["config", "error"]),
     ("fault", &["config", "error", "storage"]),
     ("task", &["config", "error"]),

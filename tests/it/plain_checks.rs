@@ -148,8 +148,9 @@ fn every_check_says_how_it_was_computed_in_this_run() {
 
 /// Regression (`schema_from = "last"` opened the zone's newest file when the zone opened, so
 /// today's half-written file failed a backfill of old days with exit 1, "Corrupt footer"): the
-/// schema comes from the newest *complete* file; the days that do not read the half-written
-/// file publish, and the day that does still fails, retryable.
+/// schema comes from the newest *complete* file (passing over a newest directory whose only
+/// file is half-written too); the days that do not read a half-written file publish, and a
+/// day that does still fails, retryable.
 #[test]
 fn schema_from_last_passes_over_a_half_written_newest_file() {
     let p = landing_project(3, 2);
@@ -157,6 +158,10 @@ fn schema_from_last_passes_over_a_half_written_newest_file() {
     let whole = std::fs::read(root.join(format!("dt={}/part-00001.parquet", day(2)))).unwrap();
     let half = root.join(format!("dt={}/part-00009.parquet", day(2)));
     std::fs::write(&half, &whole[..whole.len() / 2]).unwrap();
+    // A newer directory whose only file is still being written.
+    let newest = root.join(format!("dt={}", day(3)));
+    std::fs::create_dir_all(&newest).unwrap();
+    std::fs::write(newest.join("part-00000.parquet"), &whole[..whole.len() / 3]).unwrap();
     p.task(
         "events",
         &crate::landing::TASK.replace(

@@ -611,3 +611,59 @@ fn a_csv_file_without_a_complete_header_line_yet_is_retryable() {
         assert_eq!(code(&out), 0, "{what}: {}", text(&out));
     }
 }
+
+/// gzip `path` in place (`part-0.csv` → `part-0.csv.gz`), as Firehose and Spark write them.
+fn gzip(path: &Path) {
+    use std::io::Write as _;
+    let bytes = std::fs::read(path).unwrap();
+    let out = std::fs::File::create(format!("{}.gz", path.display())).unwrap();
+    let mut w = flate2::write::GzEncoder::new(out, flate2::Compression::default());
+    w.write_all(&bytes).unwrap();
+    w.finish().unwrap();
+    std::fs::remove_file(path).unwrap();
+}
+
+/// Issue 52: gzip-compressed landing zones are read, in a directory zone (`part-0.csv.gz`)
+/// and named by a glob (`ev/*/*.json.gz`; it read gzip bytes as text and failed, retryable),
+/// on the runner's route and its plain twin, the checks' included; the values are those
+/// polars reads from the table. A plain file beside the compressed ones is refused by name.
+#[test]
+fn gzip_compressed_landing_zones_are_read_on_every_route() {
+    for (format, glob) in [
+        ("csv", false),
+        ("json", false),
+        ("csv", true),
+        ("json", true),
+    ] {
+        let p = TestProject::new();
+        let task = TASK.replace("FORMAT", format);
+        let task = match glob {
+            true => task.replace("uri = \"ev\"", &format!("uri = \"ev/*/*.{format}.gz\"")),
+            false => task,
+        };
+        p.task("t", &task);
+        for (dt, vs) in [("2026-11-01", ["1", "2"]), ("2026-11-02", ["3", "4"])] {
+            write_day(p.path(), format, dt, &vs);
+            gzip(&p.path().join(format!("ev/dt={dt}/part-0.{format}")));
+        }
+        let what = format!("{format}, glob={glob}");
+        for (route, out) in both_routes(&p, "2026-11-02") {
+            assert_eq!(code(&out), 0, "{what}, {route}: {}", text(&out));
+            assert_eq!(json_lines(&out)[0]["rows_written"], 2, "{what}, {route}");
+            let values = polars_values(&p.table_dir("t"), "2026-11-02");
+            assert!(values.ends_with("[3, 4]"), "{what}, {route}: {values}");
+        }
+        if !glob {
+            // A plain file beside the compressed ones would be skipped: refused by name.
+            write_day(p.path(), format, "2026-11-03", &["5"]);
+            for (route, out) in both_routes(&p, "2026-11-03") {
+                assert_eq!(code(&out), 2, "{what}, {route}: {}", text(&out));
+                assert!(
+                    text(&out).contains(&format!("part-0.{format}")),
+                    "{}",
+                    text(&out)
+                );
+            }
+        }
+    }
+}

@@ -82,6 +82,8 @@ pub struct Shared {
     off: std::sync::atomic::AtomicBool,
     /// Claimed by the load that takes the census.
     census_taken: std::sync::atomic::AtomicBool,
+    /// The windows (the first of the announced list) the census's scan covered.
+    census_len: std::sync::atomic::AtomicUsize,
     /// Rows of each shared source in each announced window (by index), once counted.
     census: Mutex<Option<Arc<HashMap<String, Tally>>>>,
     /// Every row of the run's span of each shared source (with that span), when the census
@@ -141,6 +143,7 @@ impl Shared {
             budget,
             off: std::sync::atomic::AtomicBool::new(false),
             census_taken: std::sync::atomic::AtomicBool::new(false),
+            census_len: std::sync::atomic::AtomicUsize::new(0),
             census: Mutex::new(None),
             whole: Mutex::new(None),
             row_bytes: Mutex::new(HashMap::new()),
@@ -214,7 +217,7 @@ impl Shared {
         match self.load(base, windows).await {
             Ok(loaded) => loaded,
             Err(e) => {
-                tracing::info!(
+                tracing::warn!(
                     windows = windows.len(),
                     "a shared scan failed; these windows read their sources directly: {e}"
                 );

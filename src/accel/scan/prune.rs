@@ -95,6 +95,7 @@ fn plain(e: &Expr) -> bool {
                 | Expr::InSubquery(_)
                 | Expr::AggregateFunction(_)
                 | Expr::WindowFunction(_)
+                | Expr::OuterReferenceColumn(..)
         ) && !matches!(e, Expr::ScalarFunction(f) if f.func.signature().volatility != datafusion::logical_expr::Volatility::Immutable);
         Ok(if ok {
             TreeNodeRecursion::Continue
@@ -253,8 +254,8 @@ mod tests {
         assert!(p.iter().all(|p| !p.contains("\"e\"")), "{p:?}");
     }
 
-    /// Filters that do not restrict the source's own rows are not kept: an OR with another
-    /// source's column, a volatile function, a parameter mixed with a column on one side.
+    /// Filters that do not restrict the source's own rows alone are not kept: a volatile
+    /// function, a parameter mixed with a column on one side.
     #[tokio::test]
     async fn filters_that_do_not_bound_the_source_alone_are_left_out() {
         let b = bounds_of(

@@ -276,13 +276,9 @@ impl Checker {
         Ok(side)
     }
 
-    /// The source side of one window by itself, its sources listed afresh (the listings the
-    /// checks' session keeps for the run are forgotten first): a check computed again after
-    /// a mismatch must see the files that landed since the checks first listed them.
+    /// The source side of one window by itself (its sources listed as they are now: the
+    /// checks' session keeps no listing).
     pub async fn window_side(&self, task: &Task, window: &Window) -> Result<SourceSide> {
-        if let Some(cache) = self.ctx.runtime_env().cache_manager.get_list_files_cache() {
-            cache.clear();
-        }
         let mut side = SourceSide::default();
         for lane in lanes(task) {
             side.add(self.window_part(task, lane, window).await?);

@@ -25,12 +25,14 @@ fn walk(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<Scanned>) {
         let rows = plan.metrics().and_then(|m| m.output_rows()).unwrap_or(0) as u64;
         let source = exec.data_source();
         if let Some(config) = source.downcast_ref::<FileScanConfig>() {
-            let files: Vec<&str> = config
+            // A large file may be read as several ranges: counted once.
+            let files: std::collections::BTreeSet<&str> = config
                 .file_groups
                 .iter()
                 .flat_map(|g| g.iter())
                 .map(|f| f.object_meta.location.as_ref())
                 .collect();
+            let files: Vec<&str> = files.into_iter().collect();
             let location = format!("{}{}", config.object_store_url.as_str(), common_dir(&files));
             out.push(Scanned {
                 location,
@@ -56,19 +58,16 @@ fn common_dir(paths: &[&str]) -> String {
     let Some(first) = paths.first() else {
         return String::new();
     };
-    let mut len = first.rfind('/').map_or(0, |i| i + 1);
+    let mut len = first.len();
     for p in &paths[1..] {
-        len = len.min(
-            first
-                .bytes()
-                .zip(p.bytes())
-                .take_while(|(a, b)| a == b)
-                .count(),
-        );
+        let same = first.bytes().zip(p.bytes()).take_while(|(a, b)| a == b);
+        len = len.min(same.count());
     }
-    first[..len]
-        .rfind('/')
-        .map_or(String::new(), |i| first[..=i].to_string())
+    // Cut at a `/` (ASCII, so always between characters), never inside a name.
+    match first.as_bytes()[..len].iter().rposition(|b| *b == b'/') {
+        Some(i) => first[..=i].to_string(),
+        None => String::new(),
+    }
 }
 
 /// `df` executed: its batches and its scans.
@@ -93,7 +92,7 @@ pub async fn count(df: DataFrame) -> Result<(u64, Vec<Scanned>)> {
                 .downcast_ref::<arrow::array::Int64Array>()
                 .map(|a| a.value(0))
         })
-        .unwrap_or(0);
+        .ok_or_else(|| crate::error::Error::runtime("a count gave no row (a bug)"))?;
     Ok((n as u64, scans))
 }
 
@@ -111,6 +110,8 @@ mod tests {
         assert_eq!(common_dir(&["z/dt=10/a", "z/dt=1/a"]), "z/");
         assert_eq!(common_dir(&["a.parquet"]), "");
         assert_eq!(common_dir(&[]), "");
+        // A common prefix ending inside a character is cut at the directory above.
+        assert_eq!(common_dir(&["z/city=Zürich/a", "z/city=Zöblitz/a"]), "z/");
     }
 
     /// A count over a file reports that file and the rows its scan produced.

@@ -9,6 +9,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
+use datafusion::datasource::file_format::file_compression_type::FileCompressionType;
 use datafusion::logical_expr::Expr;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
@@ -87,7 +88,8 @@ impl Headers {
     /// The column names of file `m`'s header (see [`read_header`]); a file with no complete
     /// first line yet is still being written: a retryable failure.
     async fn header(&self, m: &ObjectMeta) -> Result<Vec<String>> {
-        read_header(self.zone.store.as_ref(), m, self.delimiter)
+        let compression = self.zone.compression;
+        read_header(self.zone.store.as_ref(), m, self.delimiter, compression)
             .await?
             .map_err(|read| incomplete(&self.zone.alias, &self.zone.shown(&m.location), read))
     }
@@ -100,14 +102,20 @@ pub async fn read_header(
     store: &dyn object_store::ObjectStore,
     m: &ObjectMeta,
     delimiter: u8,
+    compression: Option<FileCompressionType>,
 ) -> Result<std::result::Result<Vec<String>, usize>> {
-    let mut bytes = store
-        .get_range(&m.location, 0..m.size.min(HEADER_BYTES))
-        .await?;
+    let head = |bytes| start_of(bytes, compression);
+    let mut bytes = head(
+        store
+            .get_range(&m.location, 0..m.size.min(HEADER_BYTES))
+            .await?,
+    );
     if !bytes.contains(&b'\n') && m.size > HEADER_BYTES {
-        bytes = store
-            .get_range(&m.location, 0..m.size.min(MAX_HEADER_BYTES))
-            .await?;
+        bytes = head(
+            store
+                .get_range(&m.location, 0..m.size.min(MAX_HEADER_BYTES))
+                .await?,
+        );
     }
     if !bytes.contains(&b'\n') {
         return Ok(Err(bytes.len()));
@@ -121,6 +129,30 @@ pub async fn read_header(
         .iter()
         .map(|f| f.name().clone())
         .collect()))
+}
+
+/// The text at the start of a file whose first bytes are `bytes`: as they are, or decompressed
+/// as far as they go (a prefix of a compressed stream decodes up to where it is cut).
+fn start_of(bytes: bytes::Bytes, compression: Option<FileCompressionType>) -> Vec<u8> {
+    use std::io::Read as _;
+    let Some(c) = compression else {
+        return bytes.to_vec();
+    };
+    let Ok(mut r) = c.convert_read(std::io::Cursor::new(bytes)) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    while let Ok(n) = r.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+        if out.contains(&b'\n') {
+            break;
+        }
+    }
+    out
 }
 
 /// A file of source `alias` (shown as `file`) whose first `read` bytes hold no complete line.

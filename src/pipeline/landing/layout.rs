@@ -2,7 +2,10 @@
 //! typed, and the files at the last level; anything a window reaches elsewhere is an error
 //! (rows it would silently miss).
 
+use std::sync::Arc;
+
 use datafusion::common::ScalarValue;
+use datafusion::datasource::file_format::file_compression_type::FileCompressionType;
 use object_store::ObjectMeta;
 use object_store::path::Path;
 
@@ -82,6 +85,56 @@ impl LandingZone {
                 .is_none_or(|g| location.filename().is_some_and(|name| g.matches_file(name)))
     }
 
+    /// The compression of the text file named `location`, if the zone reads such files
+    /// (CSV or JSON, not yet compressed, the name the format's extension then a compression
+    /// suffix, or any name a glob matches).
+    pub(super) fn compressed(&self, location: &Path) -> Option<(FileCompressionType, String)> {
+        use datafusion::datasource::file_format::{csv::CsvFormat, json::JsonFormat};
+        let format = &self.options.format;
+        let text = format.downcast_ref::<CsvFormat>().is_some()
+            || format.downcast_ref::<JsonFormat>().is_some();
+        let name = location.filename()?;
+        let ext = &self.options.file_extension;
+        let named = self.glob.is_some() || (!ext.is_empty() && name.contains(&format!("{ext}.")));
+        let suffix = format!(".{}", name.rsplit_once('.')?.1);
+        (text && self.compression.is_none() && named)
+            .then(|| compression_of(name))
+            .flatten()
+            .map(|c| (c, suffix))
+    }
+
+    /// Read the zone's files as compressed with `c`: its format decompresses, and a directory
+    /// zone's files are those named with the format's extension and `suffix` (`.gz`).
+    pub(super) fn compress(&mut self, (c, suffix): (FileCompressionType, String)) {
+        self.compression = Some(c);
+        if self.glob.is_none() {
+            let ext = format!("{}{suffix}", self.options.file_extension);
+            self.options.file_extension = ext;
+        }
+        self.options = self.compressed_options(self.options.clone());
+    }
+
+    /// `options` (another session's, or the zone's own) with the zone's compression and file
+    /// extension.
+    pub(super) fn compressed_options(
+        &self,
+        mut options: datafusion::datasource::listing::ListingOptions,
+    ) -> datafusion::datasource::listing::ListingOptions {
+        use datafusion::datasource::file_format::{csv::CsvFormat, json::JsonFormat};
+        let Some(c) = self.compression else {
+            return options;
+        };
+        if let Some(csv) = options.format.downcast_ref::<CsvFormat>() {
+            let csv = CsvFormat::default().with_options(csv.options().clone());
+            options.format = Arc::new(csv.with_file_compression_type(c));
+        } else if let Some(json) = options.format.downcast_ref::<JsonFormat>() {
+            let json = JsonFormat::default().with_options(json.options().clone());
+            options.format = Arc::new(json.with_file_compression_type(c));
+        }
+        options.file_extension = self.options.file_extension.clone();
+        options
+    }
+
     /// A file a window reaches that is not one of the zone's files: an error if its name says it
     /// holds data of the zone's format by another name (compressed, `part-1.csv.gz`; JSON
     /// lines as `.jsonl` or `.ndjson`), rows the window would silently miss. Other files
@@ -101,6 +154,18 @@ impl LandingZone {
             ]
             .iter()
             .any(|c| name.contains(&format!("{ext}{c}")));
+        // A plain file of the format in a compressed zone (`part-0.csv` beside `.csv.gz`).
+        let plain = self.compression.is_some()
+            && ext
+                .rsplit_once('.')
+                .is_some_and(|(base, _)| !base.is_empty() && name.ends_with(base));
+        if self.glob.is_none() && plain {
+            return Err(Error::input(format!(
+                "source `{}`: {} lies in the window's directories but is not read: this zone's files are compressed `{ext}` files (like its first file); compress it the same way, or move it out of the zone; nothing was read",
+                self.alias,
+                self.shown(location),
+            )));
+        }
         if self.glob.is_none() && (json || compressed) {
             return Err(Error::input(format!(
                 "source `{}`: {} lies in the window's directories but is not read: a landing zone reads uncompressed `{ext}` files only (not compressed ones, nor other extensions); {}; nothing was read",
@@ -124,6 +189,7 @@ impl LandingZone {
     pub(super) async fn first_file(
         &self,
         other: &mut Option<Path>,
+        passed_over: &[Path],
     ) -> Result<Option<(Vec<(String, String)>, Vec<ObjectMeta>)>> {
         let depth_of_files = self.glob.as_ref().map(|g| g.dirs.len());
         // Depth-first, smallest path first: (directory, depth, levels above it).
@@ -142,7 +208,8 @@ impl LandingZone {
                 let files = dir
                     .files
                     .iter()
-                    .filter(|m| self.is_source_file(&m.location));
+                    .filter(|m| self.is_source_file(&m.location))
+                    .filter(|m| !passed_over.contains(&m.location));
                 let files = self.schema_candidates(files);
                 if let Some(f) = files.first() {
                     if depth == 0 && self.glob.is_none() && dir.dirs.iter().any(is_hive_dir) {
@@ -257,16 +324,16 @@ impl LandingZone {
     }
 
     /// The files' schema, from the first of `candidates` whose schema can be read (and that
-    /// file): with `schema_from = "last"` the candidates are the newest directory's files,
-    /// newest first, and one still being written (its footer not yet there) is passed over
-    /// for the newest complete one; otherwise there is one candidate.
+    /// file). With `schema_from = "last"` the candidates are a directory's files, newest
+    /// first, and one still being written (its footer or last line not there yet: a format
+    /// error, not a storage one) is passed over for the next; `None` when every one was.
     pub(super) async fn schema_of(
         &self,
         ctx: &datafusion::prelude::SessionContext,
         candidates: Vec<ObjectMeta>,
-    ) -> Result<(arrow::datatypes::SchemaRef, ObjectMeta)> {
+    ) -> Result<Option<(arrow::datatypes::SchemaRef, ObjectMeta)>> {
+        use datafusion::error::DataFusionError;
         let state = ctx.state();
-        let mut failed = None;
         for file in candidates {
             let read = self
                 .options
@@ -274,17 +341,16 @@ impl LandingZone {
                 .infer_schema(&state, &self.store, std::slice::from_ref(&file))
                 .await;
             match read {
-                Ok(schema) => return Ok((schema, file)),
-                Err(e) if self.last => {
+                Ok(schema) => return Ok(Some((schema, file))),
+                Err(e @ (DataFusionError::ParquetError(_) | DataFusionError::ArrowError(..)))
+                    if self.last =>
+                {
                     tracing::info!(file = %file.location, "schema_from = \"last\": passed over an incomplete file: {e}");
-                    failed.get_or_insert(e);
                 }
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(failed
-            .map(Into::into)
-            .unwrap_or_else(|| Error::runtime("no file to read the zone's schema from")))
+        Ok(None)
     }
 
     /// DataFusion's listing (the checks' route) lists the directory an equality filter names
@@ -337,4 +403,18 @@ fn is_named_by_value(ty: &arrow::datatypes::DataType) -> bool {
         ty,
         arrow::datatypes::DataType::Date32 | arrow::datatypes::DataType::Int64
     )
+}
+
+/// The compression a file's name says it has (its last suffix), if any DataFusion reads:
+/// `events.csv.gz` is gzip.
+pub fn compression_of(location: &str) -> Option<FileCompressionType> {
+    let name = location.rsplit('/').next().unwrap_or(location);
+    let (_, suffix) = name.rsplit_once('.')?;
+    match suffix.to_ascii_lowercase().as_str() {
+        "gz" | "gzip" => Some(FileCompressionType::GZIP),
+        "bz2" => Some(FileCompressionType::BZIP2),
+        "xz" => Some(FileCompressionType::XZ),
+        "zst" | "zstd" => Some(FileCompressionType::ZSTD),
+        _ => None,
+    }
 }

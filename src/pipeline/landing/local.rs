@@ -4,8 +4,8 @@
 //! `stat` and a URL round trip per entry: ~45 ms for a root of 4,380 day directories, made
 //! twice a window (the run's pinned listing and the re-check before the commit). Here a
 //! directory entry costs its `d_type` and a file its `stat`; the objects are the ones
-//! object_store would list (same locations, sizes, modification times and ETags), for the
-//! names it spells the same: a directory holding any other name (one object_store would
+//! object_store would list (same locations, sizes, modification times and ETags; with a
+//! version, see `storage::identity`), for the names it spells the same: a directory holding any other name (one object_store would
 //! percent-encode) is listed by object_store instead ([`list`] returns `None`).
 
 use std::os::unix::fs::MetadataExt;
@@ -58,7 +58,8 @@ fn plain(name: &str) -> bool {
 }
 
 /// A file's metadata as object_store's local store reports it (its ETag is
-/// `{inode:x}-{mtime µs:x}-{size:x}`).
+/// `{inode:x}-{mtime µs:x}-{size:x}`), with its version (inode and change time, see
+/// `storage::identity`), which object_store leaves empty.
 fn meta(m: &std::fs::Metadata, location: Path) -> ObjectMeta {
     let modified = m.modified().unwrap_or(SystemTime::UNIX_EPOCH);
     let micros = modified
@@ -70,7 +71,7 @@ fn meta(m: &std::fs::Metadata, location: Path) -> ObjectMeta {
         last_modified: DateTime::<Utc>::from(modified),
         size: m.len(),
         e_tag: Some(format!("{:x}-{micros:x}-{:x}", m.ino(), m.len())),
-        version: None,
+        version: Some(crate::storage::identity::local_version(m)),
     }
 }
 
@@ -106,6 +107,11 @@ mod tests {
         theirs.objects.sort_by(|a, b| a.location.cmp(&b.location));
         let mut objects = ours.objects.clone();
         objects.sort_by(|a, b| a.location.cmp(&b.location));
+        // The version is ours (inode and change time); the rest is object_store's.
+        assert!(objects.iter().all(|o| o.version.is_some()));
+        for o in &mut objects {
+            o.version = None;
+        }
         assert_eq!(ours.common_prefixes, theirs.common_prefixes);
         assert_eq!(objects, theirs.objects);
         std::fs::write(dir.path().join("a b.parquet"), b"x").unwrap();

@@ -39,6 +39,7 @@ mod whole;
 
 pub use exact::{exact_file_table, read_schema};
 pub use headers::{incomplete, read_header};
+pub use layout::compression_of;
 pub use pins::{describe, differences, identities, scan_filters};
 pub use provider::ZoneTable;
 pub use register::{Route, listing_options, register};
@@ -48,6 +49,7 @@ use std::sync::{Arc, Mutex};
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::ScalarValue;
+use datafusion::datasource::file_format::file_compression_type::FileCompressionType;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl, PartitionedFile,
@@ -60,6 +62,9 @@ use object_store::{ObjectMeta, ObjectStore};
 
 use crate::error::{Error, Result};
 use crate::task::{PartitionColumn, PartitionKind, Partitioning, SchemaFrom};
+
+/// Incomplete newest files `schema_from = "last"` passes over before it gives up.
+const MAX_PASSED_OVER: usize = 64;
 
 /// Directory listings in flight at once.
 const CONCURRENT_LISTINGS: usize = 32;
@@ -114,6 +119,9 @@ pub struct LandingZone {
     glob: Option<glob::Glob>,
     /// Whether the columns come from the last file in path order (`schema_from = "last"`).
     last: bool,
+    /// A text zone's compression, from its first file's name (`part-0.csv.gz`): every route
+    /// reads its files through DataFusion's decompression.
+    compression: Option<FileCompressionType>,
     pinned: Mutex<HashMap<Path, Arc<Dir>>>,
 }
 
@@ -154,6 +162,7 @@ impl LandingZone {
             options,
             glob,
             last: schema_from == SchemaFrom::Last,
+            compression: None,
             pinned: Mutex::new(HashMap::new()),
         };
         if let Some(listed) = listed_root.filter(|_| zone.glob.is_none()) {
@@ -162,12 +171,27 @@ impl LandingZone {
             zone.pinned.lock().expect("not poisoned").insert(key, dir);
         }
         let mut other = None;
-        let Some((levels, candidates)) = zone.first_file(&mut other).await? else {
+        let mut first = zone.first_file(&mut other, &[]).await?;
+        // Compressed text files (`part-0.csv.gz`), named by the glob or beside no plain file.
+        // The first file in path order names the zone's compression: a compressed one seen
+        // before the first plain one, or the glob's first file.
+        let named = match (&first, &other) {
+            (Some((_, c)), Some(o)) if zone.glob.is_none() && *o < c[0].location => Some(o.clone()),
+            (Some((_, c)), _) => Some(c[0].location.clone()),
+            (None, o) => o.clone(),
+        };
+        if let Some(c) = named.as_ref().and_then(|n| zone.compressed(n)) {
+            zone.compress(c);
+            other = None;
+            first = zone.first_file(&mut other, &[]).await?;
+        }
+        let Some((levels, candidates)) = first else {
             return Err(zone.no_files(other).await);
         };
+        let at = &candidates[0].location;
         zone.columns = match partitioning {
             Partitioning::Hive(declared) if !declared.is_empty() => {
-                check_levels(declared, &levels, &candidates[0].location)?;
+                check_levels(declared, &levels, at)?;
                 declared
                     .iter()
                     .map(|c| (c.name.clone(), arrow_type(c.kind)))
@@ -175,9 +199,8 @@ impl LandingZone {
             }
             Partitioning::Hive(_) if levels.is_empty() => {
                 return Err(Error::input(format!(
-                    "partitioning = \"hive\", but the first file under {} ({}) lies in no key=value directory",
+                    "partitioning = \"hive\", but the first file under {} ({at}) lies in no key=value directory",
                     zone.url.as_str(),
-                    candidates[0].location
                 )));
             }
             _ if levels.is_empty() && zone.glob.is_none() => return Ok(None),
@@ -186,7 +209,29 @@ impl LandingZone {
                 .map(|(k, v)| (k.clone(), arrow_type(PartitionKind::infer(v))))
                 .collect(),
         };
-        let (schema, first) = zone.schema_of(ctx, candidates).await?;
+        // With `schema_from = "last"`, the newest complete file: the newest directory's files
+        // still being written are passed over, then, if all are, that directory's.
+        let mut passed_over: Vec<Path> = Vec::new();
+        let mut candidates = candidates;
+        let (schema, first) = loop {
+            let tried: Vec<Path> = candidates.iter().map(|m| m.location.clone()).collect();
+            if let Some(found) = zone.schema_of(ctx, candidates).await? {
+                break found;
+            }
+            passed_over.extend(tried);
+            if passed_over.len() > MAX_PASSED_OVER {
+                return Err(Error::runtime(format!(
+                    "source `{}`: none of its newest {} files can be read yet (still being written?); retry later",
+                    zone.alias,
+                    passed_over.len()
+                )));
+            }
+            let mut other = None;
+            candidates = match zone.first_file(&mut other, &passed_over).await? {
+                Some((_, c)) => c,
+                None => return Err(zone.no_files(other).await),
+            };
+        };
         no_clash(&zone.columns, &schema, &first)?;
         zone.file_schema = schema;
         Ok(Some(zone))
@@ -274,7 +319,9 @@ impl LandingZone {
         options: ListingOptions,
         file_schema: &SchemaRef,
     ) -> Result<ListingTableConfig> {
-        let options = options.with_table_partition_cols(self.columns.clone());
+        let options = self
+            .compressed_options(options)
+            .with_table_partition_cols(self.columns.clone());
         // DataFusion matches a glob against the file names, `key=value` levels left out.
         let url = match &self.glob {
             Some(g) => self.url.clone().with_glob(g.file.as_str())?,
@@ -387,12 +434,21 @@ impl LandingZone {
         };
         let listed = match fast {
             Some(l) => l,
-            None => self.store.list_with_delimiter(prefix).await.map_err(|e| {
-                Error::runtime(format!(
-                    "cannot list {} of source `{}`: {e}",
-                    path, self.alias
-                ))
-            })?,
+            None => {
+                let mut l = self.store.list_with_delimiter(prefix).await.map_err(|e| {
+                    Error::runtime(format!(
+                        "cannot list {} of source `{}`: {e}",
+                        path, self.alias
+                    ))
+                })?;
+                if self.url.scheme() == "file" {
+                    // As `local::list` records them: inode and change time as the version.
+                    for o in &mut l.objects {
+                        o.version = crate::storage::identity::local_version_at(&o.location);
+                    }
+                }
+                l
+            }
         };
         let dir = Arc::new(Dir::of(listed));
         if how == Listing::Fresh {

@@ -4,12 +4,12 @@
 use std::collections::HashMap;
 
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::datasource::listing::{ListingTableUrl, PartitionedFile};
+use datafusion::datasource::listing::PartitionedFile;
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use sha2::{Digest, Sha256};
 
 use crate::report::record::FileRead;
-use crate::storage::identity::{self, FileId};
+use crate::storage::identity::FileId;
 
 /// The filters each scan of `alias` in an optimised plan applies at the scan (what the
 /// listing prunes by), one list per scan, subqueries included.
@@ -26,12 +26,12 @@ pub fn scan_filters(plan: &LogicalPlan, alias: &str) -> Vec<Vec<Expr>> {
     out
 }
 
-/// The identities of `files` of a zone at `root` (see `storage::identity`), taken now.
-pub fn identities(root: &ListingTableUrl, files: &[PartitionedFile]) -> Vec<FileId> {
-    let local = identity::is_local(root.scheme());
+/// The identities of `files` as the zone's listing recorded them (see `storage::identity`:
+/// a local file's inode and change time are its listed version).
+pub fn identities(files: &[PartitionedFile]) -> Vec<FileId> {
     files
         .iter()
-        .map(|f| FileId::of(&f.object_meta, local))
+        .map(|f| FileId::of(&f.object_meta, false))
         .collect()
 }
 

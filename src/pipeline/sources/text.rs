@@ -13,7 +13,6 @@
 use std::sync::Arc;
 
 use datafusion::catalog::TableProvider;
-use datafusion::datasource::file_format::file_compression_type::FileCompressionType;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
@@ -21,22 +20,10 @@ use datafusion::prelude::SessionContext;
 
 use super::listing_url;
 use crate::error::{Error, Result};
-use crate::pipeline::landing::{Route, exact_file_table, incomplete, read_header, read_schema};
+use crate::pipeline::landing::{
+    Route, compression_of, exact_file_table, incomplete, read_header, read_schema,
+};
 use crate::task::{Format, Source};
-
-/// The compression a single file's name says it has (its last suffix), if any DataFusion
-/// reads: `events.csv.gz` is gzip.
-pub(super) fn compression_of(location: &str) -> Option<FileCompressionType> {
-    let name = location.rsplit('/').next().unwrap_or(location);
-    let (_, suffix) = name.rsplit_once('.')?;
-    match suffix.to_ascii_lowercase().as_str() {
-        "gz" | "gzip" => Some(FileCompressionType::GZIP),
-        "bz2" => Some(FileCompressionType::BZIP2),
-        "xz" => Some(FileCompressionType::XZ),
-        "zst" | "zstd" => Some(FileCompressionType::ZSTD),
-        _ => None,
-    }
-}
 
 /// Register text source `s` with listing `options` in `ctx`: on the runner's routes (`route`
 /// other than [`Route::Listing`]) with its integer and untyped columns read exactly; in the
@@ -101,7 +88,13 @@ async fn check_headers(
     };
     let store = store.as_ref();
     let headers = futures::stream::iter(files.iter().map(|m| async move {
-        let got = read_header(store, m, s.csv_delimiter).await?;
+        let got = read_header(
+            store,
+            m,
+            s.csv_delimiter,
+            compression_of(m.location.as_ref()),
+        )
+        .await?;
         Ok::<_, Error>((m, got))
     }))
     .buffered(16);
@@ -129,6 +122,7 @@ async fn check_headers(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use datafusion::datasource::file_format::file_compression_type::FileCompressionType;
 
     #[test]
     fn a_files_last_suffix_names_its_compression() {

@@ -9,8 +9,7 @@ use serde::Deserialize;
 
 use super::{
     Checking, DefaultCheck, Fail, Format, OnMismatch, OnMissing, Reconcile, Require, SchemaFrom,
-    Source,
-    is_identifier, resolve_location,
+    Source, is_identifier, resolve_location,
 };
 use crate::error::Result;
 
