@@ -2,7 +2,6 @@
 //! each row's `X` falls in, found by binary search over the windows' bounds.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow::array::{Array, ArrayRef, UInt32Array};
 use arrow::datatypes::DataType;
@@ -14,27 +13,26 @@ use datafusion::logical_expr::{
 
 use super::NotGroupable;
 
-/// Distinguishes one [`WindowOf`] from another (they hold arrays, which do not hash).
-static NEXT_ID: AtomicU64 = AtomicU64::new(0);
-
 /// `window_of(X)`: the index of the window `X` falls in (`lo_i <= X < hi_i` in the order of
 /// `X`'s type), or NULL.
 #[derive(Debug)]
 pub(super) struct WindowOf {
-    id: u64,
+    /// What identifies it: its bounds' bytes (two with the same bounds are the same
+    /// function).
+    identity: Vec<u8>,
     signature: Signature,
     bounds: Bounds,
 }
 
 impl PartialEq for WindowOf {
     fn eq(&self, other: &Self) -> bool {
-        self.id == other.id
+        self.identity == other.identity
     }
 }
 impl Eq for WindowOf {}
 impl std::hash::Hash for WindowOf {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.id.hash(state);
+        self.identity.hash(state);
     }
 }
 
@@ -101,6 +99,7 @@ impl WindowOf {
             Ok(ScalarValue::iter_to_array(v.iter().cloned())?)
         };
         let (lo, hi) = (array(lo)?, array(hi)?);
+        let mut identity = ty.to_string().into_bytes();
         let bounds = if native {
             let values = |a: &ArrayRef| -> std::result::Result<Vec<i64>, NotGroupable> {
                 let i = ints(a)?;
@@ -125,8 +124,23 @@ impl WindowOf {
                 hi: Arc::new(h),
             }
         };
+        match &bounds {
+            Bounds::Ints { lo, hi } => {
+                identity.push(0);
+                for v in lo.iter().chain(hi) {
+                    identity.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            Bounds::Rows { lo, hi, .. } => {
+                identity.push(1);
+                for r in lo.iter().chain(hi.iter()) {
+                    identity.extend_from_slice(&(r.as_ref().len() as u64).to_le_bytes());
+                    identity.extend_from_slice(r.as_ref());
+                }
+            }
+        }
         Ok(WindowOf {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            identity,
             signature: Signature::any(1, Volatility::Immutable),
             bounds,
         })
