@@ -171,19 +171,15 @@ pub struct Source {
     pub partitioning: Partitioning,
     /// Which file of a landing zone its columns come from (`schema_from`).
     pub schema_from: SchemaFrom,
-    /// What a window of a landing zone does when no directory its filters reach has landed
-    /// (`on_missing`).
     pub on_missing: OnMissing,
 }
 
-/// A landing-zone window none of whose directories exist yet (`on_missing`).
+/// `on_missing`: a window whose directories have not landed fails (exit 1, retryable) or has
+/// no rows (`[write].on_empty` applies).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum OnMissing {
-    /// Not landed is not empty: the window fails, exit 1, retryable, nothing published.
     #[default]
     Retry,
-    /// The window has no rows (then `[write].on_empty` applies): for zones whose directories
-    /// may legitimately be absent (an hour without events).
     Empty,
 }
 

@@ -176,6 +176,23 @@ impl Shared {
         Some((lo?, hi?))
     }
 
+    /// Whether the census's rows serve `windows`: always without other filters; with them
+    /// (see `prune`), which hold for the census's windows only, when each is one of those.
+    pub(super) fn census_covers(&self, windows: &[Window]) -> bool {
+        use std::sync::atomic::Ordering;
+        if self.bounds.iter().all(|b| b.prunes.is_empty()) {
+            return true;
+        }
+        let listed = self.windows.lock().expect("not poisoned");
+        let covered = self
+            .census_len
+            .load(Ordering::SeqCst)
+            .min(listed.list.len());
+        let census: std::collections::HashSet<_> =
+            listed.list[..covered].iter().map(Window::key).collect();
+        windows.iter().all(|w| census.contains(&w.key()))
+    }
+
     /// The census of `b` over `windows`: its count per key, as prefix sums, and each
     /// window's bounds.
     pub(super) fn tally(&self, b: &Bound, windows: &[Window], per_key: HashMap<i64, u64>) -> Tally {

@@ -94,19 +94,8 @@ impl Shared {
     fn kept_whole(&self, windows: &[Window]) -> Option<Arc<HashMap<String, Rows>>> {
         let whole = self.whole.lock().expect("not poisoned").clone()?;
         let (rows, spans) = whole;
-        // Other filters kept by the census's scan (see `prune`) hold for its windows only.
-        if self.bounds.iter().any(|b| !b.prunes.is_empty()) {
-            let listed = self.windows.lock().expect("not poisoned");
-            let census: std::collections::HashSet<_> = listed.list[..self
-                .census_len
-                .load(Ordering::SeqCst)
-                .min(listed.list.len())]
-                .iter()
-                .map(Window::key)
-                .collect();
-            if !windows.iter().all(|w| census.contains(&w.key())) {
-                return None;
-            }
+        if !self.census_covers(windows) {
+            return None;
         }
         for b in &self.bounds {
             let (lo, hi) = self.span(b, windows)?;

@@ -10,6 +10,9 @@ use object_store::ObjectMeta;
 use object_store::path::Path;
 
 use super::{LandingZone, Listing, percent_decode};
+
+/// Incomplete newest files `schema_from = "last"` passes over before it gives up.
+const MAX_PASSED_OVER: usize = 64;
 use crate::error::{Error, Result};
 
 impl LandingZone {
@@ -321,6 +324,60 @@ impl LandingZone {
         });
         files.truncate(if self.last { files.len() } else { 1 });
         files
+    }
+
+    /// [`LandingZone::first_file`], the zone's compression found on the way: a compressed
+    /// text file (`part-0.csv.gz`) first in path order, before any plain one, or the first
+    /// file a glob names, makes the zone read compressed files (and looks again).
+    pub(super) async fn first_file_compressed(
+        &mut self,
+        other: &mut Option<Path>,
+    ) -> Result<Option<(Vec<(String, String)>, Vec<ObjectMeta>)>> {
+        let first = self.first_file(other, &[]).await?;
+        let named = match (&first, &*other) {
+            (Some((_, c)), Some(o)) if self.glob.is_none() && *o < c[0].location => Some(o.clone()),
+            (Some((_, c)), _) => Some(c[0].location.clone()),
+            (None, o) => o.clone(),
+        };
+        match named.as_ref().and_then(|n| self.compressed(n)) {
+            Some(c) => {
+                self.compress(c);
+                *other = None;
+                self.first_file(other, &[]).await
+            }
+            None => Ok(first),
+        }
+    }
+
+    /// The files' schema and the file it came from: the first of `candidates` whose schema
+    /// can be read. With `schema_from = "last"`, the newest complete file: the newest
+    /// directory's files still being written are passed over, then, if all are, that
+    /// directory's, up to [`MAX_PASSED_OVER`] files.
+    pub(super) async fn newest_complete(
+        &self,
+        ctx: &datafusion::prelude::SessionContext,
+        mut candidates: Vec<ObjectMeta>,
+    ) -> Result<(arrow::datatypes::SchemaRef, ObjectMeta)> {
+        let mut passed_over: Vec<Path> = Vec::new();
+        loop {
+            let tried: Vec<Path> = candidates.iter().map(|m| m.location.clone()).collect();
+            if let Some(found) = self.schema_of(ctx, candidates).await? {
+                return Ok(found);
+            }
+            passed_over.extend(tried);
+            if passed_over.len() > MAX_PASSED_OVER {
+                return Err(Error::runtime(format!(
+                    "source `{}`: none of its newest {} files can be read yet (still being written?); retry later",
+                    self.alias,
+                    passed_over.len()
+                )));
+            }
+            let mut other = None;
+            candidates = match self.first_file(&mut other, &passed_over).await? {
+                Some((_, c)) => c,
+                None => return Err(self.no_files(other).await),
+            };
+        }
     }
 
     /// The files' schema, from the first of `candidates` whose schema can be read (and that

@@ -63,9 +63,6 @@ use object_store::{ObjectMeta, ObjectStore};
 use crate::error::{Error, Result};
 use crate::task::{PartitionColumn, PartitionKind, Partitioning, SchemaFrom};
 
-/// Incomplete newest files `schema_from = "last"` passes over before it gives up.
-const MAX_PASSED_OVER: usize = 64;
-
 /// Directory listings in flight at once.
 const CONCURRENT_LISTINGS: usize = 32;
 
@@ -171,20 +168,7 @@ impl LandingZone {
             zone.pinned.lock().expect("not poisoned").insert(key, dir);
         }
         let mut other = None;
-        let mut first = zone.first_file(&mut other, &[]).await?;
-        // Compressed text files (`part-0.csv.gz`), named by the glob or beside no plain file.
-        // The first file in path order names the zone's compression: a compressed one seen
-        // before the first plain one, or the glob's first file.
-        let named = match (&first, &other) {
-            (Some((_, c)), Some(o)) if zone.glob.is_none() && *o < c[0].location => Some(o.clone()),
-            (Some((_, c)), _) => Some(c[0].location.clone()),
-            (None, o) => o.clone(),
-        };
-        if let Some(c) = named.as_ref().and_then(|n| zone.compressed(n)) {
-            zone.compress(c);
-            other = None;
-            first = zone.first_file(&mut other, &[]).await?;
-        }
+        let first = zone.first_file_compressed(&mut other).await?;
         let Some((levels, candidates)) = first else {
             return Err(zone.no_files(other).await);
         };
@@ -209,29 +193,7 @@ impl LandingZone {
                 .map(|(k, v)| (k.clone(), arrow_type(PartitionKind::infer(v))))
                 .collect(),
         };
-        // With `schema_from = "last"`, the newest complete file: the newest directory's files
-        // still being written are passed over, then, if all are, that directory's.
-        let mut passed_over: Vec<Path> = Vec::new();
-        let mut candidates = candidates;
-        let (schema, first) = loop {
-            let tried: Vec<Path> = candidates.iter().map(|m| m.location.clone()).collect();
-            if let Some(found) = zone.schema_of(ctx, candidates).await? {
-                break found;
-            }
-            passed_over.extend(tried);
-            if passed_over.len() > MAX_PASSED_OVER {
-                return Err(Error::runtime(format!(
-                    "source `{}`: none of its newest {} files can be read yet (still being written?); retry later",
-                    zone.alias,
-                    passed_over.len()
-                )));
-            }
-            let mut other = None;
-            candidates = match zone.first_file(&mut other, &passed_over).await? {
-                Some((_, c)) => c,
-                None => return Err(zone.no_files(other).await),
-            };
-        };
+        let (schema, first) = zone.newest_complete(ctx, candidates).await?;
         no_clash(&zone.columns, &schema, &first)?;
         zone.file_schema = schema;
         Ok(Some(zone))

@@ -1,0 +1,150 @@
+//! The options of a directory source read as a landing zone: `partitioning` and
+//! `partition_columns`, `schema_from`, `on_missing`.
+
+use super::RawSource;
+use crate::error::Result;
+use crate::task::spec::{
+    Fail, Format, OnMissing, PartitionColumn, PartitionKind, Partitioning, SchemaFrom,
+    is_identifier,
+};
+
+/// The `on_missing` option, validated: `retry` (default) or `empty`, not for a Delta source.
+pub(super) fn parse_on_missing(
+    s: &RawSource,
+    format: Format,
+    field: &str,
+    fail: &Fail<'_>,
+) -> Result<OnMissing> {
+    let field = format!("{field}.on_missing");
+    match s.on_missing.as_deref().map(str::trim) {
+        None => Ok(OnMissing::Retry),
+        Some(_) if format == Format::Delta => Err(fail(
+            &field,
+            "applies to directory sources (landing zones), not to a Delta table".into(),
+        )),
+        Some("retry") => Ok(OnMissing::Retry),
+        Some("empty") => Ok(OnMissing::Empty),
+        Some(other) => Err(fail(
+            &field,
+            format!(
+                "is `{other}`: use \"retry\" (a window whose directories have not landed fails, retryable) or \"empty\" (it is a window with no rows)"
+            ),
+        )),
+    }
+}
+
+/// The `schema_from` option, validated: `first` (default) or `last`, not for a Delta source.
+pub(super) fn parse_schema_from(
+    s: &RawSource,
+    format: Format,
+    field: &str,
+    fail: &Fail<'_>,
+) -> Result<SchemaFrom> {
+    let field = format!("{field}.schema_from");
+    match s.schema_from.as_deref().map(str::trim) {
+        None | Some("first") => Ok(SchemaFrom::First),
+        Some("last") if format == Format::Delta => Err(fail(
+            &field,
+            "a delta source's columns come from its log".into(),
+        )),
+        // Every CSV file of a zone must carry the zone's header (`landing::headers`): older
+        // files without a column added later would all be refused.
+        Some("last") if format == Format::Csv => Err(fail(
+            &field,
+            "a CSV zone's files must all carry one header (they are read by position), so its columns cannot come from its last file".into(),
+        )),
+        Some("last") => Ok(SchemaFrom::Last),
+        Some(other) => Err(fail(
+            &field,
+            format!(
+                "must be first or last (the file, in path order, a landing zone's columns come from), not `{other}`"
+            ),
+        )),
+    }
+}
+
+/// Refuses an alias that is not a plain SQL identifier, or the reserved `output`.
+/// The `partitioning` and `partition_columns` options, validated: columns imply `hive`, and
+/// each is `name TYPE` with a plain identifier and a type idemlake reads directories as.
+pub(super) fn parse_partitioning(
+    s: &RawSource,
+    format: Format,
+    field: &str,
+    fail: &Fail<'_>,
+) -> Result<Partitioning> {
+    let mode = s.partitioning.as_deref().map(str::trim);
+    if format == Format::Delta {
+        if mode.is_some() || s.partition_columns.is_some() {
+            return Err(fail(
+                field,
+                "a delta source's partitions come from its log: no partitioning options".into(),
+            ));
+        }
+        return Ok(Partitioning::None);
+    }
+    let columns = match &s.partition_columns {
+        None => None,
+        Some(list) => Some(partition_columns(list, field, fail)?),
+    };
+    match (mode, columns) {
+        (None | Some("auto"), None) => Ok(Partitioning::Auto),
+        (Some("none"), None) => Ok(Partitioning::None),
+        (Some("hive"), None) => Ok(Partitioning::Hive(Vec::new())),
+        (None | Some("hive"), Some(cols)) => Ok(Partitioning::Hive(cols)),
+        (Some("none" | "auto"), Some(_)) => Err(fail(
+            &format!("{field}.partition_columns"),
+            "declares Hive partition columns: set partitioning = \"hive\" (or leave it out)".into(),
+        )),
+        (Some(other), _) => Err(fail(
+            &format!("{field}.partitioning"),
+            format!("must be auto, hive or none, got `{other}`"),
+        )),
+    }
+}
+
+/// `partition_columns = ["dt DATE", "hour BIGINT"]`, validated.
+pub(super) fn partition_columns(
+    list: &[String],
+    field: &str,
+    fail: &Fail<'_>,
+) -> Result<Vec<PartitionColumn>> {
+    let key = format!("{field}.partition_columns");
+    if list.is_empty() {
+        return Err(fail(
+            &key,
+            "is empty: name at least one column, e.g. [\"dt DATE\"]".into(),
+        ));
+    }
+    let mut out: Vec<PartitionColumn> = Vec::new();
+    for item in list {
+        let mut parts = item.split_whitespace();
+        let (Some(name), Some(ty), None) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(fail(
+                &key,
+                format!("`{item}` must be a column name and a type, e.g. \"dt DATE\""),
+            ));
+        };
+        if !is_identifier(name) {
+            return Err(fail(
+                &key,
+                format!("`{name}` is not a plain SQL identifier"),
+            ));
+        }
+        let Some(kind) = PartitionKind::parse(ty) else {
+            return Err(fail(
+                &key,
+                format!(
+                    "`{ty}` (column `{name}`) is not a partition type: DATE, BIGINT or VARCHAR"
+                ),
+            ));
+        };
+        if out.iter().any(|c| c.name.eq_ignore_ascii_case(name)) {
+            return Err(fail(&key, format!("names column `{name}` twice")));
+        }
+        out.push(PartitionColumn {
+            name: name.to_string(),
+            kind,
+        });
+    }
+    Ok(out)
+}
