@@ -140,7 +140,8 @@ bench-ballista:
 	BENCH_BIN=$(BENCH_BIN) python3 scripts/bench_ballista.py
 
 ## bench-landing: a landing zone (LANDING_DAYS days x LANDING_FILES small files a day, Hive
-## `dt=` directories) read by a day task: initial load, one day window and a 30-day backfill,
+## `dt=` directories) read by a day task: the nightly first run of a day window (three task
+## forms), initial load, re-runs of one day window and a 30-day backfill,
 ## idemlake vs polars and DuckDB, every table checked against polars; appends to bench/LANDING.md.
 ## bench-landing-s3: the same on the local S3 server (source and tables), with the object-store
 ## requests of one day window; LANDING_S3_LATENCY_MS=20 puts the latency proxy in front.

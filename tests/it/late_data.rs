@@ -1,7 +1,7 @@
 //! Late data (issue 52): not landed is not empty.
 
 use crate::common::*;
-use crate::landing::{TASK, day, landing_project, write_file};
+use crate::landing::{TASK, backfill_json, day, landing_project, write_file};
 
 /// Regression (a day run before its directory landed was published empty, exit 0 `rows=0`,
 /// and `backfill --missing` then ran nothing for it once the files landed): such a window
@@ -29,29 +29,12 @@ fn a_day_run_before_its_directory_lands_is_not_published_empty() {
     }
     assert_eq!(log_version(&p.table_dir("events")), None);
     // The days that have landed publish; the late one is still missing.
-    let out = p.run(&[
-        "backfill",
-        "events",
-        "--from",
-        &day(0).to_string(),
-        "--to",
-        &day(2).to_string(),
-    ]);
+    let out = backfill_json(&p, (0, 2), &[]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     for n in 0..2 {
         write_file(&p.path().join("events"), day(3), n);
     }
-    let out = p.run(&[
-        "--output",
-        "json",
-        "backfill",
-        "events",
-        "--missing",
-        "--from",
-        &day(0).to_string(),
-        "--to",
-        &day(3).to_string(),
-    ]);
+    let out = backfill_json(&p, (0, 3), &["--missing"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     let reports = json_lines(&out);
     assert_eq!(reports.len(), 1, "{}", text(&out));

@@ -121,28 +121,14 @@ fn every_check_says_how_it_was_computed_in_this_run() {
         assert!(at.ends_with(&format!("/events/dt={w}/")), "{at}");
     }
     // A backfill's grouped check: one query for its windows, reading their directories.
-    let out = p.run(&[
-        "--output",
-        "json",
-        "backfill",
-        "events",
-        "--from",
-        &day(0).to_string(),
-        "--to",
-        &day(2).to_string(),
-    ]);
+    let out = crate::landing::backfill_json(&p, (0, 2), &[]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     for report in json_lines(&out) {
         let checks = report["reconciliation"].as_array().unwrap();
-        let how = &checks.iter().find(|c| c["check"] == "source_rows").unwrap()["computed"];
-        assert_eq!(how["route"], "independent", "{report}");
-        let files: u64 = how["scans"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s["files"].as_u64().unwrap())
-            .sum();
-        assert_eq!(files, 2 * how["windows"].as_u64().unwrap(), "{report}");
+        let rows = checks.iter().find(|c| c["check"] == "source_rows").unwrap();
+        assert_eq!(rows["computed"]["route"], "independent", "{report}");
+        let (files, windows) = crate::landing::check_reads(&report);
+        assert_eq!(files, 2 * windows, "{report}");
     }
 }
 
@@ -169,16 +155,7 @@ fn schema_from_last_passes_over_a_half_written_newest_file() {
             "format = \"parquet\"\nschema_from = \"last\"",
         ),
     );
-    let out = p.run(&[
-        "--output",
-        "json",
-        "backfill",
-        "events",
-        "--from",
-        &day(0).to_string(),
-        "--to",
-        &day(1).to_string(),
-    ]);
+    let out = crate::landing::backfill_json(&p, (0, 1), &[]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     assert_eq!(json_lines(&out).len(), 2, "{}", text(&out));
     let out = p.run(&[
