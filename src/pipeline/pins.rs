@@ -74,11 +74,14 @@ impl Runner {
         } else {
             Listing::Fresh
         };
-        let bounded = window_bounded_columns(self.session(), self.task()).await?;
+        let bounded = self
+            .window_columns
+            .get_or_try_init(|| window_bounded_columns(self.session(), self.task()))
+            .await?;
         let mut pins = Vec::new();
         for zone in &self.zones {
             let scans = landing::scan_filters(&plan, &zone.alias);
-            let (files, _) = reach(zone, &scans, how).await?;
+            let (files, landed_all) = reach(zone, &scans, how).await?;
             // Landed: a directory exists among those the window's own bounds reach (other
             // filters, `city = 'Paris'`, say nothing of what has landed).
             let by_window: Vec<Vec<Expr>> = scans
@@ -94,7 +97,11 @@ impl Runner {
                         .collect()
                 })
                 .collect();
-            let (_, landed) = reach(zone, &by_window, how).await?;
+            // Most tasks filter a zone by the window alone: the same reach, not listed again.
+            let landed = match by_window == scans {
+                true => landed_all,
+                false => reach(zone, &by_window, how).await?.1,
+            };
             tracing::debug!(
                 window = %window.label(),
                 source = %zone.alias,

@@ -81,6 +81,8 @@ pub struct Runner {
     pub(super) references: crate::pipeline::checks::data::References,
     /// The `[checks]` planned once against the query's columns (see `data::validate`).
     pub(super) checks_valid: tokio::sync::OnceCell<()>,
+    /// The columns the task's SQL bounds by window parameters, found once (see `pins`).
+    pub(super) window_columns: tokio::sync::OnceCell<std::collections::HashSet<String>>,
     /// Where the windows' OpenLineage events go (`None`: lineage is off).
     pub(super) lineage: Option<crate::lineage::TaskLineage>,
 }
@@ -144,6 +146,7 @@ impl Runner {
             announced: AtomicUsize::new(1),
             references: Default::default(),
             checks_valid: tokio::sync::OnceCell::new(),
+            window_columns: tokio::sync::OnceCell::new(),
             lineage: crate::lineage::TaskLineage::new(project, task),
         })
     }

@@ -21,6 +21,22 @@ fn write_parquet(path: &std::path::Path, ids: &[i64]) {
     w.close().unwrap();
 }
 
+/// A Parquet landing zone `events` at `root`, with every option at its default.
+fn zone_source(root: &std::path::Path) -> Source {
+    Source {
+        alias: "events".into(),
+        uri: format!("{}/", root.display()),
+        upstream: None,
+        require: Require::Complete,
+        format: Format::Parquet,
+        csv_header: true,
+        csv_delimiter: b',',
+        partitioning: Partitioning::Auto,
+        schema_from: crate::task::SchemaFrom::First,
+        on_missing: crate::task::OnMissing::Retry,
+    }
+}
+
 /// Issue 37, item 3 (an observation on S3 that the checks made no listing of their own
 /// there): the checks' landing zone is DataFusion's listing table over the zone, registered
 /// in the checks' session, and lists the zone itself. A file that lands in a day after the
@@ -33,18 +49,7 @@ async fn the_checks_list_a_landing_zone_themselves_not_through_the_runners_pins(
     let day = dir.path().join("zone/dt=2026-01-02");
     write_parquet(&dir.path().join("zone/dt=2026-01-01/a.parquet"), &[1, 2]);
     write_parquet(&day.join("a.parquet"), &[3, 4, 5]);
-    let source = Source {
-        alias: "events".into(),
-        uri: format!("{}/", dir.path().join("zone").display()),
-        upstream: None,
-        require: Require::Complete,
-        format: Format::Parquet,
-        csv_header: true,
-        csv_delimiter: b',',
-        partitioning: Partitioning::Auto,
-        schema_from: crate::task::SchemaFrom::First,
-        on_missing: crate::task::OnMissing::Retry,
-    };
+    let source = zone_source(&dir.path().join("zone"));
     // The runner's route: the zone's pinned listings, made now.
     let runner = SessionContext::new();
     let zone = crate::pipeline::landing::register(&runner, &source, Route::Zone, None)
@@ -111,18 +116,7 @@ async fn the_checks_route_refuses_a_lossy_conversion_as_the_runner_does() {
     let mut w = parquet::arrow::ArrowWriter::try_new(file, schema, None).unwrap();
     w.write(&batch).unwrap();
     w.close().unwrap();
-    let source = Source {
-        alias: "events".into(),
-        uri: format!("{}/", dir.path().join("zone").display()),
-        upstream: None,
-        require: Require::Complete,
-        format: Format::Parquet,
-        csv_header: true,
-        csv_delimiter: b',',
-        partitioning: Partitioning::Auto,
-        schema_from: crate::task::SchemaFrom::First,
-        on_missing: crate::task::OnMissing::Retry,
-    };
+    let source = zone_source(&dir.path().join("zone"));
     let checks = crate::session::build(crate::session::Profile::Checks).unwrap();
     let zones = register_pinned(
         &checks,
