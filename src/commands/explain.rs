@@ -3,6 +3,9 @@
 
 use std::fmt::Write;
 
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::logical_expr::LogicalPlan;
+
 use crate::accel::session::new_session;
 use crate::error::Result;
 use crate::pipeline::sources;
@@ -83,7 +86,7 @@ fn describe_window(
 
 /// Which checks the window gets, which accelerations run, and the resolved configuration.
 fn describe_checks(s: &mut String, task: &Task, planned: &Planned) {
-    let shape = if crate::pipeline::checks::row_preserving(planned.df.logical_plan()) {
+    let shape = if row_preserving(planned.df.logical_plan()) {
         "a row-preserving task"
     } else {
         "the task's query computed in full"
@@ -172,4 +175,61 @@ async fn describe_plans(s: &mut String, planned: &Planned) -> Result<()> {
         datafusion::physical_plan::displayable(physical.as_ref()).indent(true)
     );
     Ok(())
+}
+
+/// Whether every output row of `plan` is one input row of a single table, projected,
+/// filtered and perhaps sorted (a sort without a limit changes the order, not the multiset):
+/// then the rows a window must hold can be counted from the source. Anything else
+/// (aggregates, joins, unions, limits, distinct, window functions, subqueries, unnest) is not.
+/// (`explain` names a task's shape with it; the default check covers every shape.)
+fn row_preserving(plan: &LogicalPlan) -> bool {
+    let mut scans = 0;
+    let mut ok = true;
+    let _ = plan.apply_with_subqueries(|p| {
+        match p {
+            LogicalPlan::TableScan(_) => scans += 1,
+            LogicalPlan::Projection(_) | LogicalPlan::Filter(_) | LogicalPlan::SubqueryAlias(_) => {
+            }
+            LogicalPlan::Sort(s) if s.fetch.is_none() => {}
+            _ => ok = false,
+        }
+        Ok(if ok {
+            TreeNodeRecursion::Continue
+        } else {
+            TreeNodeRecursion::Stop
+        })
+    });
+    ok && scans == 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::prelude::SessionContext;
+
+    async fn shape(sql: &str) -> bool {
+        let ctx = SessionContext::new();
+        ctx.sql("CREATE TABLE t (a INT, b INT, d DATE) AS VALUES (1, 2, DATE '2026-01-01')")
+            .await
+            .unwrap();
+        ctx.sql("CREATE TABLE u (a INT) AS VALUES (1)")
+            .await
+            .unwrap();
+        let df = ctx.sql(sql).await.unwrap();
+        row_preserving(df.logical_plan())
+    }
+
+    #[tokio::test]
+    async fn only_projections_and_filters_of_one_table_are_row_preserving() {
+        assert!(shape("SELECT a, b + 1 AS c, d FROM t WHERE d >= DATE '2026-01-01'").await);
+        assert!(shape("SELECT x.a FROM t AS x WHERE x.b > 0").await);
+        assert!(shape("SELECT a, d FROM t WHERE a > 0 ORDER BY d, a").await);
+        assert!(!shape("SELECT d, count(*) FROM t GROUP BY d").await);
+        assert!(!shape("SELECT t.a FROM t JOIN u ON t.a = u.a").await);
+        assert!(!shape("SELECT DISTINCT a FROM t").await);
+        assert!(!shape("SELECT a FROM t ORDER BY a LIMIT 1").await);
+        assert!(!shape("SELECT a FROM t UNION ALL SELECT a FROM u").await);
+        assert!(!shape("SELECT a FROM t WHERE a IN (SELECT a FROM u)").await);
+        assert!(!shape("SELECT a, row_number() OVER (ORDER BY a) FROM t").await);
+    }
 }

@@ -239,7 +239,7 @@ async fn compact(table: &mut DeltaTable, task: &Task, w: &Live, report: &mut Win
 
 /// A plain session that reads `table`'s storage.
 fn session_for(table: &DeltaTable) -> Result<SessionContext> {
-    let ctx = crate::pipeline::checks::plain_session()?;
+    let ctx = crate::session::build(crate::session::Profile::Runner)?;
     table.update_datafusion_session(&ctx.state())?;
     Ok(ctx)
 }

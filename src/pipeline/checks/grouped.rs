@@ -1,37 +1,38 @@
 //! Grouped checks: the source side of many windows' checks from one query.
 //!
 //! A backfill of N windows checked window by window reads the source N times. When the check
-//! query has the everyday shape — one aggregate (or, for a row-preserving task, the rows) over
-//! one filter holding the window bounds as `X >= $window_start AND X < $window_end` (either
-//! bound parameter, `_ts` or not, either side of the comparison; several such pairs on
-//! different expressions, as a landing zone's task bounds `dt` and `ts`; under a `UNION`, one
-//! such filter per branch) — the same numbers come from one query per batch of windows: the
-//! bounds are bound to the batch's first start and last end, and the aggregate is grouped by
-//! the window each row's `X` falls in (with several pairs, the window every one of them falls
-//! in, or none). The default check's query (the task's own) may also have, above its window
-//! filters, sorts, `DISTINCT`, grouped aggregates, window functions and `UNION`s, each made
-//! to keep the windows apart (see `carry`). Anything else (bounds in another form, joins or
-//! limits above the filter, parameters elsewhere, a `[reconcile].source` with more than its
-//! one aggregate) is [`NotGroupable`] and is checked window by window.
+//! query has the everyday shape, the same numbers come from one query per batch of windows:
 //!
-//! This is the checker's own acceleration, with its own plain twin (`IDEMLAKE_CHECK_BATCH=1`,
-//! or `IDEMLAKE_ACCELERATE=0`): it is written against DataFusion's logical plan of the check
-//! query and shares nothing with the task query's accelerations (`accel`).
+//! - exactly one node of the plan holds the window parameters: a filter whose conditions on
+//!   them are `X >= $window_start AND X < $window_end` (either bound parameter, `_ts` or not,
+//!   either side of the comparison), for one or more expressions `X` of a date, timestamp or
+//!   integer type (a landing zone's task bounds `dt` and `ts`);
+//! - above it only projections, aliases, parameter-free filters, sorts without a limit,
+//!   `DISTINCT`, grouped aggregates, and for a `[reconcile].source` its one aggregate (see
+//!   `carry`).
+//!
+//! The bounds are bound to the batch's first start and last end, and each row carries the
+//! index of the window its `X`s fall in, `window_of(X)`, up to the result, grouped by it.
+//! Anything else (bounds in another form, a `UNION`, joins, limits or window functions above
+//! the filter, parameters elsewhere, a `[reconcile].source` with more than its one aggregate)
+//! is [`NotGroupable`] and is checked window by window, as the plain twin checks every query
+//! (`IDEMLAKE_CHECK_BATCH=1`, or `IDEMLAKE_ACCELERATE=0`). This is written against
+//! DataFusion's logical plan of the check query and shares nothing with `accel`.
 //!
 //! Why the numbers are the same: the rewrite runs on the analysed plan, where each bound
 //! comparison is `X op P` with both sides of one type `T`; a row belongs to window `i` exactly
 //! when `lo_i <= X < hi_i` in `T`'s order (`lo_i`, `hi_i` the bound parameters of window `i`
-//! cast to `T` as the comparison casts them); with several pairs, exactly when this holds
-//! for each, that is when all of their windows are `i`. The windows' intervals must be disjoint and
-//! ascending in `T` (checked), so each row falls in at most one; rows between the batch's
-//! windows (a `--missing` gap) fall in none and are dropped. A window no row falls in gets the
-//! query's result over no rows (the filter replaced by `false`).
+//! cast to `T` as the comparison casts them); with several `X`, exactly when this holds for
+//! each. The windows' intervals must be disjoint and ascending in `T` (checked), so each row
+//! falls in at most one; rows between the batch's windows (a `--missing` gap) fall in none
+//! and are dropped. Every node above carries the index: the grouped aggregates and `DISTINCT`
+//! with it among their keys, so each window keeps its own groups. A window no row falls in gets
+//! the query's result over no rows (the filter replaced by `false`).
 
 use std::collections::HashMap;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::DataType;
-use arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::execution::SessionState;
@@ -106,10 +107,10 @@ pub struct Grouped {
     /// The analysed, unbound plan.
     plan: LogicalPlan,
     measure: Measure,
-    /// Each window filter's predicate and its bounded expressions (a landing zone's task
-    /// bounds its partition column and its timestamp): a row passing the filter is in window
-    /// `i` when each lies in window `i`'s bounds.
-    filters: Vec<(Expr, Vec<Pair>)>,
+    /// The window filter's bounded expressions (a landing zone's task bounds its partition
+    /// column and its timestamp): a row passing the filter is in window `i` when each lies in
+    /// window `i`'s bounds.
+    pairs: Vec<Pair>,
 }
 
 fn has_placeholder(e: &Expr) -> bool {
@@ -206,8 +207,8 @@ fn pairs_of(f: &Filter) -> std::result::Result<Vec<Pair>, NotGroupable> {
                 "the window bounds compare different types ({x}: {xty}, {lty}, {uty})"
             )));
         }
-        if !RowConverter::supports_fields(&[SortField::new(lty.clone())]) {
-            return Err(NotGroupable(format!("{lty} cannot be ordered")));
+        if !window_of::orderable(&lty) {
+            return Err(NotGroupable(format!("{lty} is not grouped by window")));
         }
         pairs.push(Pair {
             x,
@@ -249,27 +250,21 @@ impl Grouped {
                 "a subquery uses the window parameters (each window's subquery differs)".into(),
             ));
         }
-        // Every node holding a window parameter is a window filter (a `UNION` has one per
-        // branch; equal filters bound the same way).
-        let mut filters: Vec<(Expr, Vec<Pair>)> = Vec::new();
-        for h in &holders {
-            let LogicalPlan::Filter(f) = h else {
+        // One node holds the window parameters, a window filter.
+        let pairs = match holders.as_slice() {
+            [LogicalPlan::Filter(f)] => pairs_of(f)?,
+            [] => return Err(NotGroupable("the query has no window filter".into())),
+            _ => {
                 return Err(NotGroupable(
-                    "the window parameters are not all in window filters".into(),
+                    "the window parameters are not all in one window filter".into(),
                 ));
-            };
-            if !filters.iter().any(|(p, _)| *p == f.predicate) {
-                filters.push((f.predicate.clone(), pairs_of(f)?));
             }
-        }
-        if filters.is_empty() {
-            return Err(NotGroupable("the query has no window filter".into()));
-        }
+        };
         Ok(Grouped {
             state,
             plan,
             measure,
-            filters,
+            pairs,
         })
     }
 
@@ -309,29 +304,15 @@ impl Grouped {
         Ok((lo, hi))
     }
 
-    /// Each window filter's predicate, and the index of the window a row passing it falls in.
-    fn window_keys(
-        &self,
-        task: &Task,
-        windows: &[Window],
-    ) -> std::result::Result<Vec<(Expr, Expr)>, NotGroupable> {
-        self.filters
-            .iter()
-            .map(|(predicate, pairs)| {
-                Ok((predicate.clone(), Self::window_key(pairs, task, windows)?))
-            })
-            .collect()
-    }
-
     /// The index of the window a row falls in (NULL for none): each bounded expression's
     /// window, when all of them agree.
     fn window_key(
-        pairs: &[Pair],
+        &self,
         task: &Task,
         windows: &[Window],
     ) -> std::result::Result<Expr, NotGroupable> {
-        let mut keys = Vec::with_capacity(pairs.len());
-        for pair in pairs {
+        let mut keys = Vec::with_capacity(self.pairs.len());
+        for pair in &self.pairs {
             let (lo, hi) = Self::bounds(pair, task, windows)?;
             let window_of = ScalarUDF::new_from_impl(WindowOf::new(pair.ty.clone(), &lo, &hi)?);
             keys.push(window_of.call(vec![pair.x.clone()]));
@@ -359,9 +340,9 @@ impl Grouped {
         windows: &[Window],
     ) -> std::result::Result<(Vec<PerWindow>, Vec<crate::report::record::Scanned>), NotGroupable>
     {
-        let keys = self.window_keys(task, windows)?;
+        let key = self.window_key(task, windows)?;
         let mut aggregated = false;
-        let mut grouped = carry(&self.plan, &keys, self.measure, &mut aggregated)?;
+        let mut grouped = carry(&self.plan, &key, self.measure, &mut aggregated)?;
         match (self.measure, aggregated) {
             (Measure::Rows, false) => {
                 grouped = LogicalPlanBuilder::from(grouped)

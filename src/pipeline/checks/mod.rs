@@ -9,8 +9,8 @@
 //! read through object_store's plain local store or an S3 client of the checker's own (no
 //! Delta log cache; Delta sources pinned at the versions the runner pinned), no scan cache, no
 //! prepared or derived plan — every window's check query is planned from the task's SQL text
-//! with that window's parameters bound. Parquet pruning and filter pushdown stay on: they are
-//! DataFusion's, not idemlake's.
+//! with that window's parameters bound. DataFusion's partition and row-group pruning stay on;
+//! what the session leaves off is listed once, in `session::Profile::Checks`.
 //!
 //! What is checked per window:
 //! - with `[reconcile]` `source`/`output`: its `source` query, here, against its `output`
@@ -32,8 +32,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use arrow::array::RecordBatch;
-use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use tokio::sync::OnceCell;
 
@@ -421,66 +419,4 @@ fn register_zones(
         ctx.register_table(z.alias.as_str(), table)?;
     }
     Ok(())
-}
-
-/// A session with idemlake's SQL settings and Delta support, reading local files through
-/// object_store's plain local store (no memory maps): for reads that are not a run's.
-pub fn plain_session() -> Result<SessionContext> {
-    crate::session::build(crate::session::Profile::Runner)
-}
-
-/// Whether every output row of `plan` is one input row of a single table, projected,
-/// filtered and perhaps sorted (a sort without a limit changes the order, not the multiset):
-/// then the rows a window must hold can be counted from the source. Anything else
-/// (aggregates, joins, unions, limits, distinct, window functions, subqueries, unnest) is not.
-/// (`explain` names a task's shape with it; the default check covers every shape.)
-pub fn row_preserving(plan: &LogicalPlan) -> bool {
-    let mut scans = 0;
-    let mut ok = true;
-    let _ = plan.apply_with_subqueries(|p| {
-        match p {
-            LogicalPlan::TableScan(_) => scans += 1,
-            LogicalPlan::Projection(_) | LogicalPlan::Filter(_) | LogicalPlan::SubqueryAlias(_) => {
-            }
-            LogicalPlan::Sort(s) if s.fetch.is_none() => {}
-            _ => ok = false,
-        }
-        Ok(if ok {
-            TreeNodeRecursion::Continue
-        } else {
-            TreeNodeRecursion::Stop
-        })
-    });
-    ok && scans == 1
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    async fn shape(sql: &str) -> bool {
-        let ctx = SessionContext::new();
-        ctx.sql("CREATE TABLE t (a INT, b INT, d DATE) AS VALUES (1, 2, DATE '2026-01-01')")
-            .await
-            .unwrap();
-        ctx.sql("CREATE TABLE u (a INT) AS VALUES (1)")
-            .await
-            .unwrap();
-        let df = ctx.sql(sql).await.unwrap();
-        row_preserving(df.logical_plan())
-    }
-
-    #[tokio::test]
-    async fn only_projections_and_filters_of_one_table_are_row_preserving() {
-        assert!(shape("SELECT a, b + 1 AS c, d FROM t WHERE d >= DATE '2026-01-01'").await);
-        assert!(shape("SELECT x.a FROM t AS x WHERE x.b > 0").await);
-        assert!(shape("SELECT a, d FROM t WHERE a > 0 ORDER BY d, a").await);
-        assert!(!shape("SELECT d, count(*) FROM t GROUP BY d").await);
-        assert!(!shape("SELECT t.a FROM t JOIN u ON t.a = u.a").await);
-        assert!(!shape("SELECT DISTINCT a FROM t").await);
-        assert!(!shape("SELECT a FROM t ORDER BY a LIMIT 1").await);
-        assert!(!shape("SELECT a FROM t UNION ALL SELECT a FROM u").await);
-        assert!(!shape("SELECT a FROM t WHERE a IN (SELECT a FROM u)").await);
-        assert!(!shape("SELECT a, row_number() OVER (ORDER BY a) FROM t").await);
-    }
 }

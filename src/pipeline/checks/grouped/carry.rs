@@ -35,48 +35,21 @@ pub(super) fn without_projected_parameters(
     Ok(plan.data)
 }
 
-/// A window function expression computed within each window: the window index joins its
-/// `PARTITION BY` (so each window's rows are numbered, ranked and summed among themselves,
-/// as the window's own query does), under the expression's own name.
-fn partitioned_by_window(e: &Expr) -> std::result::Result<Expr, NotGroupable> {
-    let name = e.schema_name().to_string();
-    let rewritten = e
-        .clone()
-        .transform_up(|e| match e {
-            Expr::WindowFunction(mut wf) => {
-                wf.params.partition_by.push(col(WINDOW_COL));
-                Ok(Transformed::yes(Expr::WindowFunction(wf)))
-            }
-            other => Ok(Transformed::no(other)),
-        })?
-        .data;
-    Ok(rewritten.unalias().alias(name))
-}
-
 /// `plan` with the window index carried from the window filter up to the result: a
 /// projection of `key` above the filter, passed through every projection, alias and
 /// parameter-free filter above it, through sorts without a limit (dropped: order does not
 /// change a count or a fingerprint), `DISTINCT` and grouped aggregates (the index joins
-/// their keys, so each window keeps its own groups), `UNION` (each branch carries its own
-/// window filter's index), window functions
-/// computed within each window (see [`partitioned_by_window`]), and grouped by at the (single,
+/// their keys, so each window keeps its own groups), and grouped by at the (single,
 /// ungrouped) aggregate of a `[reconcile].source` query.
-// Long: one arm per plan node, each a few lines.
 pub(super) fn carry(
     plan: &LogicalPlan,
-    keys: &[(Expr, Expr)],
+    key: &Expr,
     measure: Measure,
     aggregated: &mut bool,
 ) -> std::result::Result<LogicalPlan, NotGroupable> {
-    let carry = |p: &LogicalPlan, aggregated: &mut bool| carry(p, keys, measure, aggregated);
+    let carry = |p: &LogicalPlan, aggregated: &mut bool| carry(p, key, measure, aggregated);
     let built = match plan {
         LogicalPlan::Filter(f) if has_placeholder(&f.predicate) => {
-            let Some((_, key)) = keys.iter().find(|(p, _)| *p == f.predicate) else {
-                return Err(NotGroupable(format!(
-                    "no window key for the filter {}",
-                    f.predicate
-                )));
-            };
             let mut exprs: Vec<Expr> = f
                 .input
                 .schema()
@@ -108,25 +81,6 @@ pub(super) fn carry(
             let mut group = a.group_expr.clone();
             group.push(col(WINDOW_COL));
             LogicalPlanBuilder::from(input).aggregate(group, a.aggr_expr.clone())?
-        }
-        LogicalPlan::Union(u) if measure != Measure::Query => {
-            let mut inputs = u.inputs.iter();
-            let first = inputs
-                .next()
-                .ok_or_else(|| NotGroupable("an empty UNION".into()))?;
-            let mut built = LogicalPlanBuilder::from(carry(first, aggregated)?);
-            for input in inputs {
-                built = built.union(carry(input, aggregated)?)?;
-            }
-            built
-        }
-        LogicalPlan::Window(w) if measure != Measure::Query => {
-            let exprs = w
-                .window_expr
-                .iter()
-                .map(partitioned_by_window)
-                .collect::<std::result::Result<Vec<_>, _>>()?;
-            LogicalPlanBuilder::from(carry(&w.input, aggregated)?).window(exprs)?
         }
         LogicalPlan::Projection(p) => {
             let input = carry(&p.input, aggregated)?;
