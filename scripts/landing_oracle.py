@@ -2,10 +2,11 @@
 """What polars makes of a Hive-partitioned landing zone and of the Delta table built from it,
 per day, for the tests of landing-zone sources (tests/it/landing.rs).
 
-Usage: landing_oracle.py SOURCE_DIR TABLE_DIR FIRST_DAY LAST_DAY
+Usage: landing_oracle.py SOURCE_DIR TABLE_DIR FIRST_DAY LAST_DAY [TIME_ZONE]
 Prints JSON {"source": {day: [rows, sum_v]}, "table": {day: [rows, sum_v]}}: the source read
-with polars' own Hive partitioning (rows whose `ts` falls on the day, days FIRST..LAST
-inclusive), the table with polars' Delta reader (column `day`).
+with polars' own Hive partitioning (rows whose `ts` falls on the day in TIME_ZONE, UTC by
+default, days FIRST..LAST inclusive, whatever directory holds them), the table with polars'
+Delta reader (column `day`).
 """
 import json
 import sys
@@ -20,11 +21,12 @@ def per_day(df: pl.DataFrame, col: str) -> dict:
 
 
 def main() -> int:
-    src, table, first, last = sys.argv[1:]
+    src, table, first, last = sys.argv[1:5]
+    tz = sys.argv[5] if len(sys.argv) > 5 else "UTC"
     lo, hi = date.fromisoformat(first), date.fromisoformat(last)
     source = (
         pl.scan_parquet(f"{src}/**/*.parquet", hive_partitioning=True)
-        .with_columns(pl.col("ts").dt.date().alias("d"))
+        .with_columns(pl.col("ts").dt.convert_time_zone(tz).dt.date().alias("d"))
         .filter((pl.col("d") >= lo) & (pl.col("d") <= hi))
         .collect()
     )

@@ -2,6 +2,7 @@
 //! determinism lint and its logical plan. Imports only `error`, `config` and external crates.
 
 pub mod alert;
+pub mod arrival;
 pub mod checks;
 pub mod engine;
 pub mod lint;

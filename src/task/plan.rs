@@ -198,6 +198,11 @@ async fn plan_sql(
     });
     lint::check_time_zones(df.logical_plan(), &task.lint_allow, sql, &origin, since)?;
     lint::check_parameters(df.logical_plan(), &origin, require_window)?;
+    let df = if require_window {
+        with_arrival_reach(df, task)?
+    } else {
+        df
+    };
     match params {
         None => type_params(df, task.grain),
         Some(p) => {
@@ -209,6 +214,47 @@ async fn plan_sql(
                 ))
             })
         }
+    }
+}
+
+/// `df` with each scan of a landing zone that declares its arrival days (`arrival`) under the
+/// filter keeping the days the window reaches (see `task::arrival`).
+fn with_arrival_reach(df: DataFrame, task: &Task) -> Result<DataFrame> {
+    use datafusion::common::tree_node::Transformed;
+    use datafusion::logical_expr::{Filter, LogicalPlan};
+    if task.sources.iter().all(|s| s.arrival.is_none()) {
+        return Ok(df);
+    }
+    let (state, plan) = df.into_parts();
+    let mut failed = None;
+    let plan = plan
+        .transform_up_with_subqueries(|node| {
+            let LogicalPlan::TableScan(scan) = &node else {
+                return Ok(Transformed::no(node));
+            };
+            let declared = task
+                .sources
+                .iter()
+                .find(|s| scan.table_name.table().eq_ignore_ascii_case(&s.alias))
+                .and_then(|s| s.arrival.as_ref());
+            let Some(arrival) = declared else {
+                return Ok(Transformed::no(node));
+            };
+            match crate::task::arrival::reach(arrival, &scan.table_name, &node) {
+                Ok(predicate) => {
+                    let filter = Filter::try_new(predicate, Arc::new(node))?;
+                    Ok(Transformed::yes(LogicalPlan::Filter(filter)))
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    Ok(Transformed::no(node))
+                }
+            }
+        })?
+        .data;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(DataFrame::new(state, plan)),
     }
 }
 

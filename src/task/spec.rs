@@ -172,6 +172,8 @@ pub struct Source {
     /// Which file of a landing zone its columns come from (`schema_from`).
     pub schema_from: SchemaFrom,
     pub on_missing: OnMissing,
+    /// A landing zone's arrival days and lateness (`arrival`, see `task::arrival`).
+    pub arrival: Option<crate::task::arrival::Arrival>,
 }
 
 /// `on_missing`: a window whose directories have not landed fails (exit 1, retryable) or has

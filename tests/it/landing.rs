@@ -133,13 +133,14 @@ pub(crate) fn check_reads(report: &serde_json::Value) -> (u64, u64) {
 }
 
 /// polars' per-day rows and sums of the source and of table `table` (see landing_oracle.py).
-fn oracle(p: &TestProject, table: &Path, first: i64, last: i64) -> serde_json::Value {
+fn oracle(p: &TestProject, table: &Path, (first, last): (i64, i64), tz: &str) -> serde_json::Value {
     let out = std::process::Command::new(python())
         .arg(repo().join("scripts/landing_oracle.py"))
         .arg(p.path().join("events"))
         .arg(table)
         .arg(day(first).to_string())
         .arg(day(last).to_string())
+        .arg(tz)
         .output()
         .unwrap();
     assert_eq!(code(&out), 0, "{}", text(&out));
@@ -147,7 +148,14 @@ fn oracle(p: &TestProject, table: &Path, first: i64, last: i64) -> serde_json::V
 }
 
 pub(crate) fn assert_matches_polars(p: &TestProject, table: &Path, first: i64, last: i64) {
-    let got = oracle(p, table, first, last);
+    assert_matches_polars_in(p, table, (first, last), "UTC");
+}
+
+/// Every day `first..=last` of the table holds the rows whose `ts` falls on it in `tz`, per
+/// polars over the zone's files.
+pub(crate) fn assert_matches_polars_in(p: &TestProject, table: &Path, days: (i64, i64), tz: &str) {
+    let (first, last) = days;
+    let got = oracle(p, table, days, tz);
     assert_eq!(
         got["source"].as_object().unwrap().len() as i64,
         last - first + 1,

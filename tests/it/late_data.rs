@@ -1,7 +1,137 @@
-//! Late data (issue 52): not landed is not empty.
+//! Late data (issue 52): not landed is not empty; a zone's arrival days and lateness.
 
 use crate::common::*;
-use crate::landing::{TASK, backfill_json, day, landing_project, write_file};
+use crate::landing::{
+    TASK, assert_matches_polars_in, backfill_json, check_reads, day, landing_project, write_file,
+};
+
+/// The landing-zone task with the zone's arrival days declared: it filters only on its event
+/// time.
+const ARRIVAL_TASK: &str = r#"
+sql = """
+SELECT CAST(ts AT TIME ZONE 'TZ' AS DATE) AS day, ts, id, v
+FROM events
+WHERE ts >= $window_start_ts AND ts < $window_end_ts
+"""
+
+[target]
+partition_by = "day"
+
+[window]
+grain = "day"
+timezone = "TZ"
+
+[sources.events]
+uri = "events"
+format = "parquet"
+arrival = "dt"
+lateness = "LATENESS"
+
+[write]
+mode = "overwrite"
+"#;
+
+fn arrival_task(tz: &str, lateness: &str) -> String {
+    ARRIVAL_TASK.replace("TZ", tz).replace("LATENESS", lateness)
+}
+
+/// File `n` of event day `d` written into the next day's directory, as a late file.
+fn write_late_file(root: &std::path::Path, d: i64, n: usize) {
+    let file = write_file(root, day(d), n);
+    let dir = root.join(format!("dt={}", day(d + 1)));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::rename(&file, dir.join(format!("late-{n:05}.parquet"))).unwrap();
+}
+
+/// Regression (events of day D arriving in `dt=D+1` were dropped with every check green: the
+/// guide's task bounded `dt` by the window, and each check recomputed the same SQL): with the
+/// zone's arrival days and lateness declared, the task filters only on its event time, and
+/// every event is published once, in its event day, on both routes.
+#[test]
+fn events_arriving_the_next_day_are_published_in_their_event_day() {
+    let p = landing_project(5, 2);
+    let root = p.path().join("events");
+    for d in 0..5 {
+        write_late_file(&root, d, 2);
+    }
+    p.task("events", &arrival_task("UTC", "1 day"));
+    for accelerate in ["1", "0"] {
+        let out = p
+            .cmd()
+            .env("IDEMLAKE_ACCELERATE", accelerate)
+            .args(["--output", "json", "backfill", "events"])
+            .args(["--from", &day(0).to_string(), "--to", &day(4).to_string()])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        for r in json_lines(&out) {
+            assert_eq!(r["rows_written"], 30, "{r}");
+        }
+        assert_matches_polars_in(&p, &p.table_dir("events"), (0, 4), "UTC");
+    }
+}
+
+/// A Kolkata day over UTC `dt=` directories reads the two UTC days it spans (and with a day of
+/// lateness, the one after), and every day equals polars over the files.
+#[test]
+fn a_kolkata_day_over_utc_directories_reads_the_utc_days_it_spans() {
+    let p = landing_project(7, 2);
+    for (lateness, files) in [("0", 4), ("1 day", 6)] {
+        p.task("events", &arrival_task("Asia/Kolkata", lateness));
+        let out = p.run(&[
+            "--output",
+            "json",
+            "run",
+            "events",
+            "--window",
+            &day(3).to_string(),
+        ]);
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        let r = &json_lines(&out)[0];
+        assert_eq!(check_reads(r), (files, 1), "lateness {lateness}: {r}");
+        // The runner read (and pinned) the same files: its run record in the commit says so.
+        let table = p.table_dir("events");
+        let version = r["table_version"].as_u64().unwrap();
+        let record = commit_actions(&table, version)
+            .into_iter()
+            .find_map(|a| a["commitInfo"].get("idemlake").cloned())
+            .unwrap();
+        let record = record
+            .get("runs")
+            .map_or(record.clone(), |runs| runs[0].clone());
+        assert_eq!(
+            record["sources"][0]["files"], files,
+            "lateness {lateness}: {record}"
+        );
+    }
+    let out = backfill_json(&p, (1, 5), &[]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_matches_polars_in(&p, &p.table_dir("events"), (1, 5), "Asia/Kolkata");
+}
+
+/// `arrival` is refused by name where it cannot apply, and a `lateness` it cannot read.
+#[test]
+fn arrival_and_lateness_are_refused_by_name_when_wrong() {
+    let p = landing_project(1, 1);
+    for (from, to, says) in [
+        ("lateness = \"1 day\"", "lateness = \"soon\"", "lateness"),
+        (
+            "arrival = \"dt\"",
+            "arrival = \"nope\"",
+            "arrival column `nope`",
+        ),
+        (
+            "lateness = \"1 day\"",
+            "arrival_timezone = \"Mars/Base\"",
+            "arrival_timezone",
+        ),
+    ] {
+        p.task("events", &arrival_task("UTC", "1 day").replace(from, to));
+        let out = p.run(&["validate", "events"]);
+        assert_eq!(code(&out), 2, "{}", text(&out));
+        assert!(text(&out).contains(says), "{says}: {}", text(&out));
+    }
+}
 
 /// Regression (a day run before its directory landed was published empty, exit 0 `rows=0`,
 /// and `backfill --missing` then ran nothing for it once the files landed): such a window

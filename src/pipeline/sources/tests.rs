@@ -34,6 +34,7 @@ fn zone_source(root: &std::path::Path) -> Source {
         partitioning: Partitioning::Auto,
         schema_from: crate::task::SchemaFrom::First,
         on_missing: crate::task::OnMissing::Retry,
+        arrival: None,
     }
 }
 

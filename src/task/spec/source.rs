@@ -14,7 +14,7 @@ use super::{
 use crate::error::Result;
 
 mod zone;
-use zone::{parse_on_missing, parse_partitioning, parse_schema_from};
+use zone::{parse_arrival, parse_on_missing, parse_partitioning, parse_schema_from};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -38,6 +38,12 @@ pub(super) struct RawSource {
     schema_from: Option<String>,
     /// `retry` (default) or `empty`: a landing-zone window none of whose directories exist.
     on_missing: Option<String>,
+    /// The partition column(s) giving a file's arrival day: `"dt"` or `["year", "month", "day"]`.
+    arrival: Option<zone::Columns>,
+    /// The time zone of the arrival days (default UTC).
+    arrival_timezone: Option<String>,
+    /// How late an event may arrive (`"2 days"`), with `arrival`.
+    lateness: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -111,6 +117,7 @@ pub(super) fn parse_source(
     let partitioning = parse_partitioning(&s, format, &field, fail)?;
     let schema_from = parse_schema_from(&s, format, &field, fail)?;
     let on_missing = parse_on_missing(&s, format, &field, fail)?;
+    let arrival = parse_arrival(&s, format, &field, fail)?;
     Ok(Source {
         uri: resolve_location(project_dir, &uri),
         upstream: None,
@@ -122,6 +129,7 @@ pub(super) fn parse_source(
         partitioning,
         schema_from,
         on_missing,
+        arrival,
     })
 }
 
@@ -181,10 +189,13 @@ fn task_source(
         || s.partition_columns.is_some()
         || s.schema_from.is_some()
         || s.on_missing.is_some()
+        || s.arrival.is_some()
+        || s.lateness.is_some()
+        || s.arrival_timezone.is_some()
     {
         return Err(fail(
             field,
-            "a task source is that task's Delta table: no format, header, delimiter, partitioning, schema_from or on_missing".into(),
+            "a task source is that task's Delta table: no format, header, delimiter, partitioning, schema_from, on_missing, arrival or lateness".into(),
         ));
     }
     Ok(Source {
@@ -198,6 +209,7 @@ fn task_source(
         partitioning: Partitioning::None,
         schema_from: SchemaFrom::First,
         on_missing: OnMissing::Retry,
+        arrival: None,
     })
 }
 

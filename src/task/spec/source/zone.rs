@@ -1,5 +1,6 @@
 //! The options of a directory source read as a landing zone: `partitioning` and
-//! `partition_columns`, `schema_from`, `on_missing`.
+//! `partition_columns`, `schema_from`, `on_missing`, `arrival` with `arrival_timezone` and
+//! `lateness`.
 
 use super::RawSource;
 use crate::error::Result;
@@ -7,6 +8,72 @@ use crate::task::spec::{
     Fail, Format, OnMissing, PartitionColumn, PartitionKind, Partitioning, SchemaFrom,
     is_identifier,
 };
+
+/// `arrival = "dt"` or `arrival = ["year", "month", "day"]`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(untagged)]
+pub(super) enum Columns {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// The `arrival`, `arrival_timezone` and `lateness` options, validated (see
+/// `task::arrival`): not for a Delta source; the time zone one jiff knows.
+pub(super) fn parse_arrival(
+    s: &RawSource,
+    format: Format,
+    field: &str,
+    fail: &Fail<'_>,
+) -> Result<Option<crate::task::arrival::Arrival>> {
+    let Some(columns) = &s.arrival else {
+        if s.lateness.is_some() || s.arrival_timezone.is_some() {
+            return Err(fail(
+                field,
+                "`lateness` and `arrival_timezone` need `arrival`: the partition column(s) giving a file's arrival day, e.g. arrival = \"dt\"".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    let key = format!("{field}.arrival");
+    if format == Format::Delta {
+        return Err(fail(
+            &key,
+            "applies to directory sources (landing zones), not to a Delta table".into(),
+        ));
+    }
+    let columns = match columns {
+        Columns::One(c) => vec![c.trim().to_string()],
+        Columns::Many(cs) => cs.iter().map(|c| c.trim().to_string()).collect(),
+    };
+    if !matches!(columns.len(), 1 | 3) || columns.iter().any(|c| !is_identifier(c)) {
+        return Err(fail(
+            &key,
+            "names one date partition column (\"dt\") or a year, a month and a day column ([\"year\", \"month\", \"day\"])".into(),
+        ));
+    }
+    let timezone = s
+        .arrival_timezone
+        .as_deref()
+        .unwrap_or("UTC")
+        .trim()
+        .to_string();
+    if jiff::tz::TimeZone::get(&timezone).is_err() {
+        return Err(fail(
+            &format!("{field}.arrival_timezone"),
+            format!("`{timezone}` is not an IANA time zone (e.g. \"UTC\", \"America/New_York\")"),
+        ));
+    }
+    let lateness_us = match &s.lateness {
+        None => 0,
+        Some(text) => crate::task::arrival::Arrival::lateness(text)
+            .map_err(|e| fail(&format!("{field}.lateness"), e))?,
+    };
+    Ok(Some(crate::task::arrival::Arrival {
+        columns,
+        timezone,
+        lateness_us,
+    }))
+}
 
 /// The `on_missing` option, validated: `retry` (default) or `empty`, not for a Delta source.
 pub(super) fn parse_on_missing(
