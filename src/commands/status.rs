@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 mod rewrites;
 mod upstream;
+mod zones;
 pub use upstream::{blocked, missing_inputs, record_blocked};
 use upstream::{oldest_reads, recorded_inputs, stale_inputs, upstream_publishes};
 
@@ -123,6 +124,11 @@ pub async fn status_with(
         if let Some(inputs) = &inputs {
             stale_inputs(&mut st, inputs, &upstream);
             st.stale |= !st.stale_inputs.is_empty();
+        }
+        if staleness && version.is_some() && st.state.starts_with("published") {
+            let changed = zones::changed_files(&table, task, &st).await?;
+            st.stale |= !changed.is_empty();
+            st.stale_inputs.extend(changed);
         }
         st.retryable = st.state == "missing" || st.failed_since > 0 || st.stale;
         out.push(st);

@@ -232,3 +232,71 @@ fn a_filter_on_another_level_does_not_make_a_landed_day_missing() {
     let out = p.run(&["run", "events", "--window", &day(2).to_string()]);
     assert_eq!(code(&out), 1, "{}", text(&out));
 }
+
+/// `status --output json` of the events task over days `from..=to`: per window, its label,
+/// whether it is stale, and what changed.
+fn staleness(p: &TestProject, from: i64, to: i64) -> Vec<(String, bool, Vec<String>)> {
+    let out = p.run(&[
+        "--output",
+        "json",
+        "status",
+        "events",
+        "--from",
+        &day(from).to_string(),
+        "--to",
+        &day(to).to_string(),
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    json_lines(&out)
+        .iter()
+        .map(|s| {
+            let changed = s["stale_inputs"]
+                .as_array()
+                .map(|a| a.iter().map(|v| v.as_str().unwrap().to_string()).collect())
+                .unwrap_or_default();
+            (
+                s["window"]["label"].as_str().unwrap().to_string(),
+                s["stale"].as_bool().unwrap(),
+                changed,
+            )
+        })
+        .collect()
+}
+
+/// Regression (`status` never showed that a published window's source changed): a late file
+/// landing in `dt=D+1` after days D and D+1 were published makes exactly the days whose reach
+/// holds that directory stale (D, and D+1 itself), naming the file; `backfill --stale` re-runs
+/// those two, and day D then holds its late events.
+#[test]
+fn a_late_file_after_its_day_was_published_makes_the_days_whose_reach_holds_it_stale() {
+    let p = landing_project(4, 2);
+    p.task("events", &arrival_task("UTC", "1 day"));
+    let out = backfill_json(&p, (0, 2), &[]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(staleness(&p, 0, 2).iter().all(|(_, stale, _)| !stale));
+    write_late_file(&p.path().join("events"), 1, 5);
+    let now = staleness(&p, 0, 2);
+    let stale: Vec<&str> = now
+        .iter()
+        .filter(|(_, s, _)| *s)
+        .map(|(l, _, _)| l.as_str())
+        .collect();
+    assert_eq!(stale, [day(1).to_string(), day(2).to_string()], "{now:?}");
+    for (_, _, changed) in now.iter().filter(|(_, s, _)| *s) {
+        assert_eq!(changed.len(), 1, "{changed:?}");
+        assert!(
+            changed[0].ends_with(&format!("dt={}/late-00005.parquet (added)", day(2))),
+            "{changed:?}"
+        );
+    }
+    let out = backfill_json(&p, (0, 2), &["--stale"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let mut rerun: Vec<String> = json_lines(&out)
+        .iter()
+        .map(|r| r["window"]["label"].as_str().unwrap().to_string())
+        .collect();
+    rerun.sort();
+    assert_eq!(rerun, [day(1).to_string(), day(2).to_string()]);
+    assert!(staleness(&p, 0, 2).iter().all(|(_, stale, _)| !stale));
+    assert_matches_polars_in(&p, &p.table_dir("events"), (0, 2), "UTC");
+}

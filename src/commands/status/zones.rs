@@ -1,0 +1,142 @@
+//! Landing zones whose files changed in a published window's reach since the run that
+//! published it (`stale_inputs`): for a zone that declares its arrival days (`arrival` with
+//! one column), the arrival-day directories the window reaches are listed again (one listing
+//! of the zone's top level, then one of each directory in reach) and compared, file by file
+//! (path, size, modification time, ETag), with the files the publishing run recorded that it
+//! read. A file added, rewritten or removed there makes the window stale, named.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use deltalake::DeltaTable;
+use futures::TryStreamExt;
+use object_store::ObjectStore;
+
+use crate::error::{Error, Result};
+use crate::report::record::FileRead;
+use crate::report::states::WindowStatus;
+use crate::task::arrival::Arrival;
+use crate::task::{Source, Task};
+
+/// What changed in each declared zone within `st`'s reach since its publishing run, as
+/// `"<alias>: <path> (added|rewritten|removed)"`.
+pub(super) async fn changed_files(
+    table: &DeltaTable,
+    task: &Task,
+    st: &WindowStatus,
+) -> Result<Vec<String>> {
+    let zones: Vec<(&Source, &Arrival)> = task
+        .sources
+        .iter()
+        .filter_map(|s| Some((s, s.arrival.as_ref()?)))
+        .filter(|(s, a)| a.columns.len() == 1 && !s.uri.contains('*'))
+        .collect();
+    let (Some(version), Some(run)) = (st.table_version, st.run_id.as_deref()) else {
+        return Ok(Vec::new());
+    };
+    if zones.is_empty() {
+        return Ok(Vec::new());
+    }
+    let Some(record) = crate::delta::actions::run_record(table, version, run).await? else {
+        return Ok(Vec::new());
+    };
+    let ctx = crate::session::build(crate::session::Profile::Checks)?;
+    let mut out = Vec::new();
+    for (source, arrival) in zones {
+        let Some(read) = recorded_reads(&record, &source.alias) else {
+            continue;
+        };
+        let extension = crate::pipeline::landing::listing_options(&ctx, source)
+            .map(|o| o.file_extension)
+            .unwrap_or_default();
+        let now = listed_in_reach(source, arrival, st, &extension).await?;
+        let before: BTreeMap<String, (u64, String)> = read
+            .into_iter()
+            .map(|f| (f.path, (f.size, f.modified)))
+            .collect();
+        for (path, was) in &before {
+            match now.get(path) {
+                None => out.push(format!("{}: {path} (removed)", source.alias)),
+                Some(is) if is != was => out.push(format!("{}: {path} (rewritten)", source.alias)),
+                Some(_) => {}
+            }
+        }
+        for path in now.keys().filter(|p| !before.contains_key(*p)) {
+            out.push(format!("{}: {path} (added)", source.alias));
+        }
+    }
+    Ok(out)
+}
+
+/// The files the run recorded it read from the zone `alias`; `None` when it recorded none
+/// (an older record).
+fn recorded_reads(record: &serde_json::Value, alias: &str) -> Option<Vec<FileRead>> {
+    let source = record
+        .get("sources")?
+        .as_array()?
+        .iter()
+        .find(|s| s.get("alias").and_then(|a| a.as_str()) == Some(alias))?;
+    serde_json::from_value(source.get("read")?.clone()).ok()
+}
+
+/// The arrival days `st`'s window reaches: from its first instant's day to the day of its last
+/// instant plus the lateness, in the arrival time zone (as `task::arrival::reach` filters).
+fn reach_days(
+    arrival: &Arrival,
+    st: &WindowStatus,
+) -> Result<(jiff::civil::Date, jiff::civil::Date)> {
+    let parse = |s: &str| {
+        s.parse::<jiff::Timestamp>()
+            .map_err(|e| Error::runtime(format!("window bound {s}: {e}")))
+    };
+    let tz = jiff::tz::TimeZone::get(&arrival.timezone)
+        .map_err(|e| Error::input(format!("arrival_timezone: {e}")))?;
+    let start = parse(&st.window.start)?;
+    let last = parse(&st.window.end)?
+        .checked_add(jiff::SignedDuration::from_micros(arrival.lateness_us - 1))
+        .map_err(|e| Error::runtime(e.to_string()))?;
+    Ok((start.to_zoned(tz.clone()).date(), last.to_zoned(tz).date()))
+}
+
+/// The zone's files now in the arrival-day directories `st` reaches, by path: size and
+/// modification time (as the run record writes it).
+async fn listed_in_reach(
+    source: &Source,
+    arrival: &Arrival,
+    st: &WindowStatus,
+    extension: &str,
+) -> Result<BTreeMap<String, (u64, String)>> {
+    let (first, last) = reach_days(arrival, st)?;
+    let root = datafusion::datasource::listing::ListingTableUrl::parse(&source.uri)?;
+    let url = url::Url::parse(root.as_str()).map_err(|e| Error::runtime(e.to_string()))?;
+    let store: Arc<dyn ObjectStore> = match crate::storage::own_store_for(&url)? {
+        Some((_, store)) => store,
+        None => Arc::new(object_store::local::LocalFileSystem::new()),
+    };
+    let key = format!("{}=", arrival.columns[0]);
+    let top = store.list_with_delimiter(Some(root.prefix())).await?;
+    let mut out = BTreeMap::new();
+    for dir in top.common_prefixes {
+        let name = dir.filename().unwrap_or_default();
+        let day = name
+            .strip_prefix(&key)
+            .and_then(|v| v.get(..10))
+            .and_then(|v| v.parse::<jiff::civil::Date>().ok());
+        if !day.is_some_and(|d| first <= d && d <= last) {
+            continue;
+        }
+        let files: Vec<object_store::ObjectMeta> = store.list(Some(&dir)).try_collect().await?;
+        for m in files {
+            let name = m.location.filename().unwrap_or_default();
+            if name.starts_with(['.', '_']) || !name.ends_with(extension) {
+                continue;
+            }
+            let modified = chrono::DateTime::<chrono::Utc>::from_timestamp_micros(
+                m.last_modified.timestamp_micros(),
+            )
+            .unwrap_or_default();
+            out.insert(m.location.to_string(), (m.size, modified.to_rfc3339()));
+        }
+    }
+    Ok(out)
+}
