@@ -17,6 +17,7 @@ use crate::delta::table;
 use crate::error::{Error, Result};
 use crate::pipeline::checks::{data, staged};
 use crate::pipeline::execute::{self, Sink};
+use crate::pipeline::landing::late;
 use crate::pipeline::reconcile::{self, Check};
 use crate::pipeline::runner::Runner;
 use crate::pipeline::stage::{stage, temp_sink, tempdir_for_merge};
@@ -343,9 +344,9 @@ impl Runner {
         })
     }
 
-    /// The `[checks]` on the rows the commit will publish (see `checks::data`): a failed
-    /// check with `severity = "error"` discards the staged files (exit 6, nothing published);
-    /// failed `warn` checks publish and are reported.
+    /// The `[checks]` on the rows the commit will publish (see `checks::data`) and each zone's
+    /// `late_rows` (`landing::late`): a failed check with `severity = "error"` discards the
+    /// staged files (exit 6, nothing published); failed `warn` checks publish and are reported.
     async fn data_checks(
         &self,
         plan: &WindowPlan,
@@ -353,45 +354,19 @@ impl Runner {
         window: &Window,
         report: &mut Report,
     ) -> Result<Vec<DataCheckResult>> {
-        let task = self.task();
-        if task.checks.is_empty() {
-            return Ok(Vec::new());
-        }
-        let w = &r.window;
-        let results = async {
-            let own = data::session(self.checker().session(), task).await?;
-            let schema = &plan.planned.schema;
-            let (files, registered) = staged::table(
-                &own,
-                w.store.clone(),
-                &w.staged.adds,
-                schema,
-                &task.partition_by,
-            )
-            .await?;
-            let output = match task.mode {
-                Mode::Overwrite => Ok(files),
-                Mode::Merge => match self.target.table().await {
-                    Ok(table) => data::merged_window(&own, &table, task, window, files).await,
-                    Err(e) => Err(e),
-                },
-            }
-            .and_then(|o| data::shaped(&own, o, schema));
-            let results = match output {
-                Ok(o) => data::evaluate(&own, task, window, o, &self.references).await,
-                Err(e) => Err(e),
-            };
-            staged::release(&own, registered);
-            results
-        }
-        .await;
-        let results = match results {
-            Ok(r) => r,
-            Err(e) => {
-                execute::discard(&w.store, &w.staged.adds).await;
-                return Err(e);
-            }
+        let late = late::late_rows(self.checker().session(), self.task(), window);
+        let results = match (late.await, self.task().checks.is_empty()) {
+            (Ok(late), false) => self
+                .task_checks(plan, r, window)
+                .await
+                .map(|c| [c, late].concat()),
+            (other, _) => other,
         };
+        let w = &r.window;
+        if results.is_err() {
+            execute::discard(&w.store, &w.staged.adds).await;
+        }
+        let results = results?;
         report.data_checks = results.clone();
         if let Some(failed) = data::describe(&results, Severity::Error) {
             execute::discard(&w.store, &w.staged.adds).await;
@@ -403,6 +378,41 @@ impl Runner {
             tracing::warn!(window = %window.label(), checks = %warned, "data checks warned; publishing");
         }
         Ok(results)
+    }
+
+    /// The task's own `[checks]` over the window's rows as readers will see them.
+    async fn task_checks(
+        &self,
+        plan: &WindowPlan,
+        r: &Reconciled,
+        window: &Window,
+    ) -> Result<Vec<DataCheckResult>> {
+        let task = self.task();
+        let w = &r.window;
+        let own = data::session(self.checker().session(), task).await?;
+        let schema = &plan.planned.schema;
+        let (files, registered) = staged::table(
+            &own,
+            w.store.clone(),
+            &w.staged.adds,
+            schema,
+            &task.partition_by,
+        )
+        .await?;
+        let output = match task.mode {
+            Mode::Overwrite => Ok(files),
+            Mode::Merge => match self.target.table().await {
+                Ok(table) => data::merged_window(&own, &table, task, window, files).await,
+                Err(e) => Err(e),
+            },
+        }
+        .and_then(|o| data::shaped(&own, o, schema));
+        let results = match output {
+            Ok(o) => data::evaluate(&own, task, window, o, &self.references).await,
+            Err(e) => Err(e),
+        };
+        staged::release(&own, registered);
+        results
     }
 
     /// An empty result under `[write].on_empty`: `true` when the run ends here (skipped:

@@ -30,6 +30,12 @@ pub struct Arrival {
     pub timezone: String,
     /// How late an event may arrive, in microseconds.
     pub lateness_us: i64,
+    /// The column holding each row's event time (`event_time`): with it, the rows of the
+    /// directories a window reads that no window reaches are counted (`late_rows`).
+    pub event_time: Option<String>,
+    /// What rows no window reaches do (`on_late`): `warn` (default) publishes and reports
+    /// them, `error` (`"fail"`) publishes nothing.
+    pub on_late: crate::task::checks::Severity,
 }
 
 impl Arrival {
@@ -52,8 +58,24 @@ impl Arrival {
         i64::try_from(d.as_micros()).map_err(|_| format!("`{text}` is too long"))
     }
 
+    /// The arrival days a window `[start, end)` reaches: from its first instant's day to the
+    /// day of its last instant plus the lateness, in the arrival time zone (what [`reach`]
+    /// keeps).
+    pub fn days(
+        &self,
+        start: jiff::Timestamp,
+        end: jiff::Timestamp,
+    ) -> Result<(jiff::civil::Date, jiff::civil::Date)> {
+        let tz = jiff::tz::TimeZone::get(&self.timezone)
+            .map_err(|e| Error::input(format!("arrival_timezone: {e}")))?;
+        let last = end
+            .checked_add(jiff::SignedDuration::from_micros(self.lateness_us - 1))
+            .map_err(|e| Error::runtime(e.to_string()))?;
+        Ok((start.to_zoned(tz.clone()).date(), last.to_zoned(tz).date()))
+    }
+
     /// The arrival day of a row of `scan` (`table`'s columns), as a DATE.
-    fn day(&self, table: &TableReference, scan: &LogicalPlan) -> Result<Expr> {
+    pub fn day(&self, table: &TableReference, scan: &LogicalPlan) -> Result<Expr> {
         let schema = scan.schema();
         let column = |name: &str| -> Result<Expr> {
             let c = Column::new(Some(table.clone()), name);

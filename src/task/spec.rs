@@ -1,9 +1,8 @@
 //! Task specs: one `tables/<table>.toml` per target table, SQL inline or in `<table>.sql`.
 //!
-//! This stage only parses and checks what can be checked without a query engine: required
-//! fields, unknown fields (always an error), enum values, time zone names, source formats,
-//! merge keys. Every error names the file, the field and what is wrong, and is an `Input`
-//! error (exit 2). Column-level checks (does the key exist?) happen in the plan stage.
+//! This stage checks what needs no query engine: required and unknown fields, enum values,
+//! time zones, source formats, merge keys. Every error names the file, the field and what is
+//! wrong (exit 2). Column-level checks (does the key exist?) happen in the plan stage.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -166,13 +165,12 @@ pub struct Source {
     pub format: Format,
     pub csv_header: bool,
     pub csv_delimiter: u8,
-    /// How a directory source's `key=value` path segments are read (`partitioning`,
-    /// `partition_columns`).
+    /// How `key=value` path segments are read (`partitioning`, `partition_columns`).
     pub partitioning: Partitioning,
     /// Which file of a landing zone its columns come from (`schema_from`).
     pub schema_from: SchemaFrom,
     pub on_missing: OnMissing,
-    /// A landing zone's arrival days and lateness (`arrival`, see `task::arrival`).
+    /// A landing zone's arrival days and lateness (see `task::arrival`).
     pub arrival: Option<crate::task::arrival::Arrival>,
 }
 

@@ -300,3 +300,82 @@ fn a_late_file_after_its_day_was_published_makes_the_days_whose_reach_holds_it_s
     assert!(staleness(&p, 0, 2).iter().all(|(_, stale, _)| !stale));
     assert_matches_polars_in(&p, &p.table_dir("events"), (0, 2), "UTC");
 }
+
+/// Regression (rows that arrived later than any window reads were lost with every check
+/// green): with `event_time` declared, the rows of a window's arrival days that no window
+/// reaches (here events of day 1 that landed in `dt=day 3`, two days late for a day of
+/// lateness) are counted as `late_rows(events)`, in the report and the run record; a file one
+/// day late is not; `on_late = "fail"` publishes nothing (exit 6).
+#[test]
+fn an_event_later_than_the_lateness_is_counted_in_the_report_and_run_record() {
+    let p = landing_project(5, 2);
+    let root = p.path().join("events");
+    write_late_file(&root, 0, 2);
+    let file = write_file(&root, day(1), 7);
+    std::fs::rename(
+        &file,
+        root.join(format!("dt={}/late-00007.parquet", day(3))),
+    )
+    .unwrap();
+    let task = arrival_task("UTC", "1 day").replace(
+        "lateness = \"1 day\"",
+        "lateness = \"1 day\"\nevent_time = \"ts\"",
+    );
+    p.task("events", &task);
+    let late = |label: i64| {
+        let out = p.run(&[
+            "--output",
+            "json",
+            "run",
+            "events",
+            "--window",
+            &day(label).to_string(),
+        ]);
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        let r = json_lines(&out)[0].clone();
+        let check = r["data_checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == "late_rows(events)")
+            .cloned()
+            .unwrap_or_else(|| panic!("{r}"));
+        (check["failing_rows"].as_u64().unwrap(), r)
+    };
+    assert_eq!(late(1).0, 0);
+    let (n, r) = late(2);
+    assert_eq!(n, 10, "{r}");
+    // The run record in the commit says the same.
+    let version = r["table_version"].as_u64().unwrap();
+    let record = commit_actions(&p.table_dir("events"), version)
+        .into_iter()
+        .find_map(|a| a["commitInfo"].get("idemlake").cloned())
+        .unwrap();
+    let record = record
+        .get("runs")
+        .map_or(record.clone(), |runs| runs[0].clone());
+    let recorded = record["data_checks"].as_array().unwrap();
+    assert!(
+        recorded
+            .iter()
+            .any(|c| c["check"] == "late_rows(events)" && c["failing_rows"] == 10),
+        "{record}"
+    );
+    p.task(
+        "events",
+        &task.replace(
+            "event_time = \"ts\"",
+            "event_time = \"ts\"\non_late = \"fail\"",
+        ),
+    );
+    let out = p.run(&[
+        "--output",
+        "json",
+        "run",
+        "events",
+        "--window",
+        &day(3).to_string(),
+    ]);
+    assert_eq!(code(&out), 6, "{}", text(&out));
+    assert_eq!(json_lines(&out)[0]["published"], false);
+}

@@ -79,25 +79,6 @@ fn recorded_reads(record: &serde_json::Value, alias: &str) -> Option<Vec<FileRea
     serde_json::from_value(source.get("read")?.clone()).ok()
 }
 
-/// The arrival days `st`'s window reaches: from its first instant's day to the day of its last
-/// instant plus the lateness, in the arrival time zone (as `task::arrival::reach` filters).
-fn reach_days(
-    arrival: &Arrival,
-    st: &WindowStatus,
-) -> Result<(jiff::civil::Date, jiff::civil::Date)> {
-    let parse = |s: &str| {
-        s.parse::<jiff::Timestamp>()
-            .map_err(|e| Error::runtime(format!("window bound {s}: {e}")))
-    };
-    let tz = jiff::tz::TimeZone::get(&arrival.timezone)
-        .map_err(|e| Error::input(format!("arrival_timezone: {e}")))?;
-    let start = parse(&st.window.start)?;
-    let last = parse(&st.window.end)?
-        .checked_add(jiff::SignedDuration::from_micros(arrival.lateness_us - 1))
-        .map_err(|e| Error::runtime(e.to_string()))?;
-    Ok((start.to_zoned(tz.clone()).date(), last.to_zoned(tz).date()))
-}
-
 /// The zone's files now in the arrival-day directories `st` reaches, by path: size and
 /// modification time (as the run record writes it).
 async fn listed_in_reach(
@@ -106,7 +87,11 @@ async fn listed_in_reach(
     st: &WindowStatus,
     extension: &str,
 ) -> Result<BTreeMap<String, (u64, String)>> {
-    let (first, last) = reach_days(arrival, st)?;
+    let parse = |s: &str| {
+        s.parse::<jiff::Timestamp>()
+            .map_err(|e| Error::runtime(format!("window bound {s}: {e}")))
+    };
+    let (first, last) = arrival.days(parse(&st.window.start)?, parse(&st.window.end)?)?;
     let root = datafusion::datasource::listing::ListingTableUrl::parse(&source.uri)?;
     let url = url::Url::parse(root.as_str()).map_err(|e| Error::runtime(e.to_string()))?;
     let store: Arc<dyn ObjectStore> = match crate::storage::own_store_for(&url)? {

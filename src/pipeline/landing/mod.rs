@@ -1,5 +1,4 @@
-//! Landing zones: directory sources laid out Hive style (`events/dt=2026-11-28/part-*.parquet`),
-//! read by partition.
+//! Landing zones: Hive-style directory sources (`events/dt=2026-11-28/part-*.parquet`).
 //!
 //! A landing zone holds years of small files and keeps receiving more. A window must read only
 //! the directories its filters can reach, and must depend only on what it read:
@@ -29,6 +28,7 @@ mod exact;
 mod glob;
 mod groups;
 mod headers;
+pub mod late;
 mod layout;
 mod local;
 mod pins;

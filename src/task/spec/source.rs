@@ -44,6 +44,10 @@ pub(super) struct RawSource {
     arrival_timezone: Option<String>,
     /// How late an event may arrive (`"2 days"`), with `arrival`.
     lateness: Option<String>,
+    /// The event-time column, with `arrival`: rows no window reaches are counted.
+    event_time: Option<String>,
+    /// `warn` (default) or `fail`: what rows no window reaches do.
+    on_late: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -192,6 +196,8 @@ fn task_source(
         || s.arrival.is_some()
         || s.lateness.is_some()
         || s.arrival_timezone.is_some()
+        || s.event_time.is_some()
+        || s.on_late.is_some()
     {
         return Err(fail(
             field,

@@ -4,6 +4,7 @@
 
 use super::RawSource;
 use crate::error::Result;
+use crate::task::checks::Severity;
 use crate::task::spec::{
     Fail, Format, OnMissing, PartitionColumn, PartitionKind, Partitioning, SchemaFrom,
     is_identifier,
@@ -26,10 +27,14 @@ pub(super) fn parse_arrival(
     fail: &Fail<'_>,
 ) -> Result<Option<crate::task::arrival::Arrival>> {
     let Some(columns) = &s.arrival else {
-        if s.lateness.is_some() || s.arrival_timezone.is_some() {
+        if s.lateness.is_some()
+            || s.arrival_timezone.is_some()
+            || s.event_time.is_some()
+            || s.on_late.is_some()
+        {
             return Err(fail(
                 field,
-                "`lateness` and `arrival_timezone` need `arrival`: the partition column(s) giving a file's arrival day, e.g. arrival = \"dt\"".into(),
+                "`lateness`, `arrival_timezone`, `event_time` and `on_late` need `arrival`: the partition column(s) giving a file's arrival day, e.g. arrival = \"dt\"".into(),
             ));
         }
         return Ok(None);
@@ -68,11 +73,49 @@ pub(super) fn parse_arrival(
         Some(text) => crate::task::arrival::Arrival::lateness(text)
             .map_err(|e| fail(&format!("{field}.lateness"), e))?,
     };
+    let (event_time, on_late) = parse_on_late(s, field, fail)?;
     Ok(Some(crate::task::arrival::Arrival {
         columns,
         timezone,
         lateness_us,
+        event_time,
+        on_late,
     }))
+}
+
+/// `event_time` (a column name) and `on_late` (`warn`, the default, or `fail`, which needs
+/// `event_time`).
+fn parse_on_late(
+    s: &RawSource,
+    field: &str,
+    fail: &Fail<'_>,
+) -> Result<(Option<String>, Severity)> {
+    let event_time = s.event_time.as_deref().map(str::trim).map(str::to_string);
+    if event_time.as_deref().is_some_and(|c| !is_identifier(c)) {
+        return Err(fail(
+            &format!("{field}.event_time"),
+            "names the column holding each row's event time, e.g. \"ts\"".into(),
+        ));
+    }
+    let on_late = match s.on_late.as_deref().map(str::trim) {
+        None | Some("warn") => Severity::Warn,
+        Some("fail") => Severity::Error,
+        Some(other) => {
+            return Err(fail(
+                &format!("{field}.on_late"),
+                format!(
+                    "is `{other}`: use \"warn\" (publish and report rows no window reaches) or \"fail\" (publish nothing)"
+                ),
+            ));
+        }
+    };
+    if s.on_late.is_some() && event_time.is_none() {
+        return Err(fail(
+            &format!("{field}.on_late"),
+            "needs `event_time`, the column rows are placed in windows by".into(),
+        ));
+    }
+    Ok((event_time, on_late))
 }
 
 /// The `on_missing` option, validated: `retry` (default) or `empty`, not for a Delta source.
