@@ -120,13 +120,14 @@ pub async fn status_with(
         false => Default::default(),
     };
     let mut out = Vec::new();
+    let mut listings = zones::Listings::default();
     for (mut st, inputs) in windows {
         if let Some(inputs) = &inputs {
             stale_inputs(&mut st, inputs, &upstream);
             st.stale |= !st.stale_inputs.is_empty();
         }
         if staleness && version.is_some() && st.state.starts_with("published") {
-            let changed = zones::changed_files(&table, task, &st).await?;
+            let changed = zones::changed_files(&table, task, &st, &mut listings).await?;
             st.stale |= !changed.is_empty();
             st.stale_inputs.extend(changed);
         }

@@ -379,3 +379,79 @@ fn an_event_later_than_the_lateness_is_counted_in_the_report_and_run_record() {
     assert_eq!(code(&out), 6, "{}", text(&out));
     assert_eq!(json_lines(&out)[0]["published"], false);
 }
+
+/// On S3: a zone that declares its arrival days is not stale after its backfill (the files
+/// `status` lists are named as the run recorded them); a late file landing in `dt=day 2`
+/// makes days 1 and 2 stale; `status` lists the zone's top level once and each directory in
+/// reach once (LISTs counted), and `backfill --stale` re-runs those two days.
+#[tokio::test(flavor = "multi_thread")]
+async fn s3_a_late_file_makes_the_days_reaching_it_stale_with_one_listing_per_directory() {
+    use object_store::{ObjectStoreExt, PutPayload, path::Path as ObjPath};
+    let p = landing_project(4, 2);
+    let root = p.path().join("events");
+    let prefix = format!("it-{}", uuid::Uuid::new_v4().simple());
+    let store = crate::s3::store();
+    let put = |rel: String| {
+        let bytes = std::fs::read(root.join(&rel)).unwrap();
+        let key = ObjPath::from(format!("{prefix}/events/{rel}"));
+        let store = store.clone();
+        async move { store.put(&key, PutPayload::from(bytes)).await.unwrap() }
+    };
+    for d in 0..4 {
+        for n in 0..2 {
+            put(format!("dt={}/part-{n:05}.parquet", day(d))).await;
+        }
+    }
+    let bucket = crate::s3::bucket();
+    let uri = format!("s3://{bucket}/{prefix}/events");
+    p.task(
+        "events",
+        &arrival_task("UTC", "1 day").replace("uri = \"events\"", &format!("uri = \"{uri}\"")),
+    );
+    let idem = |args: &[&str]| {
+        p.cmd()
+            .envs(crate::s3::s3_env())
+            .env("IDEMLAKE_LAKE", format!("s3://{bucket}/{prefix}/lake"))
+            .env(
+                "IDEMLAKE_LOG",
+                "idemlake::storage::count=trace,idemlake=info",
+            )
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let (from, to) = (day(0).to_string(), day(2).to_string());
+    let out = idem(&[
+        "--output", "json", "backfill", "events", "--from", &from, "--to", &to,
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let stale = |out: &std::process::Output| -> Vec<String> {
+        assert_eq!(code(out), 0, "{}", text(out));
+        json_lines(out)
+            .iter()
+            .filter(|s| s["stale"] == true)
+            .map(|s| s["window"]["label"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let status = [
+        "-v", "--output", "json", "status", "events", "--from", &from, "--to", &to,
+    ];
+    assert!(stale(&idem(&status)).is_empty());
+    write_late_file(&root, 1, 5);
+    put(format!("dt={}/late-00005.parquet", day(2))).await;
+    let out = idem(&status);
+    assert_eq!(stale(&out), [day(1).to_string(), day(2).to_string()]);
+    let lists: Vec<String> = crate::s3::traced_requests(&String::from_utf8_lossy(&out.stderr))
+        .into_iter()
+        .filter(|(k, l)| k == "LIST" && l.starts_with(&format!("{prefix}/events")))
+        .map(|(_, l)| l)
+        .collect();
+    // The top level once, and days 0 to 3 once each (the reaches of days 0, 1 and 2).
+    assert_eq!(lists.len(), 5, "{lists:?}");
+    let out = idem(&[
+        "--output", "json", "backfill", "events", "--from", &from, "--to", &to, "--stale",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(json_lines(&out).len(), 2, "{}", text(&out));
+    assert!(stale(&idem(&status)).is_empty());
+}

@@ -1,9 +1,10 @@
 //! Landing zones whose files changed in a published window's reach since the run that
 //! published it (`stale_inputs`): for a zone that declares its arrival days (`arrival` with
-//! one column), the arrival-day directories the window reaches are listed again (one listing
-//! of the zone's top level, then one of each directory in reach) and compared, file by file
-//! (path, size, modification time, ETag), with the files the publishing run recorded that it
-//! read. A file added, rewritten or removed there makes the window stale, named.
+//! one column), the arrival-day directories the window reaches are listed again and compared,
+//! file by file (path, size, modification time), with the files the publishing run recorded
+//! that it read. A file added, rewritten or removed there makes the window stale, named. One
+//! `status` lists each zone's top level once and each directory in reach once ([`Listings`]:
+//! for this command only, nothing is kept after it).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,6 +25,7 @@ pub(super) async fn changed_files(
     table: &DeltaTable,
     task: &Task,
     st: &WindowStatus,
+    listings: &mut Listings,
 ) -> Result<Vec<String>> {
     let zones: Vec<(&Source, &Arrival)> = task
         .sources
@@ -49,7 +51,7 @@ pub(super) async fn changed_files(
         let extension = crate::pipeline::landing::listing_options(&ctx, source)
             .map(|o| o.file_extension)
             .unwrap_or_default();
-        let now = listed_in_reach(source, arrival, st, &extension).await?;
+        let now = listings.in_reach(source, arrival, st, &extension).await?;
         let before: BTreeMap<String, (u64, String)> = read
             .into_iter()
             .map(|f| (f.path, (f.size, f.modified)))
@@ -79,49 +81,79 @@ fn recorded_reads(record: &serde_json::Value, alias: &str) -> Option<Vec<FileRea
     serde_json::from_value(source.get("read")?.clone()).ok()
 }
 
-/// The zone's files now in the arrival-day directories `st` reaches, by path: size and
-/// modification time (as the run record writes it).
-async fn listed_in_reach(
-    source: &Source,
-    arrival: &Arrival,
-    st: &WindowStatus,
-    extension: &str,
-) -> Result<BTreeMap<String, (u64, String)>> {
-    let parse = |s: &str| {
-        s.parse::<jiff::Timestamp>()
-            .map_err(|e| Error::runtime(format!("window bound {s}: {e}")))
-    };
-    let (first, last) = arrival.days(parse(&st.window.start)?, parse(&st.window.end)?)?;
-    let root = datafusion::datasource::listing::ListingTableUrl::parse(&source.uri)?;
-    let url = url::Url::parse(root.as_str()).map_err(|e| Error::runtime(e.to_string()))?;
-    let store: Arc<dyn ObjectStore> = match crate::storage::own_store_for(&url)? {
-        Some((_, store)) => store,
-        None => Arc::new(object_store::local::LocalFileSystem::new()),
-    };
-    let key = format!("{}=", arrival.columns[0]);
-    let top = store.list_with_delimiter(Some(root.prefix())).await?;
-    let mut out = BTreeMap::new();
-    for dir in top.common_prefixes {
-        let name = dir.filename().unwrap_or_default();
-        let day = name
-            .strip_prefix(&key)
-            .and_then(|v| v.get(..10))
-            .and_then(|v| v.parse::<jiff::civil::Date>().ok());
-        if !day.is_some_and(|d| first <= d && d <= last) {
-            continue;
+/// What one `status` listed of each zone: its top-level directories, and the files of each
+/// directory in some window's reach, listed once each.
+#[derive(Default)]
+pub(super) struct Listings {
+    stores: BTreeMap<String, Arc<dyn ObjectStore>>,
+    top: BTreeMap<String, Vec<object_store::path::Path>>,
+    files: BTreeMap<String, Vec<object_store::ObjectMeta>>,
+}
+
+impl Listings {
+    /// The zone's files now in the arrival-day directories `st` reaches, by path: size and
+    /// modification time (as the run record writes them).
+    async fn in_reach(
+        &mut self,
+        source: &Source,
+        arrival: &Arrival,
+        st: &WindowStatus,
+        extension: &str,
+    ) -> Result<BTreeMap<String, (u64, String)>> {
+        let parse = |s: &str| {
+            s.parse::<jiff::Timestamp>()
+                .map_err(|e| Error::runtime(format!("window bound {s}: {e}")))
+        };
+        let (first, last) = arrival.days(parse(&st.window.start)?, parse(&st.window.end)?)?;
+        let store = self.store(&source.uri)?;
+        let root = datafusion::datasource::listing::ListingTableUrl::parse(&source.uri)?;
+        if !self.top.contains_key(&source.uri) {
+            let top = store.list_with_delimiter(Some(root.prefix())).await?;
+            self.top.insert(source.uri.clone(), top.common_prefixes);
         }
-        let files: Vec<object_store::ObjectMeta> = store.list(Some(&dir)).try_collect().await?;
-        for m in files {
-            let name = m.location.filename().unwrap_or_default();
-            if name.starts_with(['.', '_']) || !name.ends_with(extension) {
+        let key = format!("{}=", arrival.columns[0]);
+        let mut out = BTreeMap::new();
+        for dir in self.top[&source.uri].clone() {
+            let name = dir.filename().unwrap_or_default();
+            let day = name
+                .strip_prefix(&key)
+                .and_then(|v| v.get(..10))
+                .and_then(|v| v.parse::<jiff::civil::Date>().ok());
+            if !day.is_some_and(|d| first <= d && d <= last) {
                 continue;
             }
-            let modified = chrono::DateTime::<chrono::Utc>::from_timestamp_micros(
-                m.last_modified.timestamp_micros(),
-            )
-            .unwrap_or_default();
-            out.insert(m.location.to_string(), (m.size, modified.to_rfc3339()));
+            if !self.files.contains_key(dir.as_ref()) {
+                let listed = store.list(Some(&dir)).try_collect().await?;
+                self.files.insert(dir.to_string(), listed);
+            }
+            for m in &self.files[dir.as_ref()] {
+                let name = m.location.filename().unwrap_or_default();
+                if name.starts_with(['.', '_']) || !name.ends_with(extension) {
+                    continue;
+                }
+                let modified = chrono::DateTime::<chrono::Utc>::from_timestamp_micros(
+                    m.last_modified.timestamp_micros(),
+                )
+                .unwrap_or_default();
+                out.insert(m.location.to_string(), (m.size, modified.to_rfc3339()));
+            }
         }
+        Ok(out)
     }
-    Ok(out)
+
+    /// A store of `status`'s own for the zone at `uri` (an S3 client shared with nothing, or
+    /// the local file system).
+    fn store(&mut self, uri: &str) -> Result<Arc<dyn ObjectStore>> {
+        if let Some(s) = self.stores.get(uri) {
+            return Ok(s.clone());
+        }
+        let root = datafusion::datasource::listing::ListingTableUrl::parse(uri)?;
+        let url = url::Url::parse(root.as_str()).map_err(|e| Error::runtime(e.to_string()))?;
+        let store: Arc<dyn ObjectStore> = match crate::storage::own_store_for(&url)? {
+            Some((_, store)) => store,
+            None => Arc::new(object_store::local::LocalFileSystem::new()),
+        };
+        self.stores.insert(uri.to_string(), store.clone());
+        Ok(store)
+    }
 }
