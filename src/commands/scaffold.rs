@@ -174,8 +174,105 @@ pub fn new_task(project_dir: &Path, t: &NewTask<'_>) -> Result<PathBuf> {
             file.display()
         )));
     }
-    write_new(&file, &template(t))?;
+    let text = match zone_layout(project_dir, t.source) {
+        Some(zone) => zone_template(t, &zone),
+        None => template(t),
+    };
+    write_new(&file, &text)?;
     Ok(file)
+}
+
+/// A local landing zone whose top level is dated `key=YYYY-MM-DD` directories: the key and
+/// the format of its first file.
+struct Zone {
+    arrival: String,
+    format: &'static str,
+}
+
+/// The zone at `source` (relative to the project), if it is one (see [`Zone`]).
+fn zone_layout(project_dir: &Path, source: &str) -> Option<Zone> {
+    let dir = project_dir.join(source);
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| !n.starts_with(['.', '_']))
+        .collect();
+    names.sort();
+    let (arrival, first) = names.iter().find_map(|n| {
+        let (key, value) = n.split_once('=')?;
+        value.get(..10)?.parse::<jiff::civil::Date>().ok()?;
+        Some((key.to_string(), dir.join(n)))
+    })?;
+    // The first file under the first dated directory names the format.
+    let mut at = first;
+    loop {
+        let mut entries: Vec<std::path::PathBuf> = std::fs::read_dir(&at)
+            .ok()?
+            .filter_map(|e| Some(e.ok()?.path()))
+            .filter(|p| {
+                !p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(['.', '_']))
+            })
+            .collect();
+        entries.sort();
+        let next = entries.into_iter().next()?;
+        if next.is_dir() {
+            at = next;
+            continue;
+        }
+        let name = next.file_name()?.to_string_lossy().to_lowercase();
+        let format = ["parquet", "csv", "json"].into_iter().find(|f| {
+            name.contains(&format!(".{f}")) || (*f == "json" && name.contains(".ndjson"))
+        })?;
+        return Some(Zone { arrival, format });
+    }
+}
+
+/// The task file text for `t` over a landing zone: its arrival days declared, the task
+/// filtering only on its event time.
+fn zone_template(t: &NewTask<'_>, zone: &Zone) -> String {
+    let alias = source_alias(t.source);
+    let (window_column, expr, kind) = if t.grain == "hour" {
+        (
+            "window_hour",
+            format!("date_trunc('hour', {})", t.column),
+            "TIMESTAMP",
+        )
+    } else {
+        ("day", format!("CAST({} AS DATE)", t.column), "DATE")
+    };
+    format!(
+        r#"# Task `{name}`: publishes table `{name}`, one {grain} window per commit, from the landing
+# zone `{source}`. Every key: docs/src/reference/task-file.md in the idemlake repository.
+sql = """
+SELECT {expr} AS {window_column}, *
+FROM {alias}
+WHERE {column} >= $window_start_ts AND {column} < $window_end_ts
+"""
+
+[target]
+partition_by = "{window_column}"   # the window column of the output ({kind})
+
+[window]
+grain = "{grain}"
+# timezone = "UTC"
+
+[sources.{alias}]
+uri = "{source}"
+format = "{format}"
+arrival = "{arrival}"           # the directories' arrival day: a window reads only the days it reaches
+# arrival_timezone = "UTC"
+lateness = "1 day"            # how late an event may land after its window
+event_time = "{column}"          # rows later than that are counted (late_rows)
+# on_late = "warn"            # or "fail"
+"#,
+        name = t.name,
+        grain = t.grain,
+        column = t.column,
+        format = zone.format,
+        arrival = zone.arrival,
+        source = t.source.replace('\\', "\\\\").replace('"', "\\\""),
+    )
 }
 
 /// The task file text for `t`.

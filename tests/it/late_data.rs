@@ -455,3 +455,33 @@ async fn s3_a_late_file_makes_the_days_reaching_it_stale_with_one_listing_per_di
     assert_eq!(json_lines(&out).len(), 2, "{}", text(&out));
     assert!(stale(&idem(&status)).is_empty());
 }
+
+/// Regression (`idemlake new events_daily --source events --column ts` wrote a task that failed
+/// `validate`: no format for a directory, the window column `ts` for a day grain, no directory
+/// filter): over a landing zone it writes a task with the zone's format and arrival days
+/// declared, which validates and publishes its day.
+#[test]
+fn new_over_a_landing_zone_writes_a_task_that_validates_and_runs() {
+    let p = landing_project(3, 2);
+    let out = p.run(&[
+        "new",
+        "events_daily",
+        "--source",
+        "events",
+        "--column",
+        "ts",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let toml = std::fs::read_to_string(p.path().join("tables/events_daily.toml")).unwrap();
+    for line in [
+        "format = \"parquet\"",
+        "arrival = \"dt\"",
+        "event_time = \"ts\"",
+    ] {
+        assert!(toml.contains(line), "{line}: {toml}");
+    }
+    let out = p.run(&["validate", "events_daily"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let out = p.run_ok("events_daily", &day(1).to_string());
+    assert!(text(&out).contains("rows=20"), "{}", text(&out));
+}
