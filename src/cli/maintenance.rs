@@ -191,8 +191,9 @@ pub(super) async fn validate(cli: &Cli, project: &Project, tasks: &[String]) -> 
             Ok(task) => crate::commands::explain::validate(project, &task).await,
             Err(e) => Err(e),
         };
+        let warnings = result.as_ref().cloned().unwrap_or_default();
         let (status, error) = match &result {
-            Ok(()) => ("ok", None),
+            Ok(_) => ("ok", None),
             Err(e) => {
                 worst = worst.max(e.kind().exit_code());
                 ("invalid", Some(redact(e.message())))
@@ -201,10 +202,15 @@ pub(super) async fn validate(cli: &Cli, project: &Project, tasks: &[String]) -> 
         match cli.output {
             OutputFormat::Json => crate::outln!(
                 "{}",
-                serde_json::json!({"task": name, "status": status, "error": error})
+                serde_json::json!({"task": name, "status": status, "error": error, "warnings": warnings})
             ),
             OutputFormat::Text => match error {
-                None => crate::outln!("ok       {name}"),
+                None => {
+                    crate::outln!("ok       {name}");
+                    for w in &warnings {
+                        diag("WARNING", w, None);
+                    }
+                }
                 Some(e) => {
                     crate::outln!("invalid  {name}");
                     diag("ERROR", &e, None);

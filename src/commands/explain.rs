@@ -17,10 +17,12 @@ use crate::task::range::WindowRange;
 use crate::task::window::Window;
 
 /// Parse, lint and plan a task without a window and without reading rows; if its table
-/// exists, check the output's columns against it (`[target] on_schema_change`).
-pub async fn validate(project: &Project, task: &Task) -> Result<()> {
+/// exists, check the output's columns against it (`[target] on_schema_change`). Returns
+/// warnings: a partitioned landing zone no filter of the window prunes.
+pub async fn validate(project: &Project, task: &Task) -> Result<Vec<String>> {
     let ctx = new_session()?;
-    sources::register(&ctx, &task.sources, &crate::engine::Engine::Local).await?;
+    let local = crate::engine::Engine::Local;
+    let (_, zones) = sources::register_with_zones(&ctx, &task.sources, &local).await?;
     let planned = plan::plan(&ctx, task, None).await?;
     crate::pipeline::independent::validate(task, &planned.schema)?;
     let refs = crate::pipeline::checks::data::References::default();
@@ -32,7 +34,21 @@ pub async fn validate(project: &Project, task: &Task) -> Result<()> {
         &task.partition_by,
         task.on_schema_change,
     )?;
-    Ok(())
+    let bounded = crate::pipeline::pins::window_bounded_columns(&ctx, task).await?;
+    Ok(zones
+        .iter()
+        .filter(|z| {
+            let columns = z.partition_columns();
+            !columns.is_empty() && columns.iter().all(|(c, _)| !bounded.contains(c))
+        })
+        .map(|z| {
+            let first = &z.partition_columns()[0].0;
+            format!(
+                "source `{}` is partitioned by `{first}`, but no filter bounds it by the window: every window lists and reads the whole zone. Declare its arrival days (arrival = \"{first}\", with lateness) or filter on `{first}` with the window parameters",
+                z.alias
+            )
+        })
+        .collect())
 }
 
 /// The bound parameters, plans and replaceWhere predicate of a window, as text.

@@ -254,7 +254,7 @@ impl Runner {
 
 /// The columns the task's SQL bounds by window parameters (`dt >= $window_start`), in a
 /// filter of its unbound plan.
-async fn window_bounded_columns(
+pub(crate) async fn window_bounded_columns(
     ctx: &datafusion::prelude::SessionContext,
     task: &crate::task::Task,
 ) -> Result<std::collections::HashSet<String>> {

@@ -485,3 +485,36 @@ fn new_over_a_landing_zone_writes_a_task_that_validates_and_runs() {
     let out = p.run_ok("events_daily", &day(1).to_string());
     assert!(text(&out).contains("rows=20"), "{}", text(&out));
 }
+
+/// Regression (forgetting the directory filter silently scanned the whole zone; only
+/// `explain` showed it): `validate` warns, naming the source and its partition column, when
+/// no filter bounds a partitioned zone by the window, and not once its arrival days are
+/// declared.
+#[test]
+fn validate_warns_when_a_partitioned_zone_is_read_without_pruning() {
+    let p = landing_project(2, 1);
+    let warnings = |task: &str| {
+        p.task("events", task);
+        let out = p.run(&["--output", "json", "validate", "events"]);
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        json_lines(&out)[0]["warnings"].as_array().unwrap().clone()
+    };
+    let unpruned = TASK.replace(
+        "WHERE dt >= $window_start AND dt < $window_end\n  AND ",
+        "WHERE ",
+    );
+    let w = warnings(&unpruned);
+    assert_eq!(w.len(), 1, "{w:?}");
+    let w = w[0].as_str().unwrap();
+    assert!(
+        w.contains("`events`") && w.contains("`dt`") && w.contains("arrival"),
+        "{w}"
+    );
+    assert!(warnings(TASK).is_empty());
+    assert!(warnings(&arrival_task("UTC", "1 day")).is_empty());
+    let out = p.run(&["validate", "events"]);
+    assert!(!text(&out).contains("warning:"), "{}", text(&out));
+    p.task("events", &unpruned);
+    let out = p.run(&["validate", "events"]);
+    assert!(text(&out).contains("partitioned by `dt`"), "{}", text(&out));
+}
