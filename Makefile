@@ -19,7 +19,7 @@ WHEEL_PROFILE ?= release
 SCALE       ?= 0.01
 DEMO_DAYS   := 1995-06-01 1995-06-02 1995-06-03 1995-06-04 1995-06-05 1995-06-06 1995-06-07
 
-.PHONY: build wheel demo test test-ballista test-orchestrators torture lint fmt py-env s3-start s3-stop clean-demo bench bench-scale bench-ballista bench-landing bench-landing-s3 bench-checks
+.PHONY: build wheel demo test test-ballista test-orchestrators torture lint fmt py-env s3-start s3-stop pg-start pg-stop clean-demo bench bench-scale bench-ballista bench-landing bench-landing-s3 bench-checks
 
 build:
 	$(CARGO) build $(CARGO_FLAGS) --bin idemlake
@@ -84,7 +84,7 @@ docs:
 ## here, before the tests run, because cargo re-links target/<profile>/idemlake, the binary the
 ## other tests are running, even when the build is fresh.
 WHEEL_TEST_PROFILE := $(if $(filter debug,$(PROFILE)),dev,$(PROFILE))
-test: py-env s3-start
+test: py-env s3-start pg-start
 	wheel=$$(scripts/wheel --profile $(WHEEL_TEST_PROFILE) --features faults --out $(TARGET_DIR)/wheels-test) && \
 	IDEMLAKE_TEST_WHEEL=$$wheel $(CARGO) test $(CARGO_FLAGS) --features faults --all-targets
 
@@ -166,6 +166,14 @@ s3-start:
 
 s3-stop:
 	scripts/s3-server stop
+
+## pg-start / pg-stop: the loopback PostgreSQL server the PostgreSQL-source tests read
+## (scripts/pg-server: Debian's packages, installed with apt-get when absent).
+pg-start:
+	scripts/pg-server start
+
+pg-stop:
+	scripts/pg-server stop
 
 lint:
 	$(CARGO) fmt --all -- --check

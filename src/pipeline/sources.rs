@@ -13,6 +13,7 @@ use futures::TryStreamExt;
 use object_store::{ObjectStore, ObjectStoreExt};
 use sha2::{Digest, Sha256};
 
+mod postgres;
 mod remote;
 mod text;
 
@@ -120,6 +121,14 @@ async fn register_one(
     engine: &Engine,
     (route, client): (Route, Client),
 ) -> Result<(SourceVersion, Option<Arc<LandingZone>>)> {
+    if s.format == Format::Postgres {
+        if !engine.is_local() {
+            return Err(Error::input(
+                "a PostgreSQL source is read in this process: run the task on the local engine",
+            ));
+        }
+        return Ok((postgres::register(ctx, s).await?, None));
+    }
     let own = register_client(ctx, s, client)?;
     if s.format == Format::Delta {
         return Ok((register_delta(ctx, s, pin, engine, own).await?, None));
@@ -356,7 +365,7 @@ async fn register_file_source(
             }
             text::register(ctx, s, o.to_listing_options(&config, table), route, runner).await?
         }
-        Format::Delta => unreachable!("register_one registers delta sources"),
+        Format::Delta | Format::Postgres => unreachable!("register_one registers tables"),
     }
     Ok(SourceVersion {
         alias: s.alias.clone(),

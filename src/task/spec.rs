@@ -15,7 +15,7 @@ use crate::task::window::{Grain, time_zone};
 
 mod source;
 
-pub use source::{PartitionColumn, PartitionKind, Partitioning};
+pub use source::{OnMissing, PartitionColumn, PartitionKind, Partitioning, SchemaFrom};
 use source::{RawReconcile, RawSource, parse_reconcile, parse_source};
 
 #[derive(Debug, Deserialize)]
@@ -80,6 +80,15 @@ pub enum Format {
     Csv,
     Json,
     Delta,
+    /// A PostgreSQL table (`table`), read through a connection (`uri`).
+    Postgres,
+}
+
+impl Format {
+    /// Whether the source is files (a file, a directory, a glob): not a table.
+    pub fn reads_files(self) -> bool {
+        matches!(self, Format::Parquet | Format::Csv | Format::Json)
+    }
 }
 
 /// How a window is published.
@@ -172,25 +181,8 @@ pub struct Source {
     pub on_missing: OnMissing,
     /// A landing zone's arrival days and lateness (see `task::arrival`).
     pub arrival: Option<crate::task::arrival::Arrival>,
-}
-
-/// `on_missing`: a window whose directories have not landed fails (exit 1, retryable) or has
-/// no rows (`[write].on_empty` applies).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum OnMissing {
-    #[default]
-    Retry,
-    Empty,
-}
-
-/// Which file, in path order, a landing zone's columns (and partition levels) come from.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum SchemaFrom {
-    /// The first (the oldest day): columns added later are not read.
-    #[default]
-    First,
-    /// The last (the newest day): older files lacking a column read it as NULL.
-    Last,
+    /// A database source's table (`schema.table`).
+    pub table: Option<String>,
 }
 
 /// The `[reconcile]` section.

@@ -20,6 +20,7 @@ mod lookback;
 mod mutations;
 mod openlineage;
 mod plain_checks;
+mod postgres;
 mod python_reader;
 mod rejections;
 mod rerun;

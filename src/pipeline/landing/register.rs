@@ -72,7 +72,7 @@ pub fn listing_options(ctx: &SessionContext, s: &Source) -> Option<ListingOption
             .delimiter(s.csv_delimiter)
             .to_listing_options(&config, table),
         Format::Json => JsonReadOptions::default().to_listing_options(&config, table),
-        Format::Delta => return None,
+        Format::Delta | Format::Postgres => return None,
     };
     // A glob names its files itself (`*/*.jsonl`, `*/*.tsv`): no extension is required too.
     match super::glob::split(&s.uri) {

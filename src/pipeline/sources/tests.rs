@@ -35,6 +35,7 @@ fn zone_source(root: &std::path::Path) -> Source {
         schema_from: crate::task::SchemaFrom::First,
         on_missing: crate::task::OnMissing::Retry,
         arrival: None,
+        table: None,
     }
 }
 

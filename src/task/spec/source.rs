@@ -8,8 +8,8 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::{
-    Checking, DefaultCheck, Fail, Format, OnMismatch, OnMissing, Reconcile, Require, SchemaFrom,
-    Source, is_identifier, resolve_location,
+    Checking, DefaultCheck, Fail, Format, OnMismatch, Reconcile, Require, Source, is_identifier,
+    resolve_location,
 };
 use crate::error::Result;
 
@@ -48,6 +48,8 @@ pub(super) struct RawSource {
     event_time: Option<String>,
     /// `warn` (default) or `fail`: what rows no window reaches do.
     on_late: Option<String>,
+    /// A database source's table: `schema.table` or `table`.
+    table: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -122,6 +124,7 @@ pub(super) fn parse_source(
     let schema_from = parse_schema_from(&s, format, &field, fail)?;
     let on_missing = parse_on_missing(&s, format, &field, fail)?;
     let arrival = parse_arrival(&s, format, &field, fail)?;
+    let table = parse_table(&s, &uri, format, &field, fail)?;
     Ok(Source {
         uri: resolve_location(project_dir, &uri),
         upstream: None,
@@ -134,7 +137,55 @@ pub(super) fn parse_source(
         schema_from,
         on_missing,
         arrival,
+        table,
     })
+}
+
+/// A database source's `table` (required for one, refused elsewhere), and its `uri`: a
+/// `postgres://user@host:port/database` URL without a password (it would be recorded: it comes
+/// from `PGPASSWORD` or a `.pgpass` file).
+fn parse_table(
+    s: &RawSource,
+    uri: &str,
+    format: Format,
+    field: &str,
+    fail: &Fail<'_>,
+) -> Result<Option<String>> {
+    if format != Format::Postgres {
+        return match s.table {
+            Some(_) => Err(fail(
+                &format!("{field}.table"),
+                "applies to database sources (format = \"postgres\")".into(),
+            )),
+            None => Ok(None),
+        };
+    }
+    let url = url::Url::parse(uri)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "postgres" | "postgresql"));
+    let Some(url) = url else {
+        return Err(fail(
+            &format!("{field}.uri"),
+            format!("`{uri}` is not a postgres://user@host:port/database URL"),
+        ));
+    };
+    if url.password().is_some() {
+        return Err(fail(
+            &format!("{field}.uri"),
+            "holds a password, which would be recorded with every run: remove it and set PGPASSWORD or use a .pgpass file (PGPASSFILE)".into(),
+        ));
+    }
+    let table = s.table.as_deref().map(str::trim).unwrap_or_default();
+    let parts: Vec<&str> = table.split('.').collect();
+    if table.is_empty() || parts.len() > 2 || parts.iter().any(|p| !is_identifier(p)) {
+        return Err(fail(
+            &format!("{field}.table"),
+            format!(
+                "must name the table to read, `schema.table` or `table` (plain identifiers), not `{table}`"
+            ),
+        ));
+    }
+    Ok(Some(table.to_string()))
 }
 
 fn check_alias(alias: &str, field: &str, fail: &Fail<'_>) -> Result<()> {
@@ -198,6 +249,7 @@ fn task_source(
         || s.arrival_timezone.is_some()
         || s.event_time.is_some()
         || s.on_late.is_some()
+        || s.table.is_some()
     {
         return Err(fail(
             field,
@@ -216,6 +268,7 @@ fn task_source(
         schema_from: SchemaFrom::First,
         on_missing: OnMissing::Retry,
         arrival: None,
+        table: None,
     })
 }
 
@@ -331,6 +384,9 @@ fn parse_checking(
 /// The format a source's name implies (its extension, or a local `_delta_log` folder), if any.
 fn infer_format(uri: &str) -> Option<Format> {
     let lower = uri.trim_end_matches('/').to_ascii_lowercase();
+    if lower.starts_with("postgres://") || lower.starts_with("postgresql://") {
+        return Some(Format::Postgres);
+    }
     let ext = lower.rsplit('.').next().unwrap_or_default();
     match ext {
         "parquet" => Some(Format::Parquet),
@@ -341,6 +397,25 @@ fn infer_format(uri: &str) -> Option<Format> {
         }
         _ => None,
     }
+}
+
+/// `on_missing`: a window whose directories have not landed fails (exit 1, retryable) or has
+/// no rows (`[write].on_empty` applies).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnMissing {
+    #[default]
+    Retry,
+    Empty,
+}
+
+/// Which file, in path order, a landing zone's columns (and partition levels) come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SchemaFrom {
+    /// The first (the oldest day): columns added later are not read.
+    #[default]
+    First,
+    /// The last (the newest day): older files lacking a column read it as NULL.
+    Last,
 }
 
 /// `[sources.<alias>] partitioning`: whether `key=value` directories (Hive style) are columns.

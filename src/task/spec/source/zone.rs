@@ -40,10 +40,10 @@ pub(super) fn parse_arrival(
         return Ok(None);
     };
     let key = format!("{field}.arrival");
-    if format == Format::Delta {
+    if !format.reads_files() {
         return Err(fail(
             &key,
-            "applies to directory sources (landing zones), not to a Delta table".into(),
+            "applies to directory sources (landing zones), not to a table".into(),
         ));
     }
     let columns = match columns {
@@ -128,9 +128,9 @@ pub(super) fn parse_on_missing(
     let field = format!("{field}.on_missing");
     match s.on_missing.as_deref().map(str::trim) {
         None => Ok(OnMissing::Retry),
-        Some(_) if format == Format::Delta => Err(fail(
+        Some(_) if !format.reads_files() => Err(fail(
             &field,
-            "applies to directory sources (landing zones), not to a Delta table".into(),
+            "applies to directory sources (landing zones), not to a table".into(),
         )),
         Some("retry") => Ok(OnMissing::Retry),
         Some("empty") => Ok(OnMissing::Empty),
@@ -153,9 +153,9 @@ pub(super) fn parse_schema_from(
     let field = format!("{field}.schema_from");
     match s.schema_from.as_deref().map(str::trim) {
         None | Some("first") => Ok(SchemaFrom::First),
-        Some("last") if format == Format::Delta => Err(fail(
+        Some("last") if !format.reads_files() => Err(fail(
             &field,
-            "a delta source's columns come from its log".into(),
+            "a table's columns come from the table".into(),
         )),
         // Every CSV file of a zone must carry the zone's header (`landing::headers`): older
         // files without a column added later would all be refused.
@@ -183,11 +183,11 @@ pub(super) fn parse_partitioning(
     fail: &Fail<'_>,
 ) -> Result<Partitioning> {
     let mode = s.partitioning.as_deref().map(str::trim);
-    if format == Format::Delta {
+    if !format.reads_files() {
         if mode.is_some() || s.partition_columns.is_some() {
             return Err(fail(
                 field,
-                "a delta source's partitions come from its log: no partitioning options".into(),
+                "a table's partitions are its own: no partitioning options".into(),
             ));
         }
         return Ok(Partitioning::None);
