@@ -237,7 +237,7 @@ pub const PAUSE_POINTS: [&str; 4] = [
 
 /// The faults and mutations `IDEMLAKE_TEST_FAULT` may name (see `fault`), beside
 /// `batch:N` and `pause-<point>:MS`.
-pub const TEST_FAULTS: [&str; 15] = [
+pub const TEST_FAULTS: [&str; 16] = [
     "before-commit",
     "abort-before-commit",
     "after-commit",
@@ -253,6 +253,7 @@ pub const TEST_FAULTS: [&str; 15] = [
     "output-drop-row",
     "output-repeat-row",
     "staged-file-shrunk",
+    "pg-insert-before-scan",
 ];
 
 /// `IDEMLAKE_TEST_FAULT`: one of [`TEST_FAULTS`], `batch:N` or

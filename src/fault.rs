@@ -39,6 +39,11 @@
 //!   staged file is rewritten holding only its first row (same path, same statistics in its
 //!   add): only a read-back that reads the committed files catches it.
 //!
+//! A source that keeps receiving rows:
+//! - `pg-insert-before-scan`: right before each PostgreSQL scan sends its query, the SQL in
+//!   `IDEMLAKE_TEST_PG_INSERT` is run on a connection of its own and committed (a row landing
+//!   between the run's reads of the window).
+//!
 //! Without the variable every hook is a no-op.
 
 #[cfg(feature = "faults")]

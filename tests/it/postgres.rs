@@ -151,6 +151,12 @@ fn a_day_window_and_a_backfill_publish_the_rows_polars_reads() {
     assert_eq!(code(&out), 0, "{}", text(&out));
     let r = &json_lines(&out)[0];
     assert_eq!(r["rows_written"], 891, "{r}");
+    // The check says what it read: the query it sent, and the rows that came back.
+    let checks = r["reconciliation"].as_array().unwrap();
+    let how = &checks.iter().find(|c| c["check"] == "source_rows").unwrap()["computed"];
+    let scan = &how["scans"][0];
+    assert!(scan["location"].as_str().unwrap().contains("PostgresScan: sql=SELECT"), "{how}");
+    assert_eq!(scan["rows"], 891, "{how}");
     let out = run(
         &p,
         &[
@@ -261,4 +267,48 @@ fn failures_exit_with_their_code_and_name_the_problem() {
             .replace("paid, due", "paid, due, tags"),
     );
     expect(&arrays, &[], 2, "column `tags`");
+}
+
+/// Regression (the extraction and its check each read the table as it was when they ran, so a
+/// row committed between the two made them disagree, exit 3): every scan of a run reads one
+/// exported snapshot. Here a row is inserted into the window right before each scan (the
+/// task's and the check's); the window publishes the rows of the snapshot, and its check
+/// agrees.
+#[test]
+fn a_row_inserted_while_a_window_runs_never_makes_the_check_and_the_table_disagree() {
+    let table = orders(1_000);
+    let p = project(&table);
+    let day = "created_at >= '2026-11-01T00:00:00Z' AND created_at < '2026-11-02T00:00:00Z'";
+    let before: u64 = psql(&format!("SELECT count(*) FROM {table} WHERE {day}"))
+        .parse()
+        .unwrap();
+    let insert = format!(
+        "INSERT INTO {table} (id, created_at, amount) \
+         SELECT max(id) + 1, timestamptz '2026-11-01 12:00:00+00', 1 FROM {table}"
+    );
+    let out = p
+        .cmd()
+        .env("PGPASSWORD", &pg_env()["PGPASSWORD"])
+        .env("IDEMLAKE_TEST_FAULT", "pg-insert-before-scan")
+        .env("IDEMLAKE_TEST_PG_INSERT", &insert)
+        .args([
+            "--output",
+            "json",
+            "run",
+            "orders_daily",
+            "--window",
+            "2026-11-01",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let r = &json_lines(&out)[0];
+    assert_eq!(r["rows_written"], before, "{r}");
+    let after: u64 = psql(&format!("SELECT count(*) FROM {table} WHERE {day}"))
+        .parse()
+        .unwrap();
+    assert!(
+        after >= before + 2,
+        "{before} then {after}: the inserts did not happen"
+    );
 }

@@ -48,6 +48,16 @@ fn walk(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<Scanned>) {
         }
         return;
     }
+    // A database's scan: the query it sent.
+    if plan.name() == "PostgresScan" {
+        let shown = datafusion::physical_plan::displayable(plan.as_ref()).one_line();
+        out.push(Scanned {
+            location: shown.to_string().trim().to_string(),
+            files: 0,
+            rows: plan.metrics().and_then(|m| m.output_rows()).unwrap_or(0) as u64,
+        });
+        return;
+    }
     for child in plan.children() {
         walk(child, out);
     }

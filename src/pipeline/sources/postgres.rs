@@ -10,6 +10,13 @@
 //! connection of the scan's own (the independent checks' scans open theirs). The session is in
 //! UTC and read-only (`default_transaction_read_only`).
 //!
+//! **One snapshot per run.** The first scan of a database in a process exports a snapshot
+//! (`pg_export_snapshot()` in a `REPEATABLE READ READ ONLY` transaction that a connection holds
+//! open until the process ends); every scan of that database, the task's and the checks', reads
+//! in a transaction of its own set to that snapshot (`SET TRANSACTION SNAPSHOT`). A row
+//! committed while a window runs is in none of them: the extraction and its check cannot
+//! disagree over it, and it is for `status` to find afterwards.
+//!
 //! Why this and not `datafusion-table-providers`' PostgreSQL crate: that crate links the
 //! system's OpenSSL (`native-tls`, no other choice), which the wheel would then depend on, and
 //! brings a pool, a query federation layer and a SQL builder idemlake does not use. This is
@@ -123,6 +130,68 @@ fn password(config: &tokio_postgres::Config) -> Option<String> {
             .all(|(f, w)| **f == "*" || **f == w);
         ok.then(|| password.to_string())
     })
+}
+
+/// The snapshot the scans of one database read (see the module documentation), and the
+/// connection holding it.
+struct Snapshot {
+    id: String,
+    _holder: tokio_postgres::Client,
+}
+
+/// The process's snapshot of the database `config` names, exported by the first caller.
+async fn snapshot(config: &tokio_postgres::Config) -> Result<Arc<Snapshot>> {
+    type Snapshots = tokio::sync::Mutex<std::collections::HashMap<String, Arc<Snapshot>>>;
+    static SNAPSHOTS: std::sync::OnceLock<Snapshots> = std::sync::OnceLock::new();
+    let key = format!(
+        "{:?} {:?} {:?} {:?}",
+        config.get_hosts(),
+        config.get_ports(),
+        config.get_dbname(),
+        config.get_user()
+    );
+    let mut held = SNAPSHOTS.get_or_init(Default::default).lock().await;
+    if let Some(s) = held.get(&key) {
+        return Ok(s.clone());
+    }
+    let holder = connect(config).await?;
+    holder
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        .await
+        .map_err(failure)?;
+    let id: String = holder
+        .query_one("SELECT pg_export_snapshot()", &[])
+        .await
+        .map_err(failure)?
+        .get(0);
+    tracing::debug!(snapshot = %id, "the PostgreSQL snapshot this run reads");
+    let s = Arc::new(Snapshot {
+        id,
+        _holder: holder,
+    });
+    held.insert(key, s.clone());
+    Ok(s)
+}
+
+/// A connection reading in the process's snapshot of its database.
+async fn in_snapshot(config: &tokio_postgres::Config) -> Result<tokio_postgres::Client> {
+    let snapshot = snapshot(config).await?;
+    let client = connect(config).await?;
+    client
+        .batch_execute(&format!(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT '{}'",
+            snapshot.id
+        ))
+        .await
+        .map_err(failure)?;
+    if crate::fault::mutation("pg-insert-before-scan") {
+        let sql = std::env::var("IDEMLAKE_TEST_PG_INSERT").unwrap_or_default();
+        let mut writer = config.clone();
+        writer.options("-c TimeZone=UTC");
+        let w = connect(&writer).await?;
+        w.batch_execute(&sql).await.map_err(failure)?;
+    }
+    Ok(client)
 }
 
 /// A connection of its own, its driver running beside it.
@@ -289,6 +358,7 @@ impl TableProvider for PgTable {
             columns,
             schema,
             properties: Arc::new(properties),
+            metrics: Default::default(),
         }))
     }
 }
@@ -301,6 +371,8 @@ struct PgScan {
     columns: Vec<rows::Column>,
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
+    /// Its rows out, for the checks' report of what they read.
+    metrics: datafusion::physical_plan::metrics::ExecutionPlanMetricsSet,
 }
 
 impl DisplayAs for PgScan {
@@ -336,17 +408,23 @@ impl ExecutionPlan for PgScan {
         Ok(self)
     }
 
+    fn metrics(&self) -> Option<datafusion::physical_plan::metrics::MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
     fn execute(
         &self,
-        _partition: usize,
+        partition: usize,
         _context: Arc<TaskContext>,
     ) -> datafusion::error::Result<SendableRecordBatchStream> {
+        let counted =
+            datafusion::physical_plan::metrics::BaselineMetrics::new(&self.metrics, partition);
         let (config, sql) = (self.config.clone(), self.sql.clone());
         let (schema, columns) = (self.schema.clone(), self.columns.clone());
         let out = schema.clone();
         let stream = futures::stream::once(async move {
             let external = |e: Error| datafusion::error::DataFusionError::External(Box::new(e));
-            let client = connect(&config).await.map_err(external)?;
+            let client = in_snapshot(&config).await.map_err(external)?;
             let rows = client
                 .query_raw(sql.as_str(), std::iter::empty::<i32>())
                 .await
@@ -356,6 +434,7 @@ impl ExecutionPlan for PgScan {
                 .try_chunks(BATCH_ROWS)
                 .map(move |chunk| {
                     let chunk = chunk.map_err(|e| e.1)?;
+                    counted.record_output(chunk.len());
                     rows::batch(&schema, &columns, &chunk)
                 })
                 // The client lives as long as its rows are read.
