@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 
+mod database;
 mod rewrites;
 mod upstream;
 mod zones;
@@ -121,13 +122,15 @@ pub async fn status_with(
     };
     let mut out = Vec::new();
     let mut listings = zones::Listings::default();
+    let mut recheck = database::Recheck::default();
     for (mut st, inputs) in windows {
         if let Some(inputs) = &inputs {
             stale_inputs(&mut st, inputs, &upstream);
             st.stale |= !st.stale_inputs.is_empty();
         }
         if staleness && version.is_some() && st.state.starts_with("published") {
-            let changed = zones::changed_files(&table, task, &st, &mut listings).await?;
+            let mut changed = zones::changed_files(&table, task, &st, &mut listings).await?;
+            changed.extend(recheck.changed_rows(&table, task, &st).await?);
             st.stale |= !changed.is_empty();
             st.stale_inputs.extend(changed);
         }

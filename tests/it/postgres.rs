@@ -155,7 +155,13 @@ fn a_day_window_and_a_backfill_publish_the_rows_polars_reads() {
     let checks = r["reconciliation"].as_array().unwrap();
     let how = &checks.iter().find(|c| c["check"] == "source_rows").unwrap()["computed"];
     let scan = &how["scans"][0];
-    assert!(scan["location"].as_str().unwrap().contains("PostgresScan: sql=SELECT"), "{how}");
+    assert!(
+        scan["location"]
+            .as_str()
+            .unwrap()
+            .contains("PostgresScan: sql=SELECT"),
+        "{how}"
+    );
     assert_eq!(scan["rows"], 891, "{how}");
     let out = run(
         &p,
@@ -311,4 +317,81 @@ fn a_row_inserted_while_a_window_runs_never_makes_the_check_and_the_table_disagr
         after >= before + 2,
         "{before} then {after}: the inserts did not happen"
     );
+}
+
+/// `status --output json` over `first..=last`: the stale windows' labels and what changed.
+fn stale(p: &TestProject, first: &str, last: &str) -> Vec<(String, Vec<String>)> {
+    let out = run(
+        p,
+        &[
+            "--output",
+            "json",
+            "status",
+            "orders_daily",
+            "--from",
+            first,
+            "--to",
+            last,
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    json_lines(&out)
+        .iter()
+        .filter(|s| s["stale"] == true)
+        .map(|s| {
+            let changed = s["stale_inputs"].as_array().unwrap();
+            let changed = changed
+                .iter()
+                .map(|c| c.as_str().unwrap().to_string())
+                .collect();
+            (s["window"]["label"].as_str().unwrap().to_string(), changed)
+        })
+        .collect()
+}
+
+/// A row inserted into a published window afterwards makes `status` show that window stale,
+/// naming the source and the counts; `backfill --stale` re-runs it alone, and every day then
+/// equals polars over the database.
+#[test]
+fn a_row_inserted_into_a_published_window_makes_it_stale_and_stale_fixes_it() {
+    let table = orders(3_000);
+    let p = project(&table);
+    let (first, last) = ("2026-11-01", "2026-11-03");
+    let backfill = |extra: &[&str]| {
+        let args = [
+            &[
+                "--output",
+                "json",
+                "backfill",
+                "orders_daily",
+                "--from",
+                first,
+                "--to",
+                last,
+            ][..],
+            extra,
+        ]
+        .concat();
+        let out = run(&p, &args);
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        json_lines(&out)
+    };
+    backfill(&[]);
+    assert!(stale(&p, first, last).is_empty());
+    psql(&format!(
+        "INSERT INTO {table} (id, created_at, amount) VALUES (100000, '2026-11-02 12:00:00+00', 5)"
+    ));
+    let now = stale(&p, first, last);
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_eq!(now[0].0, "2026-11-02");
+    assert!(
+        now[0].1[0].contains("orders: the window's rows in the database changed"),
+        "{now:?}"
+    );
+    let rerun = backfill(&["--stale"]);
+    assert_eq!(rerun.len(), 1);
+    assert_eq!(rerun[0]["window"]["label"], "2026-11-02");
+    assert!(stale(&p, first, last).is_empty());
+    let (source, published) = oracle(&p, &table, first, last);
+    assert_eq!(source, published);
 }
