@@ -19,7 +19,7 @@ WHEEL_PROFILE ?= release
 SCALE       ?= 0.01
 DEMO_DAYS   := 1995-06-01 1995-06-02 1995-06-03 1995-06-04 1995-06-05 1995-06-06 1995-06-07
 
-.PHONY: build wheel demo test test-ballista test-orchestrators torture lint fmt py-env s3-start s3-stop pg-start pg-stop clean-demo bench bench-scale bench-ballista bench-landing bench-landing-s3 bench-checks
+.PHONY: build wheel demo test test-ballista test-orchestrators torture lint fmt py-env s3-start s3-stop pg-start pg-stop clean-demo bench bench-scale bench-ballista bench-landing bench-landing-s3 bench-checks bench-postgres
 
 build:
 	$(CARGO) build $(CARGO_FLAGS) --bin idemlake
@@ -152,6 +152,13 @@ bench-ballista:
 bench-checks:
 	$(CARGO) build --profile $(BENCH_PROFILE) --bin idemlake
 	BENCH_BIN=$(BENCH_BIN) python3 scripts/bench_checks.py
+
+## bench-postgres: a PostgreSQL `orders` table (PG_ROWS rows, default 10 million, over 365 days)
+## read by a day task: a nightly day window and a 365-day backfill, first runs, vs polars
+## `read_database_uri` + `write_deltalake`, with peak RSS; appends to bench/POSTGRES.md.
+bench-postgres: py-env pg-start
+	$(CARGO) build --profile $(BENCH_PROFILE) --bin idemlake
+	BENCH_BIN=$(BENCH_BIN) .venv-py/bin/python scripts/bench_postgres.py
 
 bench-landing: py-env
 	$(CARGO) build --profile $(BENCH_PROFILE) --bin idemlake
