@@ -229,6 +229,11 @@ fn describe_stale(input: &str, read: &std::collections::BTreeMap<String, i64>) -
         Some(v) => format!("after the version this window read ({v})"),
         None => "after the version this window read".to_string(),
     };
+    // A source's own change (`<alias>: …`, a landing zone's file or a database's rows) is
+    // already in words.
+    if input.contains(": ") {
+        return input.to_string();
+    }
     if let Some((task, why)) = input.split_once(" (")
         && let Some(why) = why.strip_suffix(')')
     {
