@@ -126,7 +126,10 @@ impl Error {
                 tracing::debug!("storage configuration error: {message}");
                 (ErrorKind::Input, sentence)
             }
-            None => (kind, message),
+            None => match storage::unreachable_endpoint(&message) {
+                Some(hint) => (kind, format!("{hint}: {message}")),
+                None => (kind, message),
+            },
         }
     }
     pub fn input(message: impl Into<String>) -> Self {

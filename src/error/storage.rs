@@ -79,3 +79,24 @@ pub(super) fn table_problem(text: &str) -> Option<String> {
             .to_string()
     })
 }
+
+/// For a message saying an S3 request got no answer, which endpoint that was
+/// (`AWS_ENDPOINT_URL`), when one is configured: the failure stays a runtime one (retryable).
+pub(super) fn unreachable_endpoint(message: &str) -> Option<String> {
+    let s3 = message.contains("S3 error") || message.contains("s3://");
+    let said = [
+        "Connection refused",
+        "dns error",
+        "error sending request",
+        "connect error",
+    ];
+    if !s3 || !said.iter().any(|w| message.contains(w)) || message.contains("AWS_ENDPOINT_URL") {
+        return None;
+    }
+    let endpoint = std::env::var("AWS_ENDPOINT_URL")
+        .or_else(|_| std::env::var("AWS_ENDPOINT"))
+        .ok()?;
+    Some(format!(
+        "the S3 endpoint did not answer (AWS_ENDPOINT_URL = {endpoint})"
+    ))
+}

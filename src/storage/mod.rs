@@ -89,6 +89,7 @@ pub fn own_cached_store_for(url: &Url) -> Result<Option<(Url, Arc<dyn ObjectStor
 
 /// A new S3 client for `bucket` from the `AWS_*` environment, its requests counted.
 fn counted_client(bucket: &Url) -> Result<Arc<dyn ObjectStore>> {
+    plain_http_allowed()?;
     let s3: Arc<dyn ObjectStore> = Arc::new(
         AmazonS3Builder::from_env()
             .with_url(bucket.as_str())
@@ -97,6 +98,23 @@ fn counted_client(bucket: &Url) -> Result<Arc<dyn ObjectStore>> {
             .map_err(|e| configuration_error(bucket, &e))?,
     );
     Ok(Arc::new(wrap::Wrapped(count::Counted(s3))))
+}
+
+/// An `http://` endpoint is refused by the S3 client unless `AWS_ALLOW_HTTP` is true (it says
+/// only "builder error", retryable): the user's setting to fix, named (exit 2).
+fn plain_http_allowed() -> Result<()> {
+    let endpoint = std::env::var("AWS_ENDPOINT_URL").or_else(|_| std::env::var("AWS_ENDPOINT"));
+    let Ok(endpoint) = endpoint else {
+        return Ok(());
+    };
+    let allowed =
+        std::env::var("AWS_ALLOW_HTTP").is_ok_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    if endpoint.trim().to_ascii_lowercase().starts_with("http://") && !allowed {
+        return Err(Error::input(format!(
+            "AWS_ENDPOINT_URL is {endpoint}, plain HTTP, which the S3 client refuses unless AWS_ALLOW_HTTP=true is set: set it (a local or test server), or use an https:// endpoint"
+        )));
+    }
+    Ok(())
 }
 
 /// Why an S3 client for `bucket` could not be built, in a sentence naming the variable to set

@@ -37,6 +37,14 @@ impl Grain {
     }
 
     /// An example of the short window form at this grain, for error messages.
+    /// The grain's name with its article: "an hour", "a day".
+    pub fn with_article(self) -> String {
+        match self {
+            Grain::Hour => "an hour".to_string(),
+            other => format!("a {other}"),
+        }
+    }
+
     pub fn example(self) -> &'static str {
         match self {
             Grain::Hour => "2026-11-28T05",
@@ -90,7 +98,14 @@ impl Window {
         let text = text.trim();
         if text.is_empty() {
             return Err(Error::input(format!(
-                "empty window: pass a {grain} like {}",
+                "empty window: pass {} like {}",
+                grain.with_article(),
+                grain.example()
+            )));
+        }
+        if let Some(date) = slashed_date(text) {
+            return Err(Error::input(format!(
+                "window `{text}` is a date written with slashes: write it {date} (a window names one {grain}, like {}; or give an interval START/END)",
                 grain.example()
             )));
         }
@@ -99,37 +114,31 @@ impl Window {
         }
         let found = short_form_grain(text).ok_or_else(|| {
             Error::input(format!(
-                "malformed window `{text}`: expected a {grain} like {} or an RFC 3339 interval START/END",
+                "malformed window `{text}`: expected {} like {} or an RFC 3339 interval START/END",
+                grain.with_article(),
                 grain.example()
             ))
         })?;
         if found != grain {
             return Err(Error::input(format!(
-                "window `{text}` is a {found}, but the task's grain is {grain}: pass a {grain} like {}",
+                "window `{text}` is {}, but the task's grain is {grain}: pass {} like {}",
+                found.with_article(),
+                grain.with_article(),
                 grain.example()
             )));
         }
         let bad = |e: jiff::Error| Error::input(format!("malformed window `{text}`: {e}"));
+        let malformed = |_| Error::input(format!("malformed window `{text}`"));
         let start = match grain {
             Grain::Day => Date::from_str(text).map_err(bad)?,
             Grain::Month => {
                 let (y, m) = text.split_once('-').expect("checked by short_form_grain");
-                let y: i16 = y
-                    .parse()
-                    .map_err(|_| Error::input(format!("malformed window `{text}`")))?;
-                let m: i8 = m
-                    .parse()
-                    .map_err(|_| Error::input(format!("malformed window `{text}`")))?;
+                let (y, m) = (y.parse().map_err(malformed)?, m.parse().map_err(malformed)?);
                 Date::new(y, m, 1).map_err(bad)?
             }
             Grain::Week => {
                 let (y, w) = text.split_once("-W").expect("checked by short_form_grain");
-                let y: i16 = y
-                    .parse()
-                    .map_err(|_| Error::input(format!("malformed window `{text}`")))?;
-                let w: i8 = w
-                    .parse()
-                    .map_err(|_| Error::input(format!("malformed window `{text}`")))?;
+                let (y, w) = (y.parse().map_err(malformed)?, w.parse().map_err(malformed)?);
                 iso_week(text, y, w)?
             }
             Grain::Hour => return Self::parse_hour(text, tz),
@@ -186,6 +195,18 @@ impl Window {
         }
         let zoned = start.to_zoned(tz.clone());
         let aligned = Self::containing(grain, &zoned)?;
+        if aligned.start.timestamp() == start && aligned.end.timestamp() < end {
+            let last = Self::containing(
+                grain,
+                &(end - jiff::SignedDuration::from_nanos(1)).to_zoned(tz.clone()),
+            )?;
+            return Err(Error::input(format!(
+                "window interval `{text}` spans more than one {grain}, but a window is one {grain} ({}): for a range, run `idemlake backfill <task> --from {} --to {}`",
+                aligned.interval(),
+                aligned.label(),
+                last.label()
+            )));
+        }
         if aligned.start.timestamp() != start || aligned.end.timestamp() != end {
             return Err(Error::input(format!(
                 "window interval `{text}` is not aligned with the task's grain ({grain} in {}): the {grain} containing its start is {}",
@@ -198,7 +219,12 @@ impl Window {
 
     /// The window of `grain` that contains the instant `at`.
     pub fn containing(grain: Grain, at: &Zoned) -> Result<Window> {
-        let err = |e: jiff::Error| Error::input(format!("cannot place {at} in a {grain}: {e}"));
+        let err = |e: jiff::Error| {
+            Error::input(format!(
+                "cannot place {at} in {}: {e}",
+                grain.with_article()
+            ))
+        };
         let tz = at.time_zone().clone();
         let start = match grain {
             Grain::Hour => {
@@ -441,34 +467,10 @@ fn parse_offset(s: &str) -> Option<jiff::tz::Offset> {
     jiff::tz::Offset::from_seconds(secs).ok()
 }
 
-/// Which grain a short window form is written in, by shape alone.
-fn short_form_grain(s: &str) -> Option<Grain> {
-    let b = s.as_bytes();
-    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
-    match b.len() {
-        // An hour with its offset, as repeated hours are labelled: `2026-10-25T02+01:00`.
-        19 if matches!(b[13], b'+' | b'-')
-            && short_form_grain(&s[..13]) == Some(Grain::Hour)
-            && parse_offset(&s[13..]).is_some() =>
-        {
-            Some(Grain::Hour)
-        }
-        7 if digits(0..4) && b[4] == b'-' && digits(5..7) => Some(Grain::Month),
-        8 if digits(0..4) && &b[4..6] == b"-W" && digits(6..8) => Some(Grain::Week),
-        10 if digits(0..4) && b[4] == b'-' && digits(5..7) && b[7] == b'-' && digits(8..10) => {
-            Some(Grain::Day)
-        }
-        13 if digits(0..4)
-            && b[10] == b'T'
-            && digits(11..13)
-            && short_form_grain(&s[..10]) == Some(Grain::Day) =>
-        {
-            Some(Grain::Hour)
-        }
-        _ => None,
-    }
-}
-
 mod hour;
+
+mod forms;
+use forms::{short_form_grain, slashed_date};
+
 #[cfg(test)]
 mod tests;

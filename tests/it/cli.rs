@@ -867,3 +867,65 @@ fn a_usage_error_with_output_json_prints_one_json_line() {
     assert_eq!(code(&out), 0);
     assert!(String::from_utf8_lossy(&out.stdout).contains("Usage"));
 }
+
+/// Regression (an `http://` endpoint without `AWS_ALLOW_HTTP` failed with "HTTP error: builder
+/// error", exit 1, retryable): it names the variable to set, exit 2, not retryable; an
+/// endpoint that does not answer is named (`AWS_ENDPOINT_URL`), exit 1.
+#[test]
+fn an_http_endpoint_without_allow_http_and_an_unreachable_one_are_named() {
+    let p = TestProject::new();
+    let s3 = |allow: Option<&str>| {
+        let mut c = p.cmd();
+        c.env("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+            .env("AWS_ACCESS_KEY_ID", "k")
+            .env("AWS_SECRET_ACCESS_KEY", "s")
+            .env("AWS_REGION", "us-east-1")
+            .env("IDEMLAKE_S3_MAX_RETRIES", "0")
+            .env_remove("AWS_ALLOW_HTTP")
+            .args(["--lake", "s3://nowhere/lake", "--output", "json"])
+            .args(["run", "daily_revenue", "--window", "1995-06-01"]);
+        if let Some(a) = allow {
+            c.env("AWS_ALLOW_HTTP", a);
+        }
+        c.output().unwrap()
+    };
+    let out = s3(None);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    let r = &json_lines(&out)[0];
+    assert!(
+        r["error"].as_str().unwrap().contains("AWS_ALLOW_HTTP=true"),
+        "{r}"
+    );
+    assert_eq!(r["retryable"], false, "{r}");
+    let out = s3(Some("true"));
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    let r = &json_lines(&out)[0];
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap()
+            .contains("AWS_ENDPOINT_URL = http://127.0.0.1:1"),
+        "{r}"
+    );
+}
+
+/// Regression (`2026/11/21` and a two-day interval got messages about RFC 3339 and alignment;
+/// an hour was "a hour"): each says what a window looks like.
+#[test]
+fn window_messages_say_what_a_window_looks_like() {
+    let p = TestProject::new();
+    let said = |window: &str| {
+        let out = p.run(&["run", "daily_revenue", "--window", window]);
+        assert_eq!(code(&out), 2, "{}", text(&out));
+        text(&out)
+    };
+    let t = said("1995/06/01");
+    assert!(t.contains("write it 1995-06-01"), "{t}");
+    let t = said("1995-06-01/1995-06-03");
+    assert!(
+        t.contains("spans more than one day") && t.contains("--from 1995-06-01 --to 1995-06-02"),
+        "{t}"
+    );
+    let t = said("1995-06-01T10");
+    assert!(t.contains("is an hour"), "{t}");
+}

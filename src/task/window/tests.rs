@@ -278,7 +278,16 @@ fn date_intervals_name_day_week_and_month_windows() {
     assert_eq!(w.label(), "2026-11");
     // Not one window of the grain, empty, reversed, or dates for an hour task.
     for (text, grain, needle) in [
-        ("2026-11-28/2026-11-30", Grain::Day, "not aligned"),
+        (
+            "2026-11-28/2026-11-30",
+            Grain::Day,
+            "spans more than one day",
+        ),
+        (
+            "2026-11-28T12:00:00Z/2026-11-29T12:00:00Z",
+            Grain::Day,
+            "not aligned",
+        ),
         ("2026-11-28/2026-11-28", Grain::Day, "START equals END"),
         ("2026-11-29/2026-11-28", Grain::Day, "reversed"),
         ("2026-11-28/2026-11-29", Grain::Hour, "pass timestamps"),
