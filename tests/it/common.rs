@@ -396,3 +396,30 @@ impl HttpReceiver {
         HttpReceiver { port, rx }
     }
 }
+
+/// `scripts/<script> start` (it must succeed), then its `env` lines as a map: the loopback
+/// servers the tests read (`s3-server`, `pg-server`).
+pub fn server_env(script: &str) -> std::collections::HashMap<String, String> {
+    let script = repo().join("scripts").join(script);
+    let out = std::process::Command::new(&script)
+        .arg("start")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{} start failed:\n{}",
+        script.display(),
+        text(&out)
+    );
+    let out = std::process::Command::new(&script)
+        .arg("env")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("export "))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.trim_matches('\'').to_string()))
+        .collect()
+}

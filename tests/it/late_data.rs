@@ -35,6 +35,29 @@ fn arrival_task(tz: &str, lateness: &str) -> String {
     ARRIVAL_TASK.replace("TZ", tz).replace("LATENESS", lateness)
 }
 
+/// `--output json run events --window <day n>`.
+fn run_day(p: &TestProject, n: i64) -> std::process::Output {
+    p.run(&[
+        "--output",
+        "json",
+        "run",
+        "events",
+        "--window",
+        &day(n).to_string(),
+    ])
+}
+
+/// The run record in the commit of `version` of the events table.
+fn record_at(p: &TestProject, version: u64) -> serde_json::Value {
+    let record = commit_actions(&p.table_dir("events"), version)
+        .into_iter()
+        .find_map(|a| a["commitInfo"].get("idemlake").cloned())
+        .unwrap();
+    record
+        .get("runs")
+        .map_or(record.clone(), |runs| runs[0].clone())
+}
+
 /// File `n` of event day `d` written into the next day's directory, as a late file.
 fn write_late_file(root: &std::path::Path, d: i64, n: usize) {
     let file = write_file(root, day(d), n);
@@ -78,27 +101,12 @@ fn a_kolkata_day_over_utc_directories_reads_the_utc_days_it_spans() {
     let p = landing_project(7, 2);
     for (lateness, files) in [("0", 4), ("1 day", 6)] {
         p.task("events", &arrival_task("Asia/Kolkata", lateness));
-        let out = p.run(&[
-            "--output",
-            "json",
-            "run",
-            "events",
-            "--window",
-            &day(3).to_string(),
-        ]);
+        let out = run_day(&p, 3);
         assert_eq!(code(&out), 0, "{}", text(&out));
         let r = &json_lines(&out)[0];
         assert_eq!(check_reads(r), (files, 1), "lateness {lateness}: {r}");
         // The runner read (and pinned) the same files: its run record in the commit says so.
-        let table = p.table_dir("events");
-        let version = r["table_version"].as_u64().unwrap();
-        let record = commit_actions(&table, version)
-            .into_iter()
-            .find_map(|a| a["commitInfo"].get("idemlake").cloned())
-            .unwrap();
-        let record = record
-            .get("runs")
-            .map_or(record.clone(), |runs| runs[0].clone());
+        let record = record_at(&p, r["table_version"].as_u64().unwrap());
         assert_eq!(
             record["sources"][0]["files"], files,
             "lateness {lateness}: {record}"
@@ -323,14 +331,7 @@ fn an_event_later_than_the_lateness_is_counted_in_the_report_and_run_record() {
     );
     p.task("events", &task);
     let late = |label: i64| {
-        let out = p.run(&[
-            "--output",
-            "json",
-            "run",
-            "events",
-            "--window",
-            &day(label).to_string(),
-        ]);
+        let out = run_day(&p, label);
         assert_eq!(code(&out), 0, "{}", text(&out));
         let r = json_lines(&out)[0].clone();
         let check = r["data_checks"]
@@ -346,14 +347,7 @@ fn an_event_later_than_the_lateness_is_counted_in_the_report_and_run_record() {
     let (n, r) = late(2);
     assert_eq!(n, 10, "{r}");
     // The run record in the commit says the same.
-    let version = r["table_version"].as_u64().unwrap();
-    let record = commit_actions(&p.table_dir("events"), version)
-        .into_iter()
-        .find_map(|a| a["commitInfo"].get("idemlake").cloned())
-        .unwrap();
-    let record = record
-        .get("runs")
-        .map_or(record.clone(), |runs| runs[0].clone());
+    let record = record_at(&p, r["table_version"].as_u64().unwrap());
     let recorded = record["data_checks"].as_array().unwrap();
     assert!(
         recorded
@@ -368,14 +362,7 @@ fn an_event_later_than_the_lateness_is_counted_in_the_report_and_run_record() {
             "event_time = \"ts\"\non_late = \"fail\"",
         ),
     );
-    let out = p.run(&[
-        "--output",
-        "json",
-        "run",
-        "events",
-        "--window",
-        &day(3).to_string(),
-    ]);
+    let out = run_day(&p, 3);
     assert_eq!(code(&out), 6, "{}", text(&out));
     assert_eq!(json_lines(&out)[0]["published"], false);
 }

@@ -8,29 +8,7 @@ use crate::common::*;
 /// `scripts/pg-server start`, once per test process; its `env` lines.
 pub(crate) fn pg_env() -> &'static HashMap<String, String> {
     static ENV: OnceLock<HashMap<String, String>> = OnceLock::new();
-    ENV.get_or_init(|| {
-        let script = repo().join("scripts/pg-server");
-        let out = std::process::Command::new(&script)
-            .arg("start")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "scripts/pg-server start failed:\n{}",
-            text(&out)
-        );
-        let out = std::process::Command::new(&script)
-            .arg("env")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", text(&out));
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.strip_prefix("export "))
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.trim_matches('\'').to_string()))
-            .collect()
-    })
+    ENV.get_or_init(|| server_env("pg-server"))
 }
 
 /// Run SQL as the test role (`scripts/pg-server psql`).
@@ -61,6 +39,16 @@ fn orders(rows: i64) -> String {
     ));
     name
 }
+
+/// `--output json run orders_daily --window 2026-11-01`.
+const RUN_DAY: [&str; 6] = [
+    "--output",
+    "json",
+    "run",
+    "orders_daily",
+    "--window",
+    "2026-11-01",
+];
 
 const TASK: &str = r#"
 sql = """
@@ -215,17 +203,7 @@ fn failures_exit_with_their_code_and_name_the_problem() {
         for (k, v) in env {
             c.env(k, v);
         }
-        let out = c
-            .args([
-                "--output",
-                "json",
-                "run",
-                "orders_daily",
-                "--window",
-                "2026-11-01",
-            ])
-            .output()
-            .unwrap();
+        let out = c.args(RUN_DAY).output().unwrap();
         assert_eq!(code(&out), code_want, "{says}: {}", text(&out));
         assert!(text(&out).contains(says), "{says}: {}", text(&out));
         assert!(
@@ -297,14 +275,7 @@ fn a_row_inserted_while_a_window_runs_never_makes_the_check_and_the_table_disagr
         .env("PGPASSWORD", &pg_env()["PGPASSWORD"])
         .env("IDEMLAKE_TEST_FAULT", "pg-insert-before-scan")
         .env("IDEMLAKE_TEST_PG_INSERT", &insert)
-        .args([
-            "--output",
-            "json",
-            "run",
-            "orders_daily",
-            "--window",
-            "2026-11-01",
-        ])
+        .args(RUN_DAY)
         .output()
         .unwrap();
     assert_eq!(code(&out), 0, "{}", text(&out));

@@ -18,29 +18,7 @@ use crate::common::*;
 /// The running test server's environment (`scripts/s3-server env`).
 pub(crate) fn s3_env() -> &'static HashMap<String, String> {
     static ENV: OnceLock<HashMap<String, String>> = OnceLock::new();
-    ENV.get_or_init(|| {
-        let script = repo().join("scripts/s3-server");
-        let out = std::process::Command::new(&script)
-            .arg("start")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "scripts/s3-server start failed:\n{}",
-            text(&out)
-        );
-        let out = std::process::Command::new(&script)
-            .arg("env")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", text(&out));
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.strip_prefix("export "))
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.trim_matches('\'').to_string()))
-            .collect()
-    })
+    ENV.get_or_init(|| server_env("s3-server"))
 }
 
 pub(crate) fn bucket() -> String {
