@@ -505,7 +505,7 @@ fn schema_from_is_validated() {
     let p = TestProject::new();
     for (format, value, said) in [
         ("json", "newest", "must be first or last"),
-        ("delta", "last", "come from its log"),
+        ("delta", "last", "come from the table"),
         ("csv", "last", "must all carry one header"),
     ] {
         let extra = format!("format = \"{format}\"\nschema_from = \"{value}\"");
