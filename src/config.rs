@@ -44,6 +44,8 @@ pub struct Config {
     pub run_log_all: bool,
     /// The fault or mutation to inject (`IDEMLAKE_TEST_FAULT`; a testing aid, see CONTRIBUTING.md).
     pub test_fault: Option<String>,
+    /// With the fault `pg-insert-before-scan`: the SQL it runs (`IDEMLAKE_TEST_PG_INSERT`).
+    pub test_pg_insert: Option<String>,
     /// Colours off (`NO_COLOR` set and not empty, or `TERM=dumb`).
     pub no_color: bool,
     /// Credentials from the environment, replaced by `***` in everything printed.
@@ -117,11 +119,12 @@ pub const DEFAULT_CHECK_BATCH: u64 = 100_000;
 pub const DEFAULT_PROBE_MAX_AGE_SECS: u64 = 7 * 24 * 3600;
 
 /// Environment variables holding credentials: their values are redacted from output.
-const SECRET_VARS: [&str; 4] = [
+const SECRET_VARS: [&str; 5] = [
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
     "AWS_ACCESS_KEY_ID",
     "OPENLINEAGE_API_KEY",
+    "PGPASSWORD",
 ];
 
 fn var(name: &str) -> Option<String> {
@@ -342,6 +345,7 @@ impl Config {
                 Some(_) => false,
             },
             test_fault: test_fault(strict)?,
+            test_pg_insert: var("IDEMLAKE_TEST_PG_INSERT"),
             no_color: std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
                 || var("TERM").is_some_and(|t| t == "dumb"),
             secrets: SECRET_VARS

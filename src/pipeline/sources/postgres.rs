@@ -185,7 +185,10 @@ async fn in_snapshot(config: &tokio_postgres::Config) -> Result<tokio_postgres::
         .await
         .map_err(failure)?;
     if crate::fault::mutation("pg-insert-before-scan") {
-        let sql = std::env::var("IDEMLAKE_TEST_PG_INSERT").unwrap_or_default();
+        let sql = crate::config::get()
+            .test_pg_insert
+            .clone()
+            .unwrap_or_default();
         let mut writer = config.clone();
         writer.options("-c TimeZone=UTC");
         let w = connect(&writer).await?;
