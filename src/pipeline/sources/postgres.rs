@@ -28,6 +28,7 @@ use std::sync::Arc;
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::ScalarValue;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
@@ -269,7 +270,8 @@ struct PgTable {
     schema: SchemaRef,
 }
 
-/// `e` in PostgreSQL's SQL, its columns unqualified; `None` when the unparser cannot write it.
+/// `e` in PostgreSQL's SQL, its columns unqualified; `None` when the unparser cannot write it
+/// (or it holds a parameter not bound yet).
 fn remote_sql(e: &Expr) -> Option<String> {
     let unqualified = e
         .clone()
@@ -310,7 +312,27 @@ impl TableProvider for PgTable {
         &self,
         filters: &[&Expr],
     ) -> datafusion::error::Result<Vec<TableProviderFilterPushDown>> {
+        // A prepared plan (planned once, bound per window) asks with the window's bounds
+        // still parameters: a filter the server could take once they are values is pushed,
+        // so each window's scan, planned after binding, sends its bounds.
+        let bound = |f: &Expr| {
+            f.clone()
+                .transform_up(|e| match e {
+                    Expr::Placeholder(p) => Ok(Transformed::yes(Expr::Literal(
+                        p.field
+                            .as_ref()
+                            .and_then(|f| ScalarValue::try_from(f.data_type()).ok())
+                            .unwrap_or(ScalarValue::Null),
+                        None,
+                    ))),
+                    other => Ok(Transformed::no(other)),
+                })
+                .map(|t| t.data)
+        };
         Ok(filters
+            .iter()
+            .map(|f| bound(f))
+            .collect::<datafusion::error::Result<Vec<_>>>()?
             .iter()
             .map(|f| match remote_sql(f) {
                 Some(_) => TableProviderFilterPushDown::Inexact,
@@ -425,6 +447,7 @@ impl ExecutionPlan for PgScan {
         let (config, sql) = (self.config.clone(), self.sql.clone());
         let (schema, columns) = (self.schema.clone(), self.columns.clone());
         let out = schema.clone();
+        tracing::debug!(sql = %self.sql, "PostgreSQL query sent");
         let stream = futures::stream::once(async move {
             let external = |e: Error| datafusion::error::DataFusionError::External(Box::new(e));
             let client = in_snapshot(&config).await.map_err(external)?;
