@@ -4,7 +4,7 @@
 //! maintenance commands in [`super::maintenance`], the alerts in [`super::alerts`].
 
 use super::alerts::{alert_audit, alert_reports};
-use super::maintenance::{gen_tpch, optimize, restore, vacuum, validate};
+use super::maintenance::{adopt, gen_tpch, optimize, restore, vacuum, validate};
 use crate::cli::{Cli, Command, Range};
 use crate::error::{Error, Result};
 use crate::report::render::{OutputFormat, diag, print_audits, print_report, print_status, redact};
@@ -114,6 +114,7 @@ pub(crate) async fn dispatch(cli: &Cli) -> Result<u8> {
             )
             .await
         }
+        Command::Adopt { task } => adopt(cli, &project, task).await,
         Command::Optimize {
             task,
             from,

@@ -89,6 +89,54 @@ pub(super) async fn optimize(
     Ok(code)
 }
 
+/// `adopt`: one JSON object, or what was rewritten and the next step.
+pub(super) async fn adopt(cli: &Cli, project: &Project, task: &str) -> Result<u8> {
+    let task = project.task(task)?;
+    let a = crate::commands::adopt::adopt(project, &task).await?;
+    if cli.output == OutputFormat::Json {
+        let line = serde_json::to_string(&a).map_err(|e| Error::runtime(e.to_string()))?;
+        crate::outln!("{}", redact(&line));
+        return Ok(0);
+    }
+    let list = |v: &[String]| match v {
+        [] => "nothing".to_string(),
+        v => v.join(", "),
+    };
+    match a.status {
+        "already" => crate::outln!(
+            "adopt {}: the table is already partitioned by {}; nothing written (version {})",
+            a.task,
+            list(&a.partitioned_by),
+            a.table_version
+        ),
+        _ => crate::outln!(
+            "adopt {}: version {} rewrote {} row(s) partitioned by {} (was: {}), {} file(s) -> {}, in one commit; the rows read back equal to version {}",
+            a.task,
+            a.table_version,
+            a.rows,
+            list(&a.partitioned_by),
+            list(&a.partitioned_by_before),
+            a.files_before,
+            a.files_after,
+            a.read_version
+        ),
+    }
+    if a.rows_in_no_window > 0 {
+        crate::outln!(
+            "  {} row(s) have no `{}` (NULL): kept, in no window",
+            a.rows_in_no_window,
+            task.partition_by
+        );
+    }
+    if let (Some(first), Some(last)) = (&a.first_window, &a.last_window) {
+        crate::outln!(
+            "  next: idemlake audit {} --from {first} --to {last}   (then repair the damaged windows)",
+            a.task
+        );
+    }
+    Ok(0)
+}
+
 /// `vacuum`: one JSON object, or a line per file and a summary.
 pub(super) async fn vacuum(
     cli: &Cli,

@@ -239,6 +239,11 @@ pub enum Command {
         #[arg(long)]
         before_run: Option<String>,
     },
+    /// Take over a table another job wrote: rewrite it partitioned by the task's window column, every row kept, in one commit (then audit and repair it)
+    #[command(
+        after_help = "Example:\n  idemlake adopt orders_daily            # one commit; then: idemlake audit orders_daily --from … --to …"
+    )]
+    Adopt { task: String },
     /// Compact each window's files (one commit per window, rows unchanged, proven by a read-back)
     #[command(
         after_help = "Examples:\n  idemlake optimize orders_by_day                          # every window with 2 or more files in one partition\n  idemlake optimize orders_by_day --from 1995-06-01 --to 1995-06-30 --min-files 8"

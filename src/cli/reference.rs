@@ -17,7 +17,8 @@ pub fn markdown() -> String {
          IDEMLAKE_BLESS=1 cargo test --test it docs::the_cli_reference_is_generated_from_clap -->\n\n\
          This page is `idemlake --help` and `idemlake <command> --help`, generated from the\n\
          definitions the binary parses its arguments with. The global options (`--project`,\n\
-         `--lake`, `--output`, `--engine`, …) go before or after the command.\n",
+         `--lake`, `--output`, `--engine`, …) are listed once, under `idemlake`; they go before\n\
+         or after the command.\n",
     );
     section(&mut out, &root, "idemlake", 2);
     out
@@ -25,6 +26,13 @@ pub fn markdown() -> String {
 
 fn section(out: &mut String, cmd: &clap::Command, path: &str, depth: usize) {
     let mut cmd = cmd.clone();
+    if depth > 2 {
+        // The global options are listed once, under `idemlake`.
+        cmd = cmd.mut_args(|a| match a.is_global_set() {
+            true => a.hide(true),
+            false => a,
+        });
+    }
     let help = cmd.render_long_help().to_string();
     out.push_str(&format!(
         "\n{} `{path}`\n\n```text\n{}\n```\n",

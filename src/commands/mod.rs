@@ -1,6 +1,7 @@
 //! The commands, each a composition of the layers below: backfill, verify, audit and
 //! repair, status, explain and validate, init and new (scaffold), gen-tpch (`run` is [`crate::pipeline::runner::run_window`]).
 
+pub mod adopt;
 pub mod audit;
 pub mod backfill;
 pub mod check;

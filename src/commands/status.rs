@@ -71,6 +71,20 @@ pub async fn status_with(
     let url = project.table_url(task)?;
     let table = table::open(&url).await?;
     let version = table.version();
+    if version.is_some() {
+        // Windows are read from the partitions: a table partitioned otherwise (another job's,
+        // appended to) would show every window missing.
+        let parts = table.snapshot()?.metadata().partition_columns().to_vec();
+        if parts != [task.partition_by.clone()] {
+            return Err(Error::input(format!(
+                "the table at {url} is partitioned by [{}], not by task {}'s window column `{}`, so its windows cannot be told apart: `idemlake adopt {}` rewrites it so, every row kept, in one commit (`audit` reads it as it is)",
+                parts.join(", "),
+                task.name,
+                task.partition_by,
+                task.name
+            )));
+        }
+    }
     // No table yet: no files, but the run log (beside where the table will be) may already
     // hold failed attempts.
     let mut data = match version {

@@ -233,7 +233,7 @@ pub fn schema_plan(
     let parts = state.metadata().partition_columns();
     if parts.len() != 1 || parts[0] != partition_by {
         return Err(Error::input(format!(
-            "the target table is partitioned by [{}], but the task's window column is `{partition_by}`; a window overwrite needs the table partitioned by exactly that column",
+            "the target table is partitioned by [{}], but the task's window column is `{partition_by}`; a window overwrite needs the table partitioned by exactly that column: `idemlake adopt` rewrites it so, every row kept, in one commit (see the guide on taking over a table)",
             parts.join(", ")
         )));
     }

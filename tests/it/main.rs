@@ -1,6 +1,7 @@
 //! idemlake integration tests: one binary, one module per concern (fast to link).
 mod common;
 
+mod adopt;
 mod alerts;
 mod audit;
 mod backfill;
