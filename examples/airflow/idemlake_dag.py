@@ -1,13 +1,12 @@
 """Airflow DAG: publish one idemlake window per daily DAG run.
 
-Each run executes
+Each run executes, through ``idemlake.airflow.IdemlakeOperator``,
 
     idemlake --project P --lake L --output json run lineitem_by_ship_day \
-        --window "{{ data_interval_start }}/{{ data_interval_end }}"
+        --window 1995-06-01T00:00:00+00:00/1995-06-02T00:00:00+00:00
 
-i.e. the run's data interval, rendered by Airflow as
-``1995-06-01 00:00:00+00:00/1995-06-02 00:00:00+00:00`` (RFC 3339 with a space between date
-and time, which idemlake accepts as an interval of exactly one UTC day). idemlake replaces that
+i.e. the run's data interval (``data_interval_start/data_interval_end``), which idemlake
+accepts as an interval of exactly one UTC day. idemlake replaces that
 window atomically, so a retry, a cleared task or a second backfill of the same day republishes
 the same rows (one more Delta version, never duplicates).
 
@@ -16,8 +15,8 @@ Airflow 2 locations.
 
 Configuration, resolved when the task runs (first match wins):
 
-    binary   Airflow Variable ``idemlake_bin``      env IDEMLAKE_BIN      default ``idemlake`` on PATH
-    project  Airflow Variable ``idemlake_project``  env IDEMLAKE_PROJECT  default /srv/pipelines
+    binary   env IDEMLAKE_BIN                                          default: the wheel's ``idemlake``
+    project  Airflow Variable ``idemlake_project``  env IDEMLAKE_PROJECT
     lake     Airflow Variable ``idemlake_lake``     env IDEMLAKE_LAKE     default <project>/lake
 
 The binary: install idemlake's wheel (``make wheel``) into the workers' Python environment, as
@@ -31,7 +30,7 @@ your worker image (it needs only glibc and CA certificates, both in the Airflow 
 
     COPY --from=registry.example.com/data/idemlake:0.1.0 /usr/local/bin/idemlake /usr/local/bin/idemlake
 
-(Variables can also come from the environment as AIRFLOW_VAR_IDEMLAKE_BIN, ...). When the DAG
+(Variables can also come from the environment as AIRFLOW_VAR_IDEMLAKE_PROJECT, ...). When the DAG
 file is parsed: IDEMLAKE_DAG_START (first logical date, default 1992-01-01), IDEMLAKE_DAG_CATCHUP
 (``true`` to let the scheduler create every run since the start date; default false) and
 IDEMLAKE_DAG_MAX_ACTIVE_RUNS (default 4; concurrent windows are safe, each is its own commit) and
@@ -71,105 +70,36 @@ each other). ``--missing`` makes a retried shard, or a re-triggered run, do only
     airflow dags trigger idemlake_lineitem_by_ship_day_backfill_shards \
         --conf '{"from": "1992-01-01", "to": "1998-12-31", "shards": 8, "parallel": 2}'
 
-Retries: one rule, driven by idemlake's report. Every JSON report carries ``retryable``: true
-for a runtime failure (exit 1: storage, execution, a source changed during the run, a commit
-conflict) and for a window published whose check after the commit failed (exit 5); false for
-invalid input (2), a reconciliation mismatch (3), damage found by audit (4) and a failed data
-check (6), which fail the same way on every try. ``IdemlakeBashOperator`` has the command tee
-idemlake's stdout into a file, reads the reports back when the command fails, and raises
-AirflowFailException (fails the task at once, retries left unused) unless one of them says
-``retryable: true``. Without a report (the process was killed) exit codes 2, 3, 4 and 6 are
-final and the others retried. Exit code 99 is not treated as "skip" (BashOperator's default)
-since idemlake never means that.
+Retries: one rule, driven by idemlake's report, applied by ``idemlake.airflow.IdemlakeOperator``
+(shipped in idemlake's wheel). Every JSON report carries ``retryable``: true for a runtime
+failure (exit 1: storage, execution, a source changed during the run, a commit conflict) and for
+a window published whose check after the commit failed (exit 5); false for invalid input (2), a
+reconciliation mismatch (3), damage found by audit (4) and a failed data check (6), which fail
+the same way on every try: the operator raises AirflowFailException for those (the task fails
+at once, retries left unused). Without a report (the process was killed) exit codes 2, 3, 4 and
+6 are final and the others retried. The report is the task's return value (XCom).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 from datetime import datetime, timedelta, timezone
 
 try:  # Airflow 3
-    from airflow.providers.standard.operators.bash import BashOperator
     from airflow.sdk import DAG, CronDataIntervalTimetable, Param, task
-    from airflow.sdk.exceptions import AirflowFailException
 except ImportError:  # Airflow 2.x
     from airflow import DAG
     from airflow.decorators import task
-    from airflow.exceptions import AirflowFailException
     from airflow.models.param import Param
-    from airflow.operators.bash import BashOperator
     from airflow.timetables.interval import CronDataIntervalTimetable
+
+from idemlake.airflow import IdemlakeOperator
 
 TASK = "lineitem_by_ship_day"
 
-# idemlake's exit codes that no retry can fix, for when there is no report to read.
-FINAL_EXIT_CODES = {
-    2: "invalid input (task file, SQL, lint, window or schema change)",
-    3: "reconciliation mismatch between source and output",
-    4: "audit or verify found damaged or differing windows",
-    6: "a data check ([checks]) failed",
-}
-
-
-def read_reports(path: str) -> list[dict]:
-    """The JSON lines idemlake printed on stdout (its reports), oldest first."""
-    reports = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if line.startswith("{"):
-                    try:
-                        reports.append(json.loads(line))
-                    except ValueError:
-                        pass
-    except OSError:
-        pass
-    return reports
-
-
-def is_retryable(code: int | None, reports: list[dict]) -> bool:
-    """Retry when a report says so; without one, unless the exit code is final."""
-    if reports:
-        return any(r.get("retryable") is True for r in reports)
-    return code not in FINAL_EXIT_CODES
-
-
-class IdemlakeBashOperator(BashOperator):
-    """A BashOperator that retries only what idemlake's report calls ``retryable``.
-
-    The command tees idemlake's stdout into the file named by ``IDEMLAKE_REPORT_FILE`` (set
-    here, one per try); when the command fails, the reports in it decide: not retryable raises
-    AirflowFailException, which fails the task at once. The exit code is read back from the
-    subprocess hook (its ``sub_process`` attribute), since the exception does not carry it.
-    """
-
-    def __init__(self, **kwargs):
-        kwargs.setdefault("skip_on_exit_code", None)
-        super().__init__(**kwargs)
-
-    def execute(self, context):
-        fd, report_file = tempfile.mkstemp(prefix="idemlake-report-", suffix=".jsonl")
-        os.close(fd)
-        self.env = {**(self.env or {}), "IDEMLAKE_REPORT_FILE": report_file}
-        try:
-            return super().execute(context)
-        except Exception as err:
-            proc = getattr(self.subprocess_hook, "sub_process", None)
-            code = getattr(proc, "returncode", None)
-            reports = read_reports(report_file)
-            if not is_retryable(code, reports):
-                why = FINAL_EXIT_CODES.get(code, "the report says retryable: false")
-                errors = "; ".join(str(r["error"]) for r in reports if r.get("error"))[:2000]
-                raise AirflowFailException(
-                    f"idemlake exited {code}: {why}; not retrying "
-                    f"(fix the cause, then clear the task){': ' + errors if errors else ''}"
-                ) from err
-            raise
-        finally:
-            os.unlink(report_file)
+# Rendered when the task runs; empty means the worker's IDEMLAKE_PROJECT / IDEMLAKE_LAKE.
+PROJECT = "{{ var.value.get('idemlake_project', '') }}"
+LAKE = "{{ var.value.get('idemlake_lake', '') }}"
 
 
 def retry_args(timeout: timedelta) -> dict:
@@ -190,18 +120,6 @@ def _env_flag(name: str, default: bool) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
-# Airflow Variables are read through Jinja when the task runs (not when the file is parsed), and
-# handed to the shell, which falls back to the worker's environment and then to the defaults.
-IDEMLAKE_COMMAND = """
-set -euo pipefail
-bin="${IDEMLAKE_VAR_BIN:-${IDEMLAKE_BIN:-idemlake}}"
-project="${IDEMLAKE_VAR_PROJECT:-${IDEMLAKE_PROJECT:-/srv/pipelines}}"
-lake="${IDEMLAKE_VAR_LAKE:-${IDEMLAKE_LAKE:-$project/lake}}"
-window="{{ data_interval_start }}/{{ data_interval_end }}"
-echo "idemlake: $bin --project $project --lake $lake run %(task)s --window '$window'" >&2
-"$bin" --project "$project" --lake "$lake" --output json run %(task)s --window "$window" | tee "$IDEMLAKE_REPORT_FILE"
-""" % {"task": TASK}
-
 with DAG(
     dag_id=f"idemlake_{TASK}",
     description=f"idemlake: publish {TASK} one UTC day per run (atomic, idempotent)",
@@ -214,31 +132,9 @@ with DAG(
     default_args=retry_args(timedelta(hours=2)),
     tags=["idemlake", "delta"],
 ) as dag:
-    IdemlakeBashOperator(
-        task_id=f"publish_{TASK}",
-        bash_command=IDEMLAKE_COMMAND,
-        env={
-            "IDEMLAKE_VAR_BIN": "{{ var.value.get('idemlake_bin', '') }}",
-            "IDEMLAKE_VAR_PROJECT": "{{ var.value.get('idemlake_project', '') }}",
-            "IDEMLAKE_VAR_LAKE": "{{ var.value.get('idemlake_lake', '') }}",
-        },
-        append_env=True,  # keep the worker's environment: PATH, IDEMLAKE_*, AWS_* for S3 lakes
-        # The last stdout line, idemlake's JSON report for the window, is pushed to XCom.
-    )
+    # The window is the run's data interval; the JSON report is the task's XCom return value.
+    IdemlakeOperator(task_id=f"publish_{TASK}", idemlake_task=TASK, project=PROJECT, lake=LAKE)
 
-
-# The fan-out backfill: one mapped task per shard. The range and the shard come in through the
-# environment (values mapped from an upstream task are not templated); the Variables are
-# rendered into the command.
-SHARD_COMMAND = """
-set -euo pipefail
-bin="{{ var.value.get('idemlake_bin', '') }}"; bin="${bin:-${IDEMLAKE_BIN:-idemlake}}"
-project="{{ var.value.get('idemlake_project', '') }}"; project="${project:-${IDEMLAKE_PROJECT:-/srv/pipelines}}"
-lake="{{ var.value.get('idemlake_lake', '') }}"; lake="${lake:-${IDEMLAKE_LAKE:-$project/lake}}"
-echo "idemlake: $bin --project $project --lake $lake backfill %(task)s --from $SHARD_FROM --to $SHARD_TO --shard $SHARD --missing" >&2
-"$bin" --project "$project" --lake "$lake" --output json backfill %(task)s \
-    --from "$SHARD_FROM" --to "$SHARD_TO" --parallel "$SHARD_PARALLEL" --missing --shard "$SHARD" | tee "$IDEMLAKE_REPORT_FILE"
-""" % {"task": TASK}
 
 with DAG(
     dag_id=f"idemlake_{TASK}_backfill_shards",
@@ -259,19 +155,20 @@ with DAG(
 ) as backfill_dag:
 
     @task
-    def shards(params=None) -> list[dict]:
-        """One environment per worker: the range and the worker's shard I/N."""
+    def shards(params=None) -> list[str]:
+        """One shard I/N per worker."""
         n = int(params["shards"])
-        common = {
-            "SHARD_FROM": str(params["from"]),
-            "SHARD_TO": str(params["to"]),
-            "SHARD_PARALLEL": str(int(params["parallel"])),
-        }
-        return [{**common, "SHARD": f"{i}/{n}"} for i in range(n)]
+        return [f"{i}/{n}" for i in range(n)]
 
-    IdemlakeBashOperator.partial(
+    IdemlakeOperator.partial(
         task_id=f"backfill_{TASK}_shard",
-        bash_command=SHARD_COMMAND,
-        append_env=True,  # PATH, IDEMLAKE_*, AWS_* from the worker
+        idemlake_task=TASK,
+        backfill=True,
+        from_="{{ params['from'] }}",
+        to="{{ params['to'] }}",
+        missing=True,
+        parallel="{{ params['parallel'] }}",
+        project=PROJECT,
+        lake=LAKE,
         do_xcom_push=False,
-    ).expand(env=shards())
+    ).expand(shard=shards())

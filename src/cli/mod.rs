@@ -52,7 +52,7 @@ pub struct Cli {
     /// Project directory holding tables/ [env: IDEMLAKE_PROJECT]
     #[arg(long, global = true, env = "IDEMLAKE_PROJECT", hide_env = true)]
     pub project: Option<PathBuf>,
-    /// Lake root: a local directory or s3://bucket/prefix [default: <project>/lake] [env: IDEMLAKE_LAKE]
+    /// Lake root: a local directory or s3://bucket/prefix [default: idemlake.toml's [lake] uri, else <project>/lake] [env: IDEMLAKE_LAKE]
     #[arg(long, global = true, env = "IDEMLAKE_LAKE", hide_env = true)]
     pub lake: Option<String>,
     /// Report format on stdout

@@ -147,6 +147,7 @@ async fn register_one(
             files: None,
             fingerprint: None,
             read: Vec::new(),
+            snapshot: None,
         };
         return Ok((v, Some(zone)));
     }
@@ -239,6 +240,7 @@ async fn register_delta(
         files: None,
         fingerprint: None,
         read: Vec::new(),
+        snapshot: None,
     })
 }
 
@@ -374,6 +376,7 @@ async fn register_file_source(
         files: Some(files),
         fingerprint: Some(fingerprint),
         read: Vec::new(),
+        snapshot: None,
     })
 }
 
@@ -396,6 +399,7 @@ pub async fn current_versions(
                 files: None,
                 fingerprint: None,
                 read: Vec::new(),
+                snapshot: None,
             });
             continue;
         }
@@ -410,6 +414,7 @@ pub async fn current_versions(
             files: Some(files),
             fingerprint: Some(fp),
             read: Vec::new(),
+            snapshot: None,
         });
     }
     Ok(out)

@@ -1,9 +1,9 @@
 //! Project layout and configuration resolution.
 //!
-//! Configuration flows defaults → environment → flags (clap folds the environment variables
-//! `IDEMLAKE_PROJECT` / `IDEMLAKE_LAKE` into the flags). The project directory holds `tables/`
-//! and, optionally, the project file `idemlake.toml` (see `project_file`); the lake defaults to
-//! `<project>/lake`, a local directory (embedded, zero set-up). Tasks are looked up by table
+//! Configuration flows defaults → project file → environment → flags (clap folds the
+//! environment variables `IDEMLAKE_PROJECT` / `IDEMLAKE_LAKE` into the flags). The project
+//! directory holds `tables/` and, optionally, the project file `idemlake.toml` (see
+//! `project_file`); the lake is `[lake] uri` there, else `<project>/lake`, a local directory (embedded, zero set-up). Tasks are looked up by table
 //! name. Resolution is cheap and reads no data.
 
 use std::path::{Path, PathBuf};
@@ -78,11 +78,12 @@ impl Project {
                 dir.display()
             )));
         }
-        let lake = match lake {
-            Some(l) if !l.trim().is_empty() => location_url(l, &cwd)?,
+        let file = crate::task::project_file::ProjectFile::read(&dir)?;
+        let lake = match (lake, &file.lake) {
+            (Some(l), _) if !l.trim().is_empty() => location_url(l, &cwd)?,
+            (_, Some(l)) => location_url(l, &dir)?,
             _ => location_url("lake", &dir)?,
         };
-        let file = crate::task::project_file::ProjectFile::read(&dir)?;
         Ok(Project { dir, lake, file })
     }
 

@@ -1,6 +1,7 @@
 //! The project file, `idemlake.toml` beside `tables/`: settings of the project as a whole,
-//! where a task file holds one table's. Optional; today it holds the `[lineage]` section
-//! (where OpenLineage events go, see `lineage`). Parsed when the project is resolved, so a
+//! where a task file holds one table's. Optional; it holds the `[lake]` section (where the
+//! tables live, unless a flag or the environment says) and the `[lineage]` section (where
+//! OpenLineage events go, see `lineage`). Parsed when the project is resolved, so a
 //! mistake in it is reported before anything runs.
 
 use std::path::{Path, PathBuf};
@@ -23,6 +24,14 @@ const MAX_LINEAGE_TIMEOUT_SECS: f64 = 60.0;
 #[serde(deny_unknown_fields)]
 struct RawProjectFile {
     lineage: Option<RawLineage>,
+    lake: Option<RawLake>,
+}
+
+/// The `[lake]` section as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLake {
+    uri: Option<String>,
 }
 
 /// The `[lineage]` section as written.
@@ -63,6 +72,9 @@ pub struct LineageSection {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProjectFile {
     pub lineage: Option<LineageSection>,
+    /// `[lake] uri`: the lake root when neither `--lake` nor `IDEMLAKE_LAKE` names one (a
+    /// relative path is the project directory's).
+    pub lake: Option<String>,
 }
 
 impl ProjectFile {
@@ -93,7 +105,15 @@ impl ProjectFile {
             None => None,
             Some(l) => Some(l.validate(dir, &fail)?),
         };
-        Ok(ProjectFile { lineage })
+        let lake = match raw.lake.and_then(|l| l.uri) {
+            Some(u) if u.trim().is_empty() => {
+                return Err(Error::input(format!(
+                    "{shown}: [lake].uri is empty: name a directory or s3://bucket/prefix, or remove the key"
+                )));
+            }
+            other => other,
+        };
+        Ok(ProjectFile { lineage, lake })
     }
 }
 

@@ -9,6 +9,7 @@ mod checks;
 mod cli;
 mod data_checks;
 mod dependencies;
+mod deploy;
 mod docs;
 mod dst;
 mod findings;

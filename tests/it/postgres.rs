@@ -151,6 +151,21 @@ fn a_day_window_and_a_backfill_publish_the_rows_polars_reads() {
         "{how}"
     );
     assert_eq!(scan["rows"], 891, "{how}");
+    // The run record pins the snapshot read: its position as the server names it.
+    let table_dir = p.table_dir("orders_daily");
+    let version = r["table_version"].as_u64().unwrap();
+    let record = commit_actions(&table_dir, version)
+        .into_iter()
+        .find_map(|a| a["commitInfo"]["idemlake"].as_object().cloned())
+        .expect("a run record in the commit");
+    let pinned = record["sources"][0]["snapshot"]
+        .as_str()
+        .unwrap_or_default();
+    let (xmin, lsn) = pinned
+        .strip_prefix("xmin=")
+        .and_then(|p| p.split_once(" lsn="))
+        .unwrap_or_else(|| panic!("snapshot {pinned:?} in {record:?}"));
+    assert!(xmin.parse::<u64>().is_ok() && lsn.contains('/'), "{pinned}");
     let out = run(
         &p,
         &[

@@ -1,6 +1,6 @@
-//! The Python wheel (`make wheel`, issue 39): `scripts/wheel` builds it (maturin, `bindings =
-//! "bin"`), `pip install` puts it into a fresh venv, and the `idemlake` found on that venv's
-//! PATH validates a project and publishes a window.
+//! The Python wheel (`make wheel`): `scripts/wheel` builds it (maturin, `bindings = "bin"`),
+//! `pip install` puts it into a fresh venv, the `idemlake` found on that venv's PATH validates
+//! a project and publishes a window, and the `idemlake` package runs it.
 //!
 //! The wheel is built with the debug profile and the features this test binary's `idemlake`
 //! was built with (`faults`, as `make test` builds), on the same target directory, so no
@@ -139,4 +139,29 @@ fn pip_install_of_the_wheel_gives_an_idemlake_that_runs_a_window() {
     let want = rt.block_on(expected_lineitem_day(day));
     assert!(!want.is_empty());
     assert_eq!(got, want, "the rows of {day}");
+
+    // The `idemlake` package beside it finds the wheel's binary (not one on PATH) and reads
+    // the reports: a re-run of the day, then a window that cannot be (exit 2, not retryable).
+    let script = format!(
+        r#"
+import idemlake
+assert idemlake.binary() == "{bin}", idemlake.binary()
+ok = idemlake.run(["run", "lineitem_by_ship_day", "--window", "{day}"], project="{project}")
+assert ok.ok and ok.reports[0]["status"] == "ok" and not ok.retryable, ok
+bad = idemlake.run(["run", "lineitem_by_ship_day", "--window", "1995-06"], project="{project}")
+assert bad.code == 2 and not bad.retryable and "idemlake exited 2" in bad.reason(), bad
+print("ok")
+"#,
+        bin = installed.display(),
+        project = p.path().display()
+    );
+    let out = run(
+        Command::new(venv.join("bin/python"))
+            .env_remove("IDEMLAKE_BIN")
+            .env_remove("IDEMLAKE_LAKE")
+            .env_remove("IDEMLAKE_TEST_FAULT")
+            .args(["-c", &script]),
+        "python -c 'import idemlake'",
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
 }

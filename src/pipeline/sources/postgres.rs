@@ -69,6 +69,8 @@ pub async fn register(ctx: &SessionContext, s: &Source) -> Result<SourceVersion>
         columns,
         schema,
     };
+    // The run's snapshot, taken now: its position goes into the run record.
+    let snapshot = snapshot(&provider.config).await?;
     ctx.register_table(s.alias.as_str(), Arc::new(provider))?;
     Ok(SourceVersion {
         alias: s.alias.clone(),
@@ -77,6 +79,7 @@ pub async fn register(ctx: &SessionContext, s: &Source) -> Result<SourceVersion>
         files: None,
         fingerprint: None,
         read: Vec::new(),
+        snapshot: Some(snapshot.position.clone()),
     })
 }
 
@@ -137,6 +140,9 @@ fn password(config: &tokio_postgres::Config) -> Option<String> {
 /// connection holding it.
 struct Snapshot {
     id: String,
+    /// Its position as the server names it: `xmin=<the oldest transaction it does not see>
+    /// lsn=<the write-ahead log position>`.
+    position: String,
     _holder: tokio_postgres::Client,
 }
 
@@ -160,14 +166,21 @@ async fn snapshot(config: &tokio_postgres::Config) -> Result<Arc<Snapshot>> {
         .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         .await
         .map_err(failure)?;
-    let id: String = holder
-        .query_one("SELECT pg_export_snapshot()", &[])
+    let row = holder
+        .query_one(
+            "SELECT pg_export_snapshot(), txid_snapshot_xmin(txid_current_snapshot())::text, \
+             (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() \
+              ELSE pg_current_wal_lsn() END)::text",
+            &[],
+        )
         .await
-        .map_err(failure)?
-        .get(0);
-    tracing::debug!(snapshot = %id, "the PostgreSQL snapshot this run reads");
+        .map_err(failure)?;
+    let (id, xmin, lsn): (String, String, Option<String>) = (row.get(0), row.get(1), row.get(2));
+    let position = format!("xmin={xmin} lsn={}", lsn.unwrap_or_else(|| "-".into()));
+    tracing::debug!(snapshot = %id, %position, "the PostgreSQL snapshot this run reads");
     let s = Arc::new(Snapshot {
         id,
+        position,
         _holder: holder,
     });
     held.insert(key, s.clone());
