@@ -51,6 +51,22 @@ struct Acc {
     checks: Option<(i64, String)>,
 }
 
+/// Windows are read from the partitions: a table partitioned otherwise (another job's,
+/// appended to) would show every window missing, so it is refused, naming `adopt`.
+fn partitioned_by_window(table: &DeltaTable, task: &Task, url: &url::Url) -> Result<()> {
+    let parts = table.snapshot()?.metadata().partition_columns().to_vec();
+    if parts == [task.partition_by.clone()] {
+        return Ok(());
+    }
+    Err(Error::input(format!(
+        "the table at {url} is partitioned by [{}], not by task {}'s window column `{}`, so its windows cannot be told apart: `idemlake adopt {}` rewrites it so, every row kept, in one commit (`audit` reads it as it is)",
+        parts.join(", "),
+        task.name,
+        task.partition_by,
+        task.name
+    )))
+}
+
 /// The published windows of a task (all of them, or `range`).
 pub async fn status(
     project: &Project,
@@ -72,18 +88,7 @@ pub async fn status_with(
     let table = table::open(&url).await?;
     let version = table.version();
     if version.is_some() {
-        // Windows are read from the partitions: a table partitioned otherwise (another job's,
-        // appended to) would show every window missing.
-        let parts = table.snapshot()?.metadata().partition_columns().to_vec();
-        if parts != [task.partition_by.clone()] {
-            return Err(Error::input(format!(
-                "the table at {url} is partitioned by [{}], not by task {}'s window column `{}`, so its windows cannot be told apart: `idemlake adopt {}` rewrites it so, every row kept, in one commit (`audit` reads it as it is)",
-                parts.join(", "),
-                task.name,
-                task.partition_by,
-                task.name
-            )));
-        }
+        partitioned_by_window(&table, task, &url)?;
     }
     // No table yet: no files, but the run log (beside where the table will be) may already
     // hold failed attempts.

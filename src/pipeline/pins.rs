@@ -18,10 +18,19 @@ pub struct Pin {
     /// The filters of each scan of the zone in the window's plan.
     scans: Vec<Vec<Expr>>,
     files: Vec<PartitionedFile>,
-    /// Whether any directory the window's filters reach exists (see `Runner::landed`).
-    landed: bool,
+    /// Why the window has not landed (`None`: it has): a directory its filters reach must
+    /// exist, and with arrival days declared, every one of its own days' (see
+    /// `Runner::landed`).
+    landed: Option<String>,
     /// The files' identities when the window pinned them (see `storage::identity`).
     ids: Vec<crate::storage::identity::FileId>,
+}
+
+/// The deepest directories a window's filters reach that exist: whether there is any, and
+/// their partition values.
+struct Reached {
+    any: bool,
+    dirs: Vec<Vec<datafusion::common::ScalarValue>>,
 }
 
 /// The union of the files each scan's filters select (a scan without partition filters
@@ -30,12 +39,16 @@ async fn reach(
     zone: &LandingZone,
     scans: &[Vec<Expr>],
     how: Listing,
-) -> Result<(Vec<PartitionedFile>, bool)> {
+) -> Result<(Vec<PartitionedFile>, Reached)> {
     let mut out: Vec<PartitionedFile> = Vec::new();
-    let mut landed = scans.is_empty();
+    let mut landed = Reached {
+        any: scans.is_empty(),
+        dirs: Vec::new(),
+    };
     for filters in scans {
         let (files, dirs) = zone.reached(filters, how).await?;
-        landed |= dirs > 0;
+        landed.any |= !dirs.is_empty();
+        landed.dirs.extend(dirs);
         for f in files {
             if !out
                 .iter()
@@ -98,9 +111,25 @@ impl Runner {
                 })
                 .collect();
             // Most tasks filter a zone by the window alone: the same reach, not listed again.
-            let landed = match by_window == scans {
+            let reached = match by_window == scans {
                 true => landed_all,
                 false => reach(zone, &by_window, how).await?.1,
+            };
+            // With arrival days declared, the window's own days must all have landed: its
+            // lateness also reaches later days, whose late files alone are not the window
+            // (a day whose directory a retention policy removed would be re-published from
+            // them).
+            let arrival = self
+                .task()
+                .sources
+                .iter()
+                .find(|s| s.alias == zone.alias)
+                .and_then(|s| s.arrival.as_ref());
+            let landed = match (reached.any, arrival) {
+                (false, _) => Some("no directory its filters reach exists".to_string()),
+                (true, Some(a)) => landing::late::own_day_missing(a, zone, window, &reached.dirs)?
+                    .map(|d| format!("the directory of its arrival day {d} does not exist (the later days its lateness reaches are not the window)")),
+                (true, None) => None,
             };
             tracing::debug!(
                 window = %window.label(),
@@ -125,13 +154,16 @@ impl Runner {
     /// retryable, unless the source says such a window is empty (`on_missing = "empty"`). A
     /// directory that exists, even empty, is a window with no rows (`[write].on_empty`).
     pub(super) fn landed(&self, window: &Window, pins: &[Pin]) -> Result<()> {
-        for p in pins.iter().filter(|p| !p.landed) {
+        for p in pins {
+            let Some(why) = &p.landed else {
+                continue;
+            };
             let source = self.task().sources.iter().find(|s| s.alias == p.zone.alias);
             if source.is_some_and(|s| s.on_missing == crate::task::OnMissing::Empty) {
                 continue;
             }
             return Err(Error::runtime(format!(
-                "source `{}`: nothing has landed for window {} yet — no directory its filters reach exists under {}; nothing was published. Re-run once the files land, or set `on_missing = \"empty\"` in [sources.{}] if such a window is empty",
+                "source `{}`: nothing has landed for window {} yet — {why} under {}; nothing was published. Re-run once the files land, or set `on_missing = \"empty\"` in [sources.{}] if such a window is empty",
                 p.zone.alias,
                 window.label(),
                 p.zone.root(),

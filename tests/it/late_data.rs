@@ -180,6 +180,47 @@ fn a_day_run_before_its_directory_lands_is_not_published_empty() {
     assert_eq!(reports[0]["rows_written"], 20);
 }
 
+/// Regression (with `lateness` declared, a day whose own directory a retention policy had
+/// deleted was re-published from the next day's late files alone: 30 rows became 10): a
+/// window's own arrival days must all have landed, whatever its lateness reaches.
+#[test]
+fn a_day_whose_own_directory_expired_is_not_republished_from_late_files() {
+    let p = landing_project(3, 2);
+    let root = p.path().join("events");
+    for d in 0..3 {
+        write_late_file(&root, d, 2);
+    }
+    p.task("events", &arrival_task("UTC", "1 day"));
+    let out = backfill_json(&p, (0, 1), &[]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let version = log_version(&p.table_dir("events"));
+    // Retention removes day 1's directory; day 2's still holds day 1's late events.
+    std::fs::remove_dir_all(root.join(format!("dt={}", day(1)))).unwrap();
+    for accelerate in ["1", "0"] {
+        let out = p
+            .cmd()
+            .env("IDEMLAKE_ACCELERATE", accelerate)
+            .args([
+                "--output",
+                "json",
+                "run",
+                "events",
+                "--window",
+                &day(1).to_string(),
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 1, "{}", text(&out));
+        let r = &json_lines(&out)[0];
+        assert_eq!(r["published"], false, "{r}");
+        assert!(
+            r["error"].as_str().unwrap().contains("nothing has landed"),
+            "{r}"
+        );
+    }
+    assert_eq!(log_version(&p.table_dir("events")), version);
+}
+
 /// A directory that exists but holds no file is a window with no rows (`[write].on_empty`),
 /// and `on_missing = "empty"` makes a window whose directory is absent one too.
 #[test]

@@ -153,3 +153,68 @@ async fn unplaced_groups(
     }
     Ok(out)
 }
+
+/// The first arrival day of `window` itself (its first instant's day to its last's, in the
+/// arrival time zone, no lateness) that is not among the directories `dirs` that exist (each
+/// the partition values of a deepest directory of `zone`); `None` when all have landed.
+pub fn own_day_missing(
+    arrival: &Arrival,
+    zone: &super::LandingZone,
+    window: &Window,
+    dirs: &[Vec<datafusion::common::ScalarValue>],
+) -> Result<Option<jiff::civil::Date>> {
+    use datafusion::common::ScalarValue;
+    let own = Arrival {
+        lateness_us: 0,
+        ..arrival.clone()
+    };
+    let (first, last) = own.days(window.start_ts(), window.end_ts())?;
+    let at: Vec<usize> = arrival
+        .columns
+        .iter()
+        .filter_map(|c| zone.columns.iter().position(|(n, _)| n == c))
+        .collect();
+    if at.len() != arrival.columns.len() {
+        // Not levels of the zone: `arrival` checks say so elsewhere; nothing to add here.
+        return Ok(None);
+    }
+    let int = |v: &ScalarValue| -> Option<i64> {
+        match v {
+            ScalarValue::Utf8(Some(s)) | ScalarValue::LargeUtf8(Some(s)) => s.parse().ok(),
+            other => other.cast_to(&DataType::Int64).ok().and_then(|v| match v {
+                ScalarValue::Int64(n) => n,
+                _ => None,
+            }),
+        }
+    };
+    let date_of = |values: &[ScalarValue]| -> Option<jiff::civil::Date> {
+        match at.as_slice() {
+            [i] => match &values[*i] {
+                ScalarValue::Date32(Some(d)) => jiff::civil::date(1970, 1, 1)
+                    .checked_add(jiff::Span::new().days(i64::from(*d)))
+                    .ok(),
+                ScalarValue::Utf8(Some(s)) | ScalarValue::LargeUtf8(Some(s)) => s.parse().ok(),
+                _ => None,
+            },
+            [y, m, d] => jiff::civil::Date::new(
+                i16::try_from(int(&values[*y])?).ok()?,
+                i8::try_from(int(&values[*m])?).ok()?,
+                i8::try_from(int(&values[*d])?).ok()?,
+            )
+            .ok(),
+            _ => None,
+        }
+    };
+    let landed: std::collections::HashSet<jiff::civil::Date> =
+        dirs.iter().filter_map(|v| date_of(v)).collect();
+    let mut day = first;
+    while day <= last {
+        if !landed.contains(&day) {
+            return Ok(Some(day));
+        }
+        day = day
+            .tomorrow()
+            .map_err(|e| crate::error::Error::runtime(e.to_string()))?;
+    }
+    Ok(None)
+}

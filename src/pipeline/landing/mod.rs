@@ -301,13 +301,13 @@ impl LandingZone {
         Ok(self.reached(filters, how).await?.0)
     }
 
-    /// [`LandingZone::files`], and how many of the deepest directories `filters` reach exist
-    /// (0: nothing the filters reach has landed; a zone without levels is its root, 1).
+    /// [`LandingZone::files`], and the partition values of the deepest directories `filters`
+    /// reach that exist (none: nothing has landed; a zone without levels is its root, one).
     pub async fn reached(
         &self,
         filters: &[Expr],
         how: Listing,
-    ) -> Result<(Vec<PartitionedFile>, usize)> {
+    ) -> Result<(Vec<PartitionedFile>, Vec<Vec<ScalarValue>>)> {
         let names: Vec<&str> = self.columns.iter().map(|(n, _)| n.as_str()).collect();
         let filters: Vec<&Expr> = filters
             .iter()
@@ -356,7 +356,7 @@ impl LandingZone {
             .try_collect()
             .await?;
         let mut out = Vec::new();
-        let reached = leaves.len();
+        let reached: Vec<Vec<ScalarValue>> = leaves.iter().map(|(v, _)| v.clone()).collect();
         for (values, dir) in leaves {
             // Below the last level (hidden `_`/`.` directories are not listed).
             let nested = dir.dirs.iter().find(|_| !self.columns.is_empty());
