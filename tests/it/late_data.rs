@@ -350,6 +350,53 @@ fn a_late_file_after_its_day_was_published_makes_the_days_whose_reach_holds_it_s
     assert_matches_polars_in(&p, &p.table_dir("events"), (0, 2), "UTC");
 }
 
+/// The same with `year=/month=/day=` directories (`arrival = ["year", "month", "day"]`): a late
+/// file in day 2's directory makes days 1 and 2 stale, named, and `--stale` re-runs them.
+#[test]
+fn a_late_file_in_a_year_month_day_zone_makes_the_days_reaching_it_stale() {
+    let p = landing_project(4, 2);
+    let root = p.path().join("events");
+    crate::scan_filters::relayout(&root, "ymd");
+    p.task(
+        "events",
+        &arrival_task("UTC", "1 day").replace(
+            "arrival = \"dt\"",
+            "arrival = [\"year\", \"month\", \"day\"]",
+        ),
+    );
+    let out = backfill_json(&p, (0, 2), &[]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(staleness(&p, 0, 2).iter().all(|(_, stale, _)| !stale));
+    let late = write_file(&root, day(1), 5);
+    let d = day(2);
+    let dir = root.join(format!(
+        "year={}/month={}/day={}",
+        d.year(),
+        d.month(),
+        d.day()
+    ));
+    std::fs::rename(&late, dir.join("late-00005.parquet")).unwrap();
+    std::fs::remove_dir_all(late.parent().unwrap()).unwrap();
+    let now = staleness(&p, 0, 2);
+    let stale: Vec<&str> = now
+        .iter()
+        .filter(|(_, s, _)| *s)
+        .map(|(l, _, _)| l.as_str())
+        .collect();
+    assert_eq!(stale, [day(1).to_string(), day(2).to_string()], "{now:?}");
+    for (_, _, changed) in now.iter().filter(|(_, s, _)| *s) {
+        assert_eq!(changed.len(), 1, "{changed:?}");
+        assert!(
+            changed[0].ends_with("/late-00005.parquet (added)"),
+            "{changed:?}"
+        );
+    }
+    let out = backfill_json(&p, (0, 2), &["--stale"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(json_lines(&out).len(), 2, "{}", text(&out));
+    assert!(staleness(&p, 0, 2).iter().all(|(_, stale, _)| !stale));
+}
+
 /// Regression (rows that arrived later than any window reads were lost with every check
 /// green): with `event_time` declared, the rows of a window's arrival days that no window
 /// reaches (here events of day 1 that landed in `dt=day 3`, two days late for a day of

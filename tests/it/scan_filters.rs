@@ -85,7 +85,7 @@ fn one_unreadable_file_fails_only_the_windows_that_read_it() {
 
 /// Move the files of `dt=D/` directories of the zone at `root` into the layout `layout`:
 /// `dt` (as written), `ymd` (`year=/month=/day=`) or `hour` (`dt=/hour=`).
-fn relayout(root: &std::path::Path, layout: &str) {
+pub(crate) fn relayout(root: &std::path::Path, layout: &str) {
     if layout == "dt" {
         return;
     }

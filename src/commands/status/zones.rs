@@ -1,6 +1,6 @@
 //! Landing zones whose files changed in a published window's reach since the run that
-//! published it (`stale_inputs`): for a zone that declares its arrival days (`arrival` with
-//! one column), the arrival-day directories the window reaches are listed again and compared,
+//! published it (`stale_inputs`): for a zone that declares its arrival days (`arrival`, one
+//! date column or a year, a month and a day), the arrival-day directories the window reaches are listed again and compared,
 //! file by file (path, size, modification time), with the files the publishing run recorded
 //! that it read. A file added, rewritten or removed there makes the window stale, named. One
 //! `status` lists each zone's top level once and each directory in reach once ([`Listings`]:
@@ -12,6 +12,7 @@ use std::sync::Arc;
 use deltalake::DeltaTable;
 use futures::TryStreamExt;
 use object_store::ObjectStore;
+use object_store::path::Path;
 
 use crate::error::{Error, Result};
 use crate::report::record::FileRead;
@@ -31,7 +32,7 @@ pub(super) async fn changed_files(
         .sources
         .iter()
         .filter_map(|s| Some((s, s.arrival.as_ref()?)))
-        .filter(|(s, a)| a.columns.len() == 1 && !s.uri.contains('*'))
+        .filter(|(s, a)| matches!(a.columns.len(), 1 | 3) && !s.uri.contains('*'))
         .collect();
     let (Some(version), Some(run)) = (st.table_version, st.run_id.as_deref()) else {
         return Ok(Vec::new());
@@ -81,12 +82,14 @@ fn recorded_reads(record: &serde_json::Value, alias: &str) -> Option<Vec<FileRea
     serde_json::from_value(source.get("read")?.clone()).ok()
 }
 
-/// What one `status` listed of each zone: its top-level directories, and the files of each
+/// What one `status` listed of each zone: its top-level directories (and for a
+/// `year/month/day` zone, the months and days of the years in reach), and the files of each
 /// directory in some window's reach, listed once each.
 #[derive(Default)]
 pub(super) struct Listings {
     stores: BTreeMap<String, Arc<dyn ObjectStore>>,
-    top: BTreeMap<String, Vec<object_store::path::Path>>,
+    /// The directories right below each directory listed.
+    dirs: BTreeMap<String, Vec<Path>>,
     files: BTreeMap<String, Vec<object_store::ObjectMeta>>,
 }
 
@@ -107,21 +110,48 @@ impl Listings {
         let (first, last) = arrival.days(parse(&st.window.start)?, parse(&st.window.end)?)?;
         let store = self.store(&source.uri)?;
         let root = datafusion::datasource::listing::ListingTableUrl::parse(&source.uri)?;
-        if !self.top.contains_key(&source.uri) {
-            let top = store.list_with_delimiter(Some(root.prefix())).await?;
-            self.top.insert(source.uri.clone(), top.common_prefixes);
-        }
-        let key = format!("{}=", arrival.columns[0]);
-        let mut out = BTreeMap::new();
-        for dir in self.top[&source.uri].clone() {
-            let name = dir.filename().unwrap_or_default();
-            let day = name
-                .strip_prefix(&key)
-                .and_then(|v| v.get(..10))
-                .and_then(|v| v.parse::<jiff::civil::Date>().ok());
-            if !day.is_some_and(|d| first <= d && d <= last) {
-                continue;
+        let in_reach = |d: Option<jiff::civil::Date>| d.is_some_and(|d| first <= d && d <= last);
+        let value = |dir: &Path, column: &str| -> Option<String> {
+            let name = dir.filename()?;
+            Some(name.strip_prefix(column)?.strip_prefix('=')?.to_string())
+        };
+        let mut dirs = Vec::new();
+        for top in self.children(&store, root.prefix()).await? {
+            match arrival.columns.as_slice() {
+                [dt] => {
+                    let day = value(&top, dt).and_then(|v| v.get(..10)?.parse().ok());
+                    if in_reach(day) {
+                        dirs.push(top);
+                    }
+                }
+                [y, m, d] => {
+                    let int = |dir: &Path, c: &str| value(dir, c)?.parse::<i64>().ok();
+                    let Some(year) = int(&top, y) else { continue };
+                    if year < i64::from(first.year()) || year > i64::from(last.year()) {
+                        continue;
+                    }
+                    for month in self.children(&store, &top).await? {
+                        let Some(mo) = int(&month, m) else { continue };
+                        for day in self.children(&store, &month).await? {
+                            let date = int(&day, d).and_then(|dd| {
+                                jiff::civil::Date::new(
+                                    i16::try_from(year).ok()?,
+                                    i8::try_from(mo).ok()?,
+                                    i8::try_from(dd).ok()?,
+                                )
+                                .ok()
+                            });
+                            if in_reach(date) {
+                                dirs.push(day);
+                            }
+                        }
+                    }
+                }
+                _ => {}
             }
+        }
+        let mut out = BTreeMap::new();
+        for dir in dirs {
             if !self.files.contains_key(dir.as_ref()) {
                 let listed = store.list(Some(&dir)).try_collect().await?;
                 self.files.insert(dir.to_string(), listed);
@@ -139,6 +169,16 @@ impl Listings {
             }
         }
         Ok(out)
+    }
+
+    /// The directories right below `dir`, listed once per `status` (with a delimiter).
+    async fn children(&mut self, store: &Arc<dyn ObjectStore>, dir: &Path) -> Result<Vec<Path>> {
+        if let Some(c) = self.dirs.get(dir.as_ref()) {
+            return Ok(c.clone());
+        }
+        let listed = store.list_with_delimiter(Some(dir)).await?.common_prefixes;
+        self.dirs.insert(dir.to_string(), listed.clone());
+        Ok(listed)
     }
 
     /// A store of `status`'s own for the zone at `uri` (an S3 client shared with nothing, or
