@@ -55,13 +55,26 @@ class Result:
         return self.code == 0
 
     @property
+    def failed_reports(self) -> list[dict]:
+        """The reports of what failed: windows not ``ok`` (or ``warned``, ``skipped``), and the
+        one-line error of a command that failed as a whole."""
+        return [
+            r
+            for r in self.reports
+            if r.get("error") or r.get("status") not in ("ok", "warned", "skipped", "restored")
+        ]
+
+    @property
     def retryable(self) -> bool:
-        """Whether re-running the same command unchanged may fix it and is safe: a report says
-        ``retryable: true``; without a report, the exit code is not one of the final ones."""
+        """Whether re-running the same command unchanged may fix it and is safe: a report of
+        what failed says ``retryable: true``; without one (the process was killed, say after
+        some windows of a backfill were published), the exit code is not one of the final
+        ones."""
         if self.code == 0:
             return False
-        if self.reports:
-            return any(r.get("retryable") is True for r in self.reports)
+        failed = self.failed_reports
+        if failed:
+            return any(r.get("retryable") is True for r in failed)
         return self.code not in FINAL_EXIT_CODES
 
     def reason(self) -> str:

@@ -32,15 +32,15 @@ import idemlake
 
 try:  # Airflow 3
     from airflow.sdk import BaseOperator
-    from airflow.sdk.exceptions import AirflowFailException
 except ImportError:  # Airflow 2
-    from airflow.exceptions import AirflowFailException
     from airflow.models import BaseOperator
 
 try:
-    from airflow.exceptions import AirflowException
-except ImportError:  # pragma: no cover
-    AirflowException = RuntimeError
+    from airflow.sdk.exceptions import AirflowFailException
+except ImportError:
+    from airflow.exceptions import AirflowFailException
+
+from airflow.exceptions import AirflowException
 
 __all__ = ["IdemlakeOperator"]
 

@@ -10,11 +10,14 @@
   orders_daily --window <the partition's time window>``; a backfill of partitions launched as a
   range (``BackfillPolicy.single_run()``) is one ``idemlake backfill --from --to`` over them.
   Use partitions of the task's grain and time zone (``DailyPartitionsDefinition(timezone=...)``
-  for a day task in another zone, ``HourlyPartitionsDefinition`` for an hour task).
+  for a day task in another zone, ``HourlyPartitionsDefinition`` for an hour task; idemlake's
+  weeks start on Monday: ``WeeklyPartitionsDefinition(day_offset=1)``). A retried range runs
+  ``backfill --missing``: only the windows not published yet.
 - Checks: the run's reconciliation (``reconciliation``: every check of the report, source and
   output side by side) and its ``[checks]`` (``data_checks``) are Dagster asset check results
   of the materialisation. A window whose reconciliation fails publishes nothing (exit 3): the
-  step fails and the check is reported failed.
+  step fails with the reports in the failure's metadata, and no check result is recorded
+  (nothing was materialised).
 - Retries: a failure whose report says ``retryable`` raises a plain exception, which the
   asset's ``RetryPolicy`` retries; any other raises ``dagster.Failure(allow_retries=False)``.
 
@@ -106,6 +109,8 @@ def idemlake_asset(
             first, last = partitions_def.time_window_for_partition_key(keys[0]), partitions_def.time_window_for_partition_key(keys[-1])
             args = ["backfill", task, "--from", f"{first.start.isoformat()}/{first.end.isoformat()}",
                     "--to", f"{last.start.isoformat()}/{last.end.isoformat()}"]
+            if context.retry_number > 0:
+                args.append("--missing")
         else:
             args = ["run", task, "--window", f"{tw.start.isoformat()}/{tw.end.isoformat()}"]
         result = idemlake.run(args, log=context.log)

@@ -16,8 +16,11 @@
 //! It removes nothing: duplicates a failed job left stay until `audit` finds them and `repair`
 //! replaces their windows from the source (only those windows: a window whose source is gone,
 //! say by a retention policy, is for the user to decide on, and `adopt` cannot know which).
-//! The cost is one read and one write of the whole table; readers see the old table or the new
-//! one (time travel to the old versions keeps working until `vacuum`).
+//! The cost: the whole table read four times (a census of its rows and windows, the rewrite,
+//! both versions in the read-back) and written once. Readers see the old table or the new one
+//! (time travel to the old versions keeps working until `vacuum`). The commit's files are
+//! `dataChange = true`, as any overwrite's: a streaming or change-data-feed reader of the table
+//! sees every row removed and added again.
 
 use std::sync::Arc;
 
@@ -110,6 +113,50 @@ async fn census(
     Ok((count(0)?, count(1)?, window(2)?, window(3)?))
 }
 
+/// The table holds the task's window column, of the window's type: one partition per window
+/// value, a DATE for day, week and month tasks, a TIMESTAMP for hour tasks (a day task over a
+/// raw timestamp would make a partition per row).
+fn window_column(schema: &arrow::datatypes::Schema, task: &Task, url: &url::Url) -> Result<()> {
+    if let Ok(field) = schema.field_with_name(&task.partition_by) {
+        let fits = match task.grain.uses_dates() {
+            true => matches!(field.data_type(), arrow::datatypes::DataType::Date32),
+            false => matches!(field.data_type(), arrow::datatypes::DataType::Timestamp(..)),
+        };
+        if !fits {
+            return Err(Error::input(format!(
+                "the table's column `{}` is {}, but task {}'s window column must be a {} for {} windows: add a column holding each row's window (its {}) and name it in [target] partition_by",
+                task.partition_by,
+                field.data_type(),
+                task.name,
+                if task.grain.uses_dates() {
+                    "DATE"
+                } else {
+                    "TIMESTAMP"
+                },
+                task.grain,
+                if task.grain.uses_dates() {
+                    "date"
+                } else {
+                    "hour, as a timestamp"
+                },
+            )));
+        }
+    } else {
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        return Err(Error::input(format!(
+            "the table at {url} has no column `{}` (task {}'s window column; its columns are {}): add it to the table (the job's window, as a {}) before adopting it",
+            task.partition_by,
+            task.name,
+            names.join(", "),
+            match task.grain {
+                crate::task::window::Grain::Hour => "timestamp",
+                _ => "date",
+            }
+        )));
+    }
+    Ok(())
+}
+
 /// Rewrite `task`'s table partitioned by its window column (see the module documentation).
 pub async fn adopt(project: &Project, task: &Task) -> Result<Adopted> {
     let url = project.table_url(task)?;
@@ -123,19 +170,7 @@ pub async fn adopt(project: &Project, task: &Task) -> Result<Adopted> {
     crate::delta::features::check_writable(state)?;
     let before: Vec<String> = state.metadata().partition_columns().to_vec();
     let schema = state.snapshot().arrow_schema();
-    if schema.field_with_name(&task.partition_by).is_err() {
-        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-        return Err(Error::input(format!(
-            "the table at {url} has no column `{}` (task {}'s window column; its columns are {}): add it to the table (the job's window, as a {}) before adopting it",
-            task.partition_by,
-            task.name,
-            names.join(", "),
-            match task.grain {
-                crate::task::window::Grain::Hour => "timestamp",
-                _ => "date",
-            }
-        )));
-    }
+    window_column(&schema, task, &url)?;
     let files_before = state.log_data().num_files();
     let (rows, rows_in_no_window, first, last) = census(&table, task).await?;
     let mut out = Adopted {
@@ -172,9 +207,19 @@ pub async fn adopt(project: &Project, task: &Task) -> Result<Adopted> {
         .with_schema_mode(SchemaMode::Overwrite)
         .with_partition_columns([task.partition_by.clone()])
         .with_commit_properties(
-            CommitProperties::default().with_metadata([(ADOPT_INFO_KEY.to_string(), info)]),
+            // Built on the version read, never retried on a newer one: an append by another
+            // writer meanwhile would land in no partition (its file was written before the
+            // partitioning), so the commit fails instead and nothing changes.
+            CommitProperties::default()
+                .with_max_retries(0)
+                .with_metadata([(ADOPT_INFO_KEY.to_string(), info)]),
         )
-        .await?;
+        .await
+        .map_err(|e| {
+            Error::from(e).context(format!(
+                "nothing was committed (another writer may have committed after version {read_version}: run adopt again)"
+            ))
+        })?;
     let version = adopted
         .version()
         .ok_or_else(|| Error::runtime("the adopting commit returned no version".to_string()))?;

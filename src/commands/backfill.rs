@@ -4,8 +4,8 @@
 //! sources pinned) once, the table state shared. Windows run as concurrent tasks, at most
 //! `parallel` at a time; commits of different windows rebase on each other. A failed window
 //! does not stop the others. `--missing` selects windows with no successful idemlake run in the
-//! log (so re-running the same command after a crash finishes the job), `--stale` also those
-//! published with a different SQL hash.
+//! log that hold no rows another tool published (so re-running the same command after a crash
+//! finishes the job), `--stale` also those `status` marks stale.
 
 use std::io::IsTerminal;
 use std::sync::Arc;
@@ -109,7 +109,11 @@ pub async fn select(
     Ok(all
         .into_iter()
         .zip(status)
-        .filter(|(_, s)| s.run_id.is_none() || (opts.stale && s.stale))
+        // A window another tool published (`published-untracked`: an adopted table's) holds
+        // rows: it is not missing, and its source may be gone.
+        .filter(|(_, s)| {
+            (s.run_id.is_none() && s.state != "published-untracked") || (opts.stale && s.stale)
+        })
         .map(|(w, _)| w)
         .collect())
 }

@@ -45,7 +45,7 @@ pub(super) fn configuration_problem(text: &str) -> Option<String> {
             .unwrap_or_default();
         return Some(format!(
             "the S3 bucket{bucket} does not exist (NoSuchBucket): check the bucket in the \
-             location (a source's `uri`, `--lake` or IDEMLAKE_LAKE) and AWS_ENDPOINT_URL"
+             location (a source's `uri`, `--lake`, IDEMLAKE_LAKE or `[lake] uri` in idemlake.toml) and AWS_ENDPOINT_URL"
         ));
     }
     let denied = text.contains("AccessDenied")

@@ -19,8 +19,7 @@ pub struct Pin {
     scans: Vec<Vec<Expr>>,
     files: Vec<PartitionedFile>,
     /// Why the window has not landed (`None`: it has): a directory its filters reach must
-    /// exist, and with arrival days declared, every one of its own days' (see
-    /// `Runner::landed`).
+    /// exist, and with arrival days declared, one of its own days' (see `Runner::landed`).
     landed: Option<String>,
     /// The files' identities when the window pinned them (see `storage::identity`).
     ids: Vec<crate::storage::identity::FileId>,
@@ -115,22 +114,7 @@ impl Runner {
                 true => landed_all,
                 false => reach(zone, &by_window, how).await?.1,
             };
-            // With arrival days declared, the window's own days must all have landed: its
-            // lateness also reaches later days, whose late files alone are not the window
-            // (a day whose directory a retention policy removed would be re-published from
-            // them).
-            let arrival = self
-                .task()
-                .sources
-                .iter()
-                .find(|s| s.alias == zone.alias)
-                .and_then(|s| s.arrival.as_ref());
-            let landed = match (reached.any, arrival) {
-                (false, _) => Some("no directory its filters reach exists".to_string()),
-                (true, Some(a)) => landing::late::own_day_missing(a, zone, window, &reached.dirs)?
-                    .map(|d| format!("the directory of its arrival day {d} does not exist (the later days its lateness reaches are not the window)")),
-                (true, None) => None,
-            };
+            let landed = self.not_landed(zone, window, &scans, &reached)?;
             tracing::debug!(
                 window = %window.label(),
                 source = %zone.alias,
@@ -149,6 +133,39 @@ impl Runner {
         Ok(pins)
     }
 
+    /// Why `window` has not landed in `zone` (`None`: it has), given what its filters reached.
+    /// With arrival days declared, one of the window's own days must have landed: its
+    /// lateness also reaches later days, whose late files alone are not the window (a day
+    /// whose directory a retention policy removed would be re-published from them).
+    fn not_landed(
+        &self,
+        zone: &LandingZone,
+        window: &Window,
+        scans: &[Vec<Expr>],
+        reached: &Reached,
+    ) -> Result<Option<String>> {
+        let arrival = self
+            .task()
+            .sources
+            .iter()
+            .find(|s| s.alias == zone.alias)
+            .and_then(|s| s.arrival.as_ref());
+        Ok(match (reached.any, arrival) {
+            (false, _) => Some("no directory its filters reach exists".to_string()),
+            // A zone no scan of the window reads (only `[checks]` SQL, say) has no reach.
+            (true, Some(a)) if !scans.is_empty() => {
+                landing::late::own_days_absent(a, zone, window, &reached.dirs)?.map(|(f, l)| {
+                    let days = match f == l {
+                        true => format!("{f}"),
+                        false => format!("{f} to {l}"),
+                    };
+                    format!("no directory of its own arrival days ({days}) exists; the later days its lateness reaches hold only late events")
+                })
+            }
+            (true, _) => None,
+        })
+    }
+
     /// Not landed is not empty: a window none of whose directories in a landing zone exist
     /// yet (run before its files landed, or after a retention policy removed them) fails,
     /// retryable, unless the source says such a window is empty (`on_missing = "empty"`). A
@@ -163,7 +180,7 @@ impl Runner {
                 continue;
             }
             return Err(Error::runtime(format!(
-                "source `{}`: nothing has landed for window {} yet — {why} under {}; nothing was published. Re-run once the files land, or set `on_missing = \"empty\"` in [sources.{}] if such a window is empty",
+                "source `{}`: nothing has landed for window {} yet under {} — {why}; nothing was published. Re-run once the files land, or set `on_missing = \"empty\"` in [sources.{}] if such a window is empty",
                 p.zone.alias,
                 window.label(),
                 p.zone.root(),

@@ -319,8 +319,10 @@ pub struct SourceVersion {
     /// were listed (`files` and `fingerprint` then describe these, not the whole source).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub read: Vec<FileRead>,
-    /// PostgreSQL sources: the snapshot every scan of the run read, as the server names its
-    /// position (`xmin=… lsn=…`): transactions from `xmin` on were not visible to it.
+    /// PostgreSQL sources: the snapshot every scan of the run read, as the server names it
+    /// (`snapshot=xmin:xmax:xip lsn=…`: it saw every transaction committed before `xmin`, none
+    /// from `xmax` on, and those between not listed in `xip`; the LSN is where the server's
+    /// log stood then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<String>,
 }

@@ -99,6 +99,20 @@ fn an_unpartitioned_appended_table_is_adopted_and_repaired_other_rows_untouched(
     assert_eq!(a["last_window"], DAYS[3], "{a}");
     assert_eq!(log_version(&table), version.map(|v| v + 1));
     assert_eq!(per_day(&table), legacy, "adopt changed a row");
+    // Regression (`backfill --missing` re-ran every window another tool had published, and a
+    // window whose source was gone would have been cleared): they hold rows, not missing.
+    let out = p.run(&[
+        "backfill",
+        TASK,
+        "--from",
+        DAYS[0],
+        "--to",
+        DAYS[3],
+        "--missing",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(text(&out).contains(": 0 windows"), "{}", text(&out));
+    assert_eq!(log_version(&table), version.map(|v| v + 1));
     // Adopting again writes nothing.
     let out = p.run(&["--output", "json", "adopt", TASK]);
     assert_eq!(code(&out), 0, "{}", text(&out));
@@ -136,7 +150,8 @@ fn an_unpartitioned_appended_table_is_adopted_and_repaired_other_rows_untouched(
     assert_eq!(r["rows"], rows, "{r}");
 }
 
-/// A table without the window column is refused by name (exit 2), nothing written.
+/// A table without the window column, or with one of another type (a timestamp for a day
+/// task: a partition per row), is refused by name (exit 2), nothing written.
 #[test]
 fn adopting_a_table_without_the_window_column_is_refused_by_name() {
     let p = TestProject::new();
@@ -153,6 +168,27 @@ write_deltalake("{t}", pl.DataFrame({{"id": [1, 2]}}).to_arrow(), mode="append")
     assert_eq!(code(&out), 2, "{}", text(&out));
     assert!(
         text(&out).contains("no column `ship_date`"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(log_version(&table), Some(0));
+
+    let p = TestProject::new();
+    let table = p.table_dir(TASK);
+    python_prints(&format!(
+        r#"
+import datetime, polars as pl
+from deltalake import write_deltalake
+utc = datetime.timezone.utc
+df = pl.DataFrame({{"ship_date": [datetime.datetime(1995, 6, 1, 10, tzinfo=utc), datetime.datetime(1995, 6, 1, 11, tzinfo=utc)]}})
+write_deltalake("{t}", df.to_arrow(), mode="append")
+"#,
+        t = table.display()
+    ));
+    let out = p.run(&["adopt", TASK]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(
+        text(&out).contains("must be a DATE for day windows"),
         "{}",
         text(&out)
     );

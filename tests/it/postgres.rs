@@ -161,10 +161,11 @@ fn a_day_window_and_a_backfill_publish_the_rows_polars_reads() {
     let pinned = record["sources"][0]["snapshot"]
         .as_str()
         .unwrap_or_default();
-    let (xmin, lsn) = pinned
-        .strip_prefix("xmin=")
+    let (txids, lsn) = pinned
+        .strip_prefix("snapshot=")
         .and_then(|p| p.split_once(" lsn="))
         .unwrap_or_else(|| panic!("snapshot {pinned:?} in {record:?}"));
+    let xmin = txids.split(':').next().unwrap_or_default();
     assert!(xmin.parse::<u64>().is_ok() && lsn.contains('/'), "{pinned}");
     let out = run(
         &p,

@@ -52,7 +52,9 @@ pub(super) async fn changed_files(
         let extension = crate::pipeline::landing::listing_options(&ctx, source)
             .map(|o| o.file_extension)
             .unwrap_or_default();
-        let now = listings.in_reach(source, arrival, st, &extension).await?;
+        let Some(now) = listings.in_reach(source, arrival, st, &extension).await? else {
+            continue;
+        };
         let before: BTreeMap<String, (u64, String)> = read
             .into_iter()
             .map(|f| (f.path, (f.size, f.modified)))
@@ -88,9 +90,9 @@ fn recorded_reads(record: &serde_json::Value, alias: &str) -> Option<Vec<FileRea
 #[derive(Default)]
 pub(super) struct Listings {
     stores: BTreeMap<String, Arc<dyn ObjectStore>>,
-    /// The directories right below each directory listed.
-    dirs: BTreeMap<String, Vec<Path>>,
-    files: BTreeMap<String, Vec<object_store::ObjectMeta>>,
+    /// The directories right below each directory listed, by zone and path.
+    dirs: BTreeMap<(String, String), Vec<Path>>,
+    files: BTreeMap<(String, String), Vec<object_store::ObjectMeta>>,
 }
 
 impl Listings {
@@ -102,13 +104,51 @@ impl Listings {
         arrival: &Arrival,
         st: &WindowStatus,
         extension: &str,
-    ) -> Result<BTreeMap<String, (u64, String)>> {
+    ) -> Result<Option<BTreeMap<String, (u64, String)>>> {
         let parse = |s: &str| {
             s.parse::<jiff::Timestamp>()
                 .map_err(|e| Error::runtime(format!("window bound {s}: {e}")))
         };
         let (first, last) = arrival.days(parse(&st.window.start)?, parse(&st.window.end)?)?;
         let store = self.store(&source.uri)?;
+        let Some(dirs) = self
+            .day_dirs(source, arrival, &store, (first, last))
+            .await?
+        else {
+            return Ok(None);
+        };
+        let mut out = BTreeMap::new();
+        for dir in dirs {
+            let key = (source.uri.clone(), dir.to_string());
+            if !self.files.contains_key(&key) {
+                let listed = store.list(Some(&dir)).try_collect().await?;
+                self.files.insert(key.clone(), listed);
+            }
+            for m in &self.files[&key] {
+                let name = m.location.filename().unwrap_or_default();
+                if name.starts_with(['.', '_']) || !name.ends_with(extension) {
+                    continue;
+                }
+                let modified = chrono::DateTime::<chrono::Utc>::from_timestamp_micros(
+                    m.last_modified.timestamp_micros(),
+                )
+                .unwrap_or_default();
+                out.insert(m.location.to_string(), (m.size, modified.to_rfc3339()));
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// The arrival-day directories of the zone in `[first, last]` (`dt=` at the top level, or
+    /// `year=/month=/day=`), each level listed once per `status`; `None` when the top level
+    /// holds no directory of the arrival's first column.
+    async fn day_dirs(
+        &mut self,
+        source: &Source,
+        arrival: &Arrival,
+        store: &Arc<dyn ObjectStore>,
+        (first, last): (jiff::civil::Date, jiff::civil::Date),
+    ) -> Result<Option<Vec<Path>>> {
         let root = datafusion::datasource::listing::ListingTableUrl::parse(&source.uri)?;
         let in_reach = |d: Option<jiff::civil::Date>| d.is_some_and(|d| first <= d && d <= last);
         let value = |dir: &Path, column: &str| -> Option<String> {
@@ -116,7 +156,13 @@ impl Listings {
             Some(name.strip_prefix(column)?.strip_prefix('=')?.to_string())
         };
         let mut dirs = Vec::new();
-        for top in self.children(&store, root.prefix()).await? {
+        let tops = self.children(&source.uri, store, root.prefix()).await?;
+        // The arrival days are read from the top levels (`dt=`, or `year=/month=/day=`): a zone
+        // laid out otherwise (`region=eu/year=…`) is not compared rather than shown changed.
+        if !tops.is_empty() && !tops.iter().any(|t| value(t, &arrival.columns[0]).is_some()) {
+            return Ok(None);
+        }
+        for top in tops {
             match arrival.columns.as_slice() {
                 [dt] => {
                     let day = value(&top, dt).and_then(|v| v.get(..10)?.parse().ok());
@@ -130,9 +176,17 @@ impl Listings {
                     if year < i64::from(first.year()) || year > i64::from(last.year()) {
                         continue;
                     }
-                    for month in self.children(&store, &top).await? {
+                    for month in self.children(&source.uri, store, &top).await? {
                         let Some(mo) = int(&month, m) else { continue };
-                        for day in self.children(&store, &month).await? {
+                        let (lo, hi) = ((first.year(), first.month()), (last.year(), last.month()));
+                        let this = (
+                            i16::try_from(year).unwrap_or(i16::MAX),
+                            i8::try_from(mo).unwrap_or(i8::MAX),
+                        );
+                        if this < lo || this > hi {
+                            continue;
+                        }
+                        for day in self.children(&source.uri, store, &month).await? {
                             let date = int(&day, d).and_then(|dd| {
                                 jiff::civil::Date::new(
                                     i16::try_from(year).ok()?,
@@ -150,34 +204,23 @@ impl Listings {
                 _ => {}
             }
         }
-        let mut out = BTreeMap::new();
-        for dir in dirs {
-            if !self.files.contains_key(dir.as_ref()) {
-                let listed = store.list(Some(&dir)).try_collect().await?;
-                self.files.insert(dir.to_string(), listed);
-            }
-            for m in &self.files[dir.as_ref()] {
-                let name = m.location.filename().unwrap_or_default();
-                if name.starts_with(['.', '_']) || !name.ends_with(extension) {
-                    continue;
-                }
-                let modified = chrono::DateTime::<chrono::Utc>::from_timestamp_micros(
-                    m.last_modified.timestamp_micros(),
-                )
-                .unwrap_or_default();
-                out.insert(m.location.to_string(), (m.size, modified.to_rfc3339()));
-            }
-        }
-        Ok(out)
+        Ok(Some(dirs))
     }
 
-    /// The directories right below `dir`, listed once per `status` (with a delimiter).
-    async fn children(&mut self, store: &Arc<dyn ObjectStore>, dir: &Path) -> Result<Vec<Path>> {
-        if let Some(c) = self.dirs.get(dir.as_ref()) {
+    /// The directories right below `dir` of the zone at `uri`, listed once per `status` (with
+    /// a delimiter).
+    async fn children(
+        &mut self,
+        uri: &str,
+        store: &Arc<dyn ObjectStore>,
+        dir: &Path,
+    ) -> Result<Vec<Path>> {
+        let key = (uri.to_string(), dir.to_string());
+        if let Some(c) = self.dirs.get(&key) {
             return Ok(c.clone());
         }
         let listed = store.list_with_delimiter(Some(dir)).await?.common_prefixes;
-        self.dirs.insert(dir.to_string(), listed.clone());
+        self.dirs.insert(key, listed.clone());
         Ok(listed)
     }
 

@@ -154,15 +154,16 @@ async fn unplaced_groups(
     Ok(out)
 }
 
-/// The first arrival day of `window` itself (its first instant's day to its last's, in the
-/// arrival time zone, no lateness) that is not among the directories `dirs` that exist (each
-/// the partition values of a deepest directory of `zone`); `None` when all have landed.
-pub fn own_day_missing(
+/// The arrival days of `window` itself (its first instant's day to its last's, in the arrival
+/// time zone, no lateness) when none of them is among the directories `dirs` that exist (each
+/// the partition values of a deepest directory of `zone`); `None` when one has landed (a week
+/// or a month is landed by any of its days: a day without events may have no directory).
+pub fn own_days_absent(
     arrival: &Arrival,
     zone: &super::LandingZone,
     window: &Window,
     dirs: &[Vec<datafusion::common::ScalarValue>],
-) -> Result<Option<jiff::civil::Date>> {
+) -> Result<Option<(jiff::civil::Date, jiff::civil::Date)>> {
     use datafusion::common::ScalarValue;
     let own = Arrival {
         lateness_us: 0,
@@ -207,14 +208,6 @@ pub fn own_day_missing(
     };
     let landed: std::collections::HashSet<jiff::civil::Date> =
         dirs.iter().filter_map(|v| date_of(v)).collect();
-    let mut day = first;
-    while day <= last {
-        if !landed.contains(&day) {
-            return Ok(Some(day));
-        }
-        day = day
-            .tomorrow()
-            .map_err(|e| crate::error::Error::runtime(e.to_string()))?;
-    }
-    Ok(None)
+    let own = landed.iter().any(|d| first <= *d && *d <= last);
+    Ok((!own).then_some((first, last)))
 }

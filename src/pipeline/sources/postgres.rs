@@ -47,6 +47,8 @@ use crate::report::record::SourceVersion;
 use crate::task::Source;
 
 mod rows;
+mod snapshot;
+use snapshot::{in_snapshot, snapshot};
 
 /// Rows per batch read from the server.
 const BATCH_ROWS: usize = 8192;
@@ -79,7 +81,7 @@ pub async fn register(ctx: &SessionContext, s: &Source) -> Result<SourceVersion>
         files: None,
         fingerprint: None,
         read: Vec::new(),
-        snapshot: Some(snapshot.position.clone()),
+        snapshot: snapshot.position.clone(),
     })
 }
 
@@ -134,81 +136,6 @@ fn password(config: &tokio_postgres::Config) -> Option<String> {
             .all(|(f, w)| **f == "*" || **f == w);
         ok.then(|| password.to_string())
     })
-}
-
-/// The snapshot the scans of one database read (see the module documentation), and the
-/// connection holding it.
-struct Snapshot {
-    id: String,
-    /// Its position as the server names it: `xmin=<the oldest transaction it does not see>
-    /// lsn=<the write-ahead log position>`.
-    position: String,
-    _holder: tokio_postgres::Client,
-}
-
-/// The process's snapshot of the database `config` names, exported by the first caller.
-async fn snapshot(config: &tokio_postgres::Config) -> Result<Arc<Snapshot>> {
-    type Snapshots = tokio::sync::Mutex<std::collections::HashMap<String, Arc<Snapshot>>>;
-    static SNAPSHOTS: std::sync::OnceLock<Snapshots> = std::sync::OnceLock::new();
-    let key = format!(
-        "{:?} {:?} {:?} {:?}",
-        config.get_hosts(),
-        config.get_ports(),
-        config.get_dbname(),
-        config.get_user()
-    );
-    let mut held = SNAPSHOTS.get_or_init(Default::default).lock().await;
-    if let Some(s) = held.get(&key) {
-        return Ok(s.clone());
-    }
-    let holder = connect(config).await?;
-    holder
-        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        .await
-        .map_err(failure)?;
-    let row = holder
-        .query_one(
-            "SELECT pg_export_snapshot(), txid_snapshot_xmin(txid_current_snapshot())::text, \
-             (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() \
-              ELSE pg_current_wal_lsn() END)::text",
-            &[],
-        )
-        .await
-        .map_err(failure)?;
-    let (id, xmin, lsn): (String, String, Option<String>) = (row.get(0), row.get(1), row.get(2));
-    let position = format!("xmin={xmin} lsn={}", lsn.unwrap_or_else(|| "-".into()));
-    tracing::debug!(snapshot = %id, %position, "the PostgreSQL snapshot this run reads");
-    let s = Arc::new(Snapshot {
-        id,
-        position,
-        _holder: holder,
-    });
-    held.insert(key, s.clone());
-    Ok(s)
-}
-
-/// A connection reading in the process's snapshot of its database.
-async fn in_snapshot(config: &tokio_postgres::Config) -> Result<tokio_postgres::Client> {
-    let snapshot = snapshot(config).await?;
-    let client = connect(config).await?;
-    client
-        .batch_execute(&format!(
-            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT '{}'",
-            snapshot.id
-        ))
-        .await
-        .map_err(failure)?;
-    if crate::fault::mutation("pg-insert-before-scan") {
-        let sql = crate::config::get()
-            .test_pg_insert
-            .clone()
-            .unwrap_or_default();
-        let mut writer = config.clone();
-        writer.options("-c TimeZone=UTC");
-        let w = connect(&writer).await?;
-        w.batch_execute(&sql).await.map_err(failure)?;
-    }
-    Ok(client)
 }
 
 /// A connection of its own, its driver running beside it.
