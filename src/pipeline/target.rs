@@ -16,16 +16,16 @@ use arrow::datatypes::SchemaRef;
 use deltalake::DeltaTable;
 
 use crate::delta::filemap::FileMap;
-use crate::delta::partition::WindowFile;
 use crate::delta::{overwrite, readback, table};
 use crate::error::{Error, ErrorKind, Result};
 use crate::task::Task;
-use crate::task::range::WindowRange;
 
 mod background;
+mod landed;
 mod prefetch;
 use background::open_in_background;
 pub use background::{background, finish_background};
+use landed::ReadBack;
 
 /// The target table and its commit queue (one per runner).
 pub struct Target {
@@ -53,6 +53,9 @@ pub struct Target {
     metadata_committed: std::sync::Mutex<Option<String>>,
     /// The read-back's first replay, opened early (see `prefetch`).
     prefetch: prefetch::Prefetch,
+    /// The read-back's own replay of the log (`None` until first needed, or after it failed).
+    /// Read-backs take it in commit order, after the table's turn (see [`Target::publish`]).
+    replay: tokio::sync::Mutex<Option<readback::LogReplay>>,
 }
 
 /// What the committer holds: the table (protocol, schema, configuration; its snapshot may lag
@@ -61,8 +64,6 @@ pub struct Target {
 struct State {
     table: DeltaTable,
     files: Option<FileMap>,
-    /// The read-back's own replay of the log (`None` until first needed, or after it failed).
-    replay: Option<readback::LogReplay>,
 }
 
 /// A staged window waiting for a commit, and where to send the outcome.
@@ -121,11 +122,8 @@ impl Target {
             partition_by: task.partition_by.clone(),
             name: task.name.clone(),
             view: std::sync::Mutex::new(table.clone()),
-            state: tokio::sync::Mutex::new(State {
-                table,
-                files: None,
-                replay: None,
-            }),
+            state: tokio::sync::Mutex::new(State { table, files: None }),
+            replay: tokio::sync::Mutex::new(None),
             pending: std::sync::Mutex::new(Vec::new()),
             last_commit: AtomicI64::new(-1),
             opening: std::sync::Mutex::new(Some(open_in_background(url))),
@@ -226,11 +224,14 @@ impl Target {
             .lock()
             .expect("not poisoned")
             .push(Pending { window, done: tx });
-        {
+        let landed = {
             let mut state = self.state.lock().await;
             self.gather(executing).await;
             let batch = self.take_group();
-            self.commit_now(&mut state, schema, batch).await;
+            self.commit_now(&mut state, schema, batch).await
+        };
+        if let Some((job, mut replay)) = landed {
+            self.finish(&mut replay, job).await;
         }
         outcome(rx).await
     }
@@ -256,9 +257,12 @@ impl Target {
                 (Pending { window, done }, rx)
             })
             .unzip();
-        {
+        let landed = {
             let mut state = self.state.lock().await;
-            self.commit_now(&mut state, schema, group).await;
+            self.commit_now(&mut state, schema, group).await
+        };
+        if let Some((job, mut replay)) = landed {
+            self.finish(&mut replay, job).await;
         }
         let mut out = Vec::with_capacity(receivers.len());
         for rx in receivers {
@@ -267,17 +271,32 @@ impl Target {
         out
     }
 
-    /// Commit `group` (the table created first if needed); every window learns its outcome.
-    async fn commit_now(&self, state: &mut State, schema: &SchemaRef, group: Vec<Pending>) {
+    /// Commit `group` (the table created first if needed). A failed commit's windows learn
+    /// their outcome now; a landed one is returned to be read back, with the read-back's
+    /// replay, taken while the table's turn is still held: read-backs go in commit order, but
+    /// after the turn, so the next commit need not wait for this one's read-back.
+    async fn commit_now(
+        &self,
+        state: &mut State,
+        schema: &SchemaRef,
+        group: Vec<Pending>,
+    ) -> Option<(
+        ReadBack,
+        tokio::sync::MutexGuard<'_, Option<readback::LogReplay>>,
+    )> {
         if group.is_empty() {
-            return;
+            return None;
         }
         match self.ensure_table(state, schema).await {
-            Ok(()) => self.commit_group(state, group).await,
+            Ok(()) => {
+                let job = self.commit_group(state, group).await?;
+                Some((job, self.replay.lock().await))
+            }
             Err(e) => {
                 for p in group {
                     let _ = p.done.send(Err((e.kind(), e.message().to_string())));
                 }
+                None
             }
         }
     }
@@ -364,7 +383,7 @@ impl Target {
         Ok(())
     }
 
-    async fn commit_group(&self, target: &mut State, group: Vec<Pending>) {
+    async fn commit_group(&self, target: &mut State, group: Vec<Pending>) -> Option<ReadBack> {
         let (mut windows, senders): (Vec<_>, Vec<_>) =
             group.into_iter().map(|p| (p.window, p.done)).unzip();
         let json = |m: &deltalake::kernel::Metadata| serde_json::to_string(m).ok();
@@ -400,7 +419,7 @@ impl Target {
                 for tx in senders.take() {
                     let _ = tx.send(Err(fail(&e)));
                 }
-                return;
+                return None;
             }
         };
         self.note_commit(committed.version);
@@ -414,78 +433,11 @@ impl Target {
                 "committed a group of windows"
             );
         }
-        // Read the committed version back by the read-back's own route (its own client and
-        // log replay, each window's files by its replaceWhere; not the file map the commit
-        // was built from): every live file of each window must be one this run added (their
-        // footers give the rows committed, read by each window: `Runner::overwrite_landed`).
-        let expected: Vec<readback::Expected> = windows
-            .iter()
-            .map(|w| readback::Expected {
-                predicate: w.range.replace_where(),
-                adds: Some(&w.adds),
-                label: &w.tags.window,
-            })
-            .collect();
-        let checked = self
-            .read_back(&mut target.replay, committed.version, &expected)
-            .await;
-        for (tx, i) in senders.take().into_iter().zip(0..) {
-            let readback = match &checked {
-                Ok(per_window) => per_window[i].clone(),
-                Err(e) => Err(format!(
-                    "read-back: version {} could not be loaded: {}",
-                    committed.version,
-                    e.message()
-                )),
-            };
-            let _ = tx.send(Ok(Published {
-                version: committed.version,
-                readback,
-            }));
-        }
-    }
-}
-
-impl Target {
-    /// Read commit `version` back for `expected` (see `readback::read_back`).
-    async fn read_back(
-        &self,
-        replay: &mut Option<readback::LogReplay>,
-        version: i64,
-        expected: &[readback::Expected<'_>],
-    ) -> Result<Vec<std::result::Result<Vec<WindowFile>, String>>> {
-        if replay.is_none() {
-            *replay = self.prefetch.take().await;
-        }
-        readback::read_back(
-            replay,
-            &self.readback,
-            &self.partition_by,
-            version,
-            expected,
-        )
-        .await
-    }
-
-    /// Read a merge's commit `version` back: the live files of the window `range` (the
-    /// read-back's own route, as for overwrites; a merge's own files are delta-rs's, so only
-    /// where they lie is checked).
-    pub async fn read_back_merge(
-        &self,
-        version: i64,
-        range: &WindowRange,
-        label: &str,
-    ) -> Result<Vec<WindowFile>> {
-        let mut state = self.state.lock().await;
-        let expected = [readback::Expected {
-            predicate: range.replace_where(),
-            adds: None,
-            label,
-        }];
-        let mut checked = self
-            .read_back(&mut state.replay, version, &expected)
-            .await?;
-        checked.remove(0).map_err(Error::unverified)
+        Some(ReadBack {
+            version: committed.version,
+            windows,
+            senders,
+        })
     }
 }
 
