@@ -43,6 +43,11 @@ per-window backfill; tools alternate rep by rep: A B A B ...):
      which must stay flat with table size (compared with scenario 2's); then, labelled as
      retries, re-runs of the window on the table each tool's last first run left. The idemlake
      load that builds the table is timed too (no peer: it is the setup)
+  9  many workers, one table, a remote store (issue 55): the headline of `make bench-scale`,
+     windows/s of 1 and 8 `backfill --shard I/N` workers publishing 365 day windows of the
+     6-column task (SF 0.01) into one table on SeaweedFS behind scripts/latency-proxy at +20 and
+     +60 ms per request, BENCH_SCALE_REPS reps alternating, every window checked against the
+     source with polars (scripts/bench_scale.py, run as a child; bench/SCALE.md has the rest)
 
 Environment knobs (defaults in brackets):
   BENCH_BIN       idemlake binary [<repo>/target/release/idemlake]
@@ -60,7 +65,8 @@ Environment knobs (defaults in brackets):
                   scenarios 2 and 8 are loaded with every ship day but this one
   BENCH_WORK      scratch directory (wiped at start, except data-*/) [/tmp/idemlake-bench]
   BENCH_DATA      TPC-H data directory [$BENCH_WORK/data-sf$BENCH_SCALE], generated if absent
-  BENCH_SCENARIOS comma list of scenarios to run [1,2,3,4,5,6,7,8] (2, 3 and 5 need 1's table)
+  BENCH_SCENARIOS comma list of scenarios to run [1,2,3,4,5,6,7,8,9] (2, 3 and 5 need 1's table)
+  BENCH_SCALE_REPS  reps of scenario 9 [3]
   BENCH_BIG_SCALE  TPC-H scale factor of scenario 8 [10]; its data goes to $BENCH_WORK/data-sf<it>,
                   generated if absent (kept between runs like every data-* directory)
   BENCH_S3_LATENCY_MS  milliseconds the latency proxy adds to each request in scenario 6 [20]
@@ -130,7 +136,9 @@ HISTORY = int(env("BENCH_HISTORY", "1000"))
 DAY = env("BENCH_DAY", "1995-06-17")
 WORK = Path(env("BENCH_WORK", "/tmp/idemlake-bench")).resolve()
 DATA = Path(env("BENCH_DATA", str(WORK / f"data-sf{SCALE}"))).resolve()
-SCENARIOS = {int(s) for s in env("BENCH_SCENARIOS", "1,2,3,4,5,6,7,8").split(",") if s.strip()}
+SCENARIOS = {int(s) for s in env("BENCH_SCENARIOS", "1,2,3,4,5,6,7,8,9").split(",") if s.strip()}
+SCALE_REPS = env("BENCH_SCALE_REPS", "3")
+SCALE_HEADLINE = {}  # scenario 9: bench_scale.py's medians by workload
 BIG_SCALE = env("BENCH_BIG_SCALE", "10")
 S3_LATENCY_MS = int(env("BENCH_S3_LATENCY_MS", "20"))
 OUT = Path(env("BENCH_OUT", str(REPO / "bench" / "RESULTS.md"))).resolve()
@@ -1083,6 +1091,34 @@ def scenario8():
     fresh(s8)
 
 
+# ---------------------------------------------------------------- scenario 9: many workers
+
+
+def scenario9():
+    say(f"scenario 9: 1 and 8 workers on one table, +20 and +60 ms per S3 request, {SCALE_REPS} reps")
+    out = WORK / "scale-headline.json"
+    run([sys.executable, REPO / "scripts" / "bench_scale.py"], "s9-scale", env_extra={
+        "SCALE_WORKERS": "1,8", "SCALE_WORKLOADS": "latency", "SCALE_LATENCY_MS": "20,60",
+        "SCALE_REPS": SCALE_REPS, "SCALE_JSON": str(out),
+        "SCALE_OUT": str(WORK / "scale-headline.md"), "BENCH_BIN": str(BIN),
+        # its own scratch directory (the child wipes it at start), the same TPC-H data
+        "BENCH_WORK": str(WORK.parent / (WORK.name + "-scale")), "BENCH_DATA": str(DATA)})
+    SCALE_HEADLINE.update(json.loads(out.read_text()))
+    COMMANDS.append("SCALE_WORKERS=1,8 SCALE_WORKLOADS=latency make bench-scale  # scenario 9")
+
+
+def scale_rows():
+    rows = []
+    for key, wl in sorted(SCALE_HEADLINE.items(), key=lambda kv: kv[1]["latency_ms"]):
+        one, eight = wl["by_workers"].get("1"), wl["by_workers"].get("8")
+        if not one or not eight:
+            continue
+        rows.append(f"| +{wl['latency_ms']} ms | {one['windows_per_s']:.0f} | {eight['windows_per_s']:.0f} "
+                    f"| {eight['windows_per_s'] / one['windows_per_s']:.2f}× | {one['p99_ms'] / 1000:.1f} s → "
+                    f"{eight['p99_ms'] / 1000:.1f} s | {100 * one['cpu']:.0f} % → {100 * eight['cpu']:.0f} % |")
+    return rows
+
+
 # ---------------------------------------------------------------- report
 
 
@@ -1203,6 +1239,16 @@ def target_rows():
             add(f"peak RSS of a day window's first run flat with table size: SF {BIG_SCALE} ≤ 1.5× SF {SCALE}", True,
                 f"{big:.0f} MiB vs {small:.0f} MiB = {g:.2f}× (max of reps)", g <= 1.5,
                 "—" if g <= 1.5 else f"{g / 1.5:.2f}× over")
+    for key, wl in sorted(SCALE_HEADLINE.items(), key=lambda kv: kv[1]["latency_ms"]):
+        one, eight = wl["by_workers"].get("1"), wl["by_workers"].get("8")
+        if one and eight:
+            r = eight["windows_per_s"] / one["windows_per_s"]
+            add(f"8 workers on one table ≥ 2.5× the windows/s of one, +{wl['latency_ms']} ms per request",
+                True, f"{r:.2f}×", r >= 2.5, "—" if r >= 2.5 else f"needs {2.5 / r:.2f}× more")
+            if wl["latency_ms"] == 20:
+                w = one["windows_per_s"]
+                add("one worker ≥ 45 windows/s at +20 ms per request", True, f"{w:.0f} windows/s", w >= 45,
+                    "—" if w >= 45 else f"{45 - w:.0f} windows/s short")
     return rows
 
 
@@ -1338,6 +1384,16 @@ def report(total, partial=False):
         L.append("\nPeak RSS in scenario 1: " + ", ".join(
             f"{RESULTS[k]['tool']} {stats(k, 1)[2] / 1024:.0f} MiB"
             for k in ("s1.idemlake", "s1.floor", "s1.dfcopy", "s1.dfserial", "s1.deltaload")) + ".")
+    if SCALE_HEADLINE:
+        L.append("\n## Many workers, one table, a remote store (scenario 9)\n")
+        L.append("365 day windows of the 6-column task (SF 0.01) into one table on SeaweedFS behind the latency "
+                 f"proxy, split with `backfill --shard I/N` over 1 or 8 processes; medians of {SCALE_REPS} reps, "
+                 "every window checked against the source with polars. CPU: the busy share of both cores over the "
+                 "run. The full tables (2 and 4 workers, requests, rebuilt commits) come from `make bench-scale` "
+                 "(bench/SCALE.md).\n")
+        L.append("| added latency | windows/s, 1 worker | windows/s, 8 workers | 8 / 1 | window p99, 1 → 8 | CPU, 1 → 8 |")
+        L.append("|---|---|---|---|---|---|")
+        L.extend(scale_rows())
     L.append("\n## Targets\n")
     L.append("| target | measured (medians) | status | gap |")
     L.append("|---|---|---|---|")
@@ -1393,6 +1449,9 @@ def main():
         report(time.monotonic() - T0, partial=True)
     if 8 in SCENARIOS:
         scenario8()
+        report(time.monotonic() - T0, partial=True)
+    if 9 in SCENARIOS:
+        scenario9()
     report(time.monotonic() - T0)
     if not KEEP:
         for p in WORK.iterdir():

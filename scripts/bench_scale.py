@@ -21,7 +21,13 @@ local file all workers read (as a shared volume would be). Writes bench/SCALE.md
 
 Knobs: SCALE_WORKERS, SCALE_FROM, SCALE_TO, SCALE_PARALLEL (windows at once per worker,
 default 2), SCALE_REPS (default 3), SCALE_WORKLOADS (sf,small,latency), SCALE_SMALL_SF (0.01),
-SCALE_LATENCY_MS (20), BENCH_BIN, BENCH_SCALE, BENCH_WORK. Not part of CI.
+SCALE_LATENCY_MS (20,60: one remote-store workload per value; `latency` in SCALE_WORKLOADS
+selects them all), SCALE_JSON (also write the medians there, for `make bench`), BENCH_BIN,
+BENCH_SCALE, BENCH_WORK. Not part of CI.
+
+Beside each run the machine's CPU use is recorded (busy share of all cores over the run's wall
+time, from /proc/stat): a table whose CPU is far from 100 % is bound by the commit path, not by
+the cores.
 """
 
 import json
@@ -41,11 +47,18 @@ TO = b.env("SCALE_TO", "1995-12-31")
 # The commit-bound workload: the same task over a small scale factor and its whole range, so
 # that each window costs little CPU and the table's commit rate is what limits the workers.
 SMALL_SF = b.env("SCALE_SMALL_SF", "0.01")
-# The remote-store workload: the small task's FROM..TO through a proxy adding this per request.
-LATENCY_MS = int(b.env("SCALE_LATENCY_MS", "20"))
+# The remote-store workloads: the small task's FROM..TO through a proxy adding this per request.
+LATENCIES_MS = [int(x) for x in b.env("SCALE_LATENCY_MS", "20,60").split(",") if x.strip()]
 PARALLEL = b.env("SCALE_PARALLEL", "2")
 REPS = int(b.env("SCALE_REPS", "3"))
 OUT = Path(b.env("SCALE_OUT", str(b.REPO / "bench" / "SCALE.md"))).resolve()
+
+
+def cpu_ticks():
+    """(busy, total) jiffies of all cores so far, from /proc/stat."""
+    f = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = f[3] + (f[4] if len(f) > 4 else 0)  # idle + iowait
+    return sum(f) - idle, sum(f)
 
 
 def pct(xs, q):
@@ -100,6 +113,7 @@ def one_run(envs, wl, n, rep, expected, stamp):
     b.LOGS.mkdir(parents=True, exist_ok=True)
     procs = []
     penv = {**os.environ, **envs, **getattr(wl, "env", {})}
+    cpu0 = cpu_ticks()
     t0 = time.perf_counter()
     for i in range(n):
         out = open(b.LOGS / f"scale-{wl.key}-w{n}-r{rep}-{i}.out", "wb")
@@ -117,6 +131,8 @@ def one_run(envs, wl, n, rep, expected, stamp):
         out.close()
         err.close()
     wall = max(ends)
+    cpu1 = cpu_ticks()
+    cpu = (cpu1[0] - cpu0[0]) / max(1, cpu1[1] - cpu0[1])
     reports, commits, windows_committed, rebuilds, requests = [], 0, 0, 0, 0
     for i, (p, out, err) in enumerate(procs):
         text = Path(out.name).read_text(errors="replace")
@@ -151,6 +167,7 @@ def one_run(envs, wl, n, rep, expected, stamp):
         "requests": requests,
         "p50": pct(durations, 0.5),
         "p99": pct(durations, 0.99),
+        "cpu": cpu,
     }
 
 
@@ -161,11 +178,14 @@ def main():
     workloads = [
         Workload("sf", f"SF {b.SCALE}, {FROM}..{TO}", b.PROJECT, b.SOURCE, FROM, TO),
         small,
-        Workload("latency", f"SF {SMALL_SF}, {FROM}..{TO}, +{LATENCY_MS} ms per S3 request",
-                 small.project, small.source, FROM, TO, LATENCY_MS),
+    ] + [
+        Workload(f"latency{ms}", f"SF {SMALL_SF}, {FROM}..{TO}, +{ms} ms per S3 request",
+                 small.project, small.source, FROM, TO, ms)
+        for ms in LATENCIES_MS
     ]
     chosen = [k.strip() for k in b.env("SCALE_WORKLOADS", "sf,small,latency").split(",")]
-    workloads = [wl for wl in workloads if wl.key in chosen]
+    workloads = [wl for wl in workloads
+                 if wl.key in chosen or ("latency" in chosen and wl.latency_ms)]
     stamp = time.strftime("%Y%m%d%H%M%S")
     results = {}
     for wl in workloads:
@@ -188,12 +208,22 @@ def main():
                 results.setdefault(wl.key, {}).setdefault(n, []).append(r)
                 b.say(f"  {n} workers, rep {rep + 1}: {r['wall']:.2f} s, "
                       f"{r['windows'] / r['wall']:.0f} windows/s, {r['commits']} commits "
-                      f"({r['rebuilds']} rebuilt), p50 {r['p50']} ms, p99 {r['p99']} ms "
-                      "— every window = source")
+                      f"({r['rebuilds']} rebuilt), p50 {r['p50']} ms, p99 {r['p99']} ms, "
+                      f"CPU {100 * r['cpu']:.0f} % — every window = source")
         if proxy:
             proxy.terminate()
             proxy.wait()
     write(workloads, results)
+    if b.env("SCALE_JSON", ""):
+        Path(b.env("SCALE_JSON", "")).write_text(json.dumps({
+            wl.key: {"what": wl.what, "latency_ms": wl.latency_ms,
+                     "by_workers": {str(n): {"windows_per_s": med(rs, lambda r: r["windows"] / r["wall"]),
+                                             "p99_ms": med(rs, lambda r: r["p99"]),
+                                             "cpu": med(rs, lambda r: r["cpu"]),
+                                             "windows_per_commit": med(rs, lambda r: r["windows_committed"] / max(1, r["commits"])),
+                                             "reps": len(rs)}
+                                    for n, rs in sorted(results[wl.key].items())}}
+            for wl in workloads}, indent=1))
 
 
 def med(rs, f):
@@ -203,8 +233,8 @@ def med(rs, f):
 def table(rs_by_n):
     lines = [
         "| workers | wall s | windows/s | speed-up | commits | commits/s | windows per commit "
-        "| rebuilt per commit | window p50 ms | window p99 ms | S3 requests |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| rebuilt per commit | window p50 ms | window p99 ms | S3 requests | CPU busy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     base = None
     for n in sorted(rs_by_n):
@@ -219,7 +249,8 @@ def table(rs_by_n):
             f"| {med(rs, lambda r: r['windows_committed'] / max(1, r['commits'])):.1f} "
             f"| {med(rs, lambda r: r['rebuilds'] / max(1, r['commits'])):.2f} "
             f"| {med(rs, lambda r: r['p50']):.0f} | {med(rs, lambda r: r['p99']):.0f} "
-            f"| {med(rs, lambda r: r['requests']):.0f} |")
+            f"| {med(rs, lambda r: r['requests']):.0f} "
+            f"| {100 * med(rs, lambda r: r.get('cpu', float('nan'))):.0f} % |")
     return lines
 
 
@@ -241,12 +272,12 @@ def write(workloads, results):
         "(deltalake reader) equal the source's — every run below had zero lost or doubled rows.",
         "",
     ]
-    # The findings are written by hand from a run's numbers; a new run keeps them (to be
-    # revised by whoever reads the new numbers).
-    marker = "## Findings (by hand)"
-    if OUT.exists() and marker in OUT.read_text():
-        kept = OUT.read_text().split(marker, 1)[1].split("\n## ", 1)[0]
-        lines += [marker + kept.rstrip(), ""]
+    # The sections written by hand from a run's numbers (headings saying "(by hand"); a new run
+    # keeps them (to be revised by whoever reads the new numbers).
+    if OUT.exists():
+        for section in OUT.read_text().split("\n## ")[1:]:
+            if "(by hand" in section.splitlines()[0]:
+                lines += ["## " + section.rstrip(), ""]
     for wl in workloads:
         lines += [f"## {wl.what}: {wl.windows} windows", ""] + table(results[wl.key]) + [""]
     lines += ["## Raw runs (JSON, one per line)", "", "```"]

@@ -32,6 +32,17 @@ pub struct Committed {
     pub version: i64,
     pub files_added: usize,
     pub files_removed: usize,
+    /// A checkpoint this commit made due, for the caller to write once it has let go of the
+    /// table's turn ([`Checkpoint::write`]): the next commit need not wait for it.
+    pub checkpoint: Option<Checkpoint>,
+}
+
+/// A checkpoint due at `version`, on a copy of the committer's table.
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    table: DeltaTable,
+    version: i64,
+    cleanup: bool,
 }
 
 /// Who published a file: stored as tags on every `add` idemlake commits, so the snapshot alone
@@ -150,8 +161,11 @@ pub async fn commit_windows(
         let cleanup = !pending.commit.direct && cleanup_due(table, target)?;
         let e = match pending.commit.write(table, target, actions, cleanup).await {
             Ok(()) => {
-                pending.advance(table, files, target).await;
-                return Ok(pending.counted(target, files_removed));
+                let checkpoint = pending.advance(table, files, target);
+                return Ok(Committed {
+                    checkpoint,
+                    ..pending.counted(target, files_removed)
+                });
             }
             Err(e) => e,
         };
@@ -169,8 +183,8 @@ pub async fn commit_windows(
                         "version {target} was taken by another writer; replayed the log to version {} and rebuilding on top (attempt {attempt})",
                         files.as_ref().map_or(-1, |m| m.version)
                     );
-                    let pause = (attempt as u64 % 8) * 3;
-                    tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
+                    // No pause: the map is at the latest version the log showed, and every
+                    // millisecond spent here widens the window in which the next race is lost.
                     continue;
                 }
                 CatchUp::Ours(version) => {
@@ -259,23 +273,34 @@ impl<'a> Pending<'a> {
             version,
             files_added: self.files_added,
             files_removed,
+            checkpoint: None,
         }
     }
 
-    /// After the attempt written as `target`: advance `files` by it and write a checkpoint
-    /// when due (direct commits), or drop the map (delta-rs's commit).
-    async fn advance(&self, table: &mut DeltaTable, files: &mut Option<FileMap>, target: i64) {
-        if self.commit.direct {
-            let adds: Vec<&Add> = self.windows.iter().flat_map(|w| &w.adds).collect();
-            let ranges: Vec<&WindowRange> = self.windows.iter().map(|w| &w.range).collect();
-            let map = files.as_mut().expect("built for this attempt");
-            if !map.apply(target, &ranges, &adds) {
-                *files = None;
-            }
-            checkpoint_if_due(table, target).await;
-        } else {
+    /// After the attempt written as `target`: advance `files` by it and say whether a
+    /// checkpoint is due (direct commits), or drop the map (delta-rs's commit writes its own).
+    fn advance(
+        &self,
+        table: &DeltaTable,
+        files: &mut Option<FileMap>,
+        target: i64,
+    ) -> Option<Checkpoint> {
+        if !self.commit.direct {
+            *files = None;
+            return None;
+        }
+        let adds: Vec<&Add> = self.windows.iter().flat_map(|w| &w.adds).collect();
+        let ranges: Vec<&WindowRange> = self.windows.iter().map(|w| &w.range).collect();
+        let map = files.as_mut().expect("built for this attempt");
+        if !map.apply(target, &ranges, &adds) {
             *files = None;
         }
+        let cleanup = checkpoint_due(table, target).ok().flatten()?;
+        Some(Checkpoint {
+            table: table.clone(),
+            version: target,
+            cleanup,
+        })
     }
 
     /// After a failed attempt built on `attempt_base` that did not land (the table re-read):
@@ -426,25 +451,28 @@ async fn write_next(
     Ok(())
 }
 
-/// After a direct commit: write a checkpoint when the table's interval says so (and clean up
-/// expired log files then, if the table allows it), as delta-rs's post-commit hook would. A
-/// failure here does not undo the commit; it is logged and the next checkpoint covers it.
-async fn checkpoint_if_due(table: &mut DeltaTable, version: i64) {
-    let Ok(Some(cleanup)) = checkpoint_due(table, version) else {
-        return;
-    };
-    let done = async {
-        table.update_incremental(Some(version as u64)).await?;
-        deltalake::checkpoints::create_checkpoint(table, None).await?;
-        if cleanup {
-            deltalake::checkpoints::cleanup_metadata(table, None).await?;
+impl Checkpoint {
+    /// Write the checkpoint (and clean up expired log files, if the table allows it), as
+    /// delta-rs's post-commit hook would. A failure here does not undo the commit; it is logged
+    /// and the next checkpoint covers it.
+    pub async fn write(mut self) {
+        let version = self.version;
+        let table = &mut self.table;
+        let done = async {
+            table.update_incremental(Some(version as u64)).await?;
+            deltalake::checkpoints::create_checkpoint(table, None).await?;
+            if self.cleanup {
+                deltalake::checkpoints::cleanup_metadata(table, None).await?;
+            }
+            Ok::<(), DeltaTableError>(())
         }
-        Ok::<(), DeltaTableError>(())
-    }
-    .await;
-    match done {
-        Ok(()) => tracing::debug!(version, "checkpoint written"),
-        Err(e) => tracing::warn!("version {version} is committed, but its checkpoint failed: {e}"),
+        .await;
+        match done {
+            Ok(()) => tracing::debug!(version, "checkpoint written"),
+            Err(e) => {
+                tracing::warn!("version {version} is committed, but its checkpoint failed: {e}")
+            }
+        }
     }
 }
 

@@ -230,8 +230,8 @@ impl Target {
             let batch = self.take_group();
             self.commit_now(&mut state, schema, batch).await
         };
-        if let Some((job, mut replay)) = landed {
-            self.finish(&mut replay, job).await;
+        if let Some((job, replay)) = landed {
+            self.finish(replay, job).await;
         }
         outcome(rx).await
     }
@@ -261,8 +261,8 @@ impl Target {
             let mut state = self.state.lock().await;
             self.commit_now(&mut state, schema, group).await
         };
-        if let Some((job, mut replay)) = landed {
-            self.finish(&mut replay, job).await;
+        if let Some((job, replay)) = landed {
+            self.finish(replay, job).await;
         }
         let mut out = Vec::with_capacity(receivers.len());
         for rx in receivers {
@@ -437,6 +437,7 @@ impl Target {
             version: committed.version,
             windows,
             senders,
+            checkpoint: committed.checkpoint,
         })
     }
 }

@@ -20,8 +20,12 @@ pub(super) enum CatchUp {
     Rebuild,
 }
 
-/// Replay onto `files` every commit in the log after its version (read from storage, one GET
-/// each, until the first version not there), stopping at a commit that names `run_id`.
+/// Replay onto `files` every commit in the log after its version (read from storage, until
+/// the first version not there), stopping at a commit that names `run_id`.
+///
+/// The versions are fetched [`AHEAD`] at a time, concurrently: a worker that lost a race to
+/// seven others pays one round trip for the seven, not seven one after the other. The ones
+/// past the log's end are 404s, and are dropped.
 pub(super) async fn catch_up(
     table: &DeltaTable,
     files: &mut Option<FileMap>,
@@ -36,21 +40,36 @@ pub(super) async fn catch_up(
     // Far behind (a long-idle worker): one snapshot load costs less than this many GETs.
     const MAX_REPLAYED: i64 = 500;
     while map.version - start < MAX_REPLAYED {
-        let v = map.version + 1;
-        let bytes = match store.read_commit_entry(v as u64).await {
-            Ok(Some(b)) => b,
-            Ok(None) if map.version > start => return CatchUp::Moved,
-            _ => break,
-        };
-        match map.replay(v, kind, &bytes, run_id) {
-            Replayed::Applied => {}
-            Replayed::Ours => return CatchUp::Ours(v),
-            Replayed::Unknown => break,
+        let first = map.version + 1;
+        let fetched = futures::future::join_all(
+            (first..first + AHEAD).map(|v| store.read_commit_entry(v as u64)),
+        )
+        .await;
+        for (v, entry) in (first..).zip(fetched) {
+            let bytes = match entry {
+                Ok(Some(b)) => b,
+                Ok(None) if map.version > start => return CatchUp::Moved,
+                _ => {
+                    *files = None;
+                    return CatchUp::Rebuild;
+                }
+            };
+            match map.replay(v, kind, &bytes, run_id) {
+                Replayed::Applied => {}
+                Replayed::Ours => return CatchUp::Ours(v),
+                Replayed::Unknown => {
+                    *files = None;
+                    return CatchUp::Rebuild;
+                }
+            }
         }
     }
     *files = None;
     CatchUp::Rebuild
 }
+
+/// How many versions [`catch_up`] asks for at once.
+pub(super) const AHEAD: i64 = 8;
 
 /// After a failed attempt: re-read the table and tell whether the commit landed anyway (its
 /// version) or not (`None`: rebuild on top). Whether it landed cannot be told without

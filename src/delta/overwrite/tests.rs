@@ -152,3 +152,70 @@ async fn a_lost_race_to_the_same_new_column_rebuilds_instead_of_failing() {
         Some((base + 3) as u64)
     );
 }
+
+/// The lost-race replay fetches the missed versions several at a time: a writer that missed
+/// more commits than one fetch holds still replays every one of them (and none twice), and
+/// its commit replaces exactly its window on top.
+#[tokio::test]
+async fn a_lost_race_to_more_commits_than_one_fetch_replays_them_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut table = new_table(dir.path()).await;
+    let base = table.version().unwrap() as i64;
+    let mut files = Some(FileMap::from_table(&table, "d").unwrap());
+    let mut other = crate::delta::table::open(table.table_url()).await.unwrap();
+    let missed = 2 * super::recover::AHEAD + 3;
+    for i in 0..missed {
+        // Day 5 twice among them: the replay must drop the first of its files.
+        let day = if i == 9 { 5 } else { i as i32 + 1 };
+        let w = window(day, &format!("theirs-{i}.parquet"), &format!("run-{i}"));
+        commit_windows(&mut other, &mut None, "d", &[w])
+            .await
+            .unwrap();
+    }
+    let ours = window(5, "ours.parquet", "run-ours");
+    let c = commit_windows(&mut table, &mut files, "d", &[ours])
+        .await
+        .unwrap();
+    assert_eq!(c.version, base + missed + 1);
+    let map = files.as_ref().expect("the map followed the replay");
+    assert_eq!(map.version, c.version);
+    let reread = crate::delta::table::open(table.table_url()).await.unwrap();
+    let mut live: Vec<String> = reread
+        .snapshot()
+        .unwrap()
+        .snapshot()
+        .log_data()
+        .iter()
+        .map(|f| f.path().to_string())
+        .collect();
+    live.sort();
+    assert_eq!(live.len(), map.len());
+    assert!(live.iter().any(|p| p.ends_with("/ours.parquet")));
+    assert!(!live.iter().any(|p| p.starts_with("d=1970-01-06/theirs")));
+    assert_eq!(live.len() as i64, missed - 1);
+}
+
+/// The checkpoint a commit makes due is handed back, not written inside the commit (the
+/// table's turn): it is written when the caller says so, and is then the table's latest.
+#[tokio::test]
+async fn a_due_checkpoint_is_handed_back_and_written_after_the_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut table = new_table(dir.path()).await;
+    let mut files = Some(FileMap::from_table(&table, "d").unwrap());
+    let mut due = vec![];
+    for i in 1..=12 {
+        let w = window(i, &format!("f{i}.parquet"), &format!("run-{i}"));
+        let c = commit_windows(&mut table, &mut files, "d", &[w])
+            .await
+            .unwrap();
+        if let Some(cp) = c.checkpoint {
+            due.push(c.version);
+            let log = dir.path().join("_delta_log");
+            let name = format!("{:020}.checkpoint.parquet", c.version);
+            assert!(!log.join(&name).exists(), "written inside the commit");
+            cp.write().await;
+            assert!(log.join(&name).exists(), "not written when asked");
+        }
+    }
+    assert_eq!(due, vec![9]);
+}

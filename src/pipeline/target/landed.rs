@@ -13,6 +13,8 @@ pub(super) struct ReadBack {
     pub(super) version: i64,
     pub(super) windows: Vec<overwrite::WindowCommit>,
     pub(super) senders: Outcomes,
+    /// The checkpoint the commit made due, written after the read-back.
+    pub(super) checkpoint: Option<overwrite::Checkpoint>,
 }
 
 impl Target {
@@ -21,8 +23,13 @@ impl Target {
     /// The committed version is read by the read-back's own route (its own client and log
     /// replay, each window's files by its replaceWhere; not the file map the commit was built
     /// from): every live file of each window must be one this run added (their footers give
-    /// the rows committed, read by each window: `Runner::overwrite_landed`).
-    pub(super) async fn finish(&self, replay: &mut Option<readback::LogReplay>, mut job: ReadBack) {
+    /// the rows committed, read by each window: `Runner::overwrite_landed`). Then the
+    /// checkpoint the commit made due is written, the replay already let go.
+    pub(super) async fn finish(
+        &self,
+        mut replay: tokio::sync::MutexGuard<'_, Option<readback::LogReplay>>,
+        mut job: ReadBack,
+    ) {
         let expected: Vec<readback::Expected> = job
             .windows
             .iter()
@@ -32,7 +39,8 @@ impl Target {
                 label: &w.tags.window,
             })
             .collect();
-        let checked = self.read_back(replay, job.version, &expected).await;
+        let checked = self.read_back(&mut replay, job.version, &expected).await;
+        drop(replay);
         for (tx, i) in job.senders.take().into_iter().zip(0..) {
             let readback = match &checked {
                 Ok(per_window) => per_window[i].clone(),
@@ -46,6 +54,9 @@ impl Target {
                 version: job.version,
                 readback,
             }));
+        }
+        if let Some(checkpoint) = job.checkpoint {
+            checkpoint.write().await;
         }
     }
 
