@@ -433,3 +433,56 @@ fn a_row_inserted_into_a_published_window_makes_it_stale_and_stale_fixes_it() {
     let (source, published) = oracle(&p, &table, first, last);
     assert_eq!(source, published);
 }
+
+/// TLS as the URI's `sslmode` says, against a role the server lets in only over TLS: `require`,
+/// the default (`prefer`) and `verify-full` with the cluster's CA publish the rows polars reads;
+/// `disable` is turned away by the server (exit 2); `verify-full` with a CA that signed
+/// nothing is refused before a row is read (exit 2, naming the certificate), and so is
+/// `verify-ca` (not supported); nothing is published by any of the failures.
+#[test]
+fn tls_connects_as_sslmode_says_and_a_refused_certificate_publishes_nothing() {
+    let table = orders(2_000);
+    psql(&format!("GRANT SELECT ON {table} TO idemlake_tls"));
+    let e = pg_env();
+    let with = |query: &str| {
+        let p = TestProject::new();
+        let uri = match query {
+            "" => e["IDEMLAKE_PG_TLS_URL"].clone(),
+            q => format!("{}?{q}", e["IDEMLAKE_PG_TLS_URL"]),
+        };
+        p.task(
+            "orders_daily",
+            &TASK.replace("URI", &uri).replace("TABLE", &table),
+        );
+        p
+    };
+    let ca = &e["IDEMLAKE_PG_CA"];
+    for query in [
+        "sslmode=require".to_string(),
+        String::new(),
+        format!("sslmode=verify-full&sslrootcert={ca}"),
+    ] {
+        let p = with(&query);
+        let out = run(&p, &RUN_DAY);
+        assert_eq!(code(&out), 0, "{query}: {}", text(&out));
+        let (source, published) = oracle(&p, &table, "2026-11-01", "2026-11-01");
+        assert!(!source.is_empty(), "{query}");
+        assert_eq!(source, published, "{query}");
+    }
+    let other = &e["IDEMLAKE_PG_OTHER_CA"];
+    for (query, says) in [
+        ("sslmode=disable".to_string(), "no encryption"),
+        (
+            format!("sslmode=verify-full&sslrootcert={other}"),
+            "certificate was refused",
+        ),
+        (format!("sslmode=verify-ca&sslrootcert={ca}"), "verify-ca"),
+        (format!("sslmode=require&sslrootcert={ca}"), "sslrootcert"),
+    ] {
+        let p = with(&query);
+        let out = run(&p, &RUN_DAY);
+        assert_eq!(code(&out), 2, "{query}: {}", text(&out));
+        assert!(text(&out).contains(says), "{query}: {}", text(&out));
+        assert_eq!(log_version(&p.table_dir("orders_daily")), None, "{query}");
+    }
+}

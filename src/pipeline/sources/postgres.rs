@@ -17,11 +17,14 @@
 //! committed while a window runs is in none of them: the extraction and its check cannot
 //! disagree over it, and it is for `status` to find afterwards.
 //!
+//! **TLS** as the URI's `sslmode` says (`disable`, `prefer` by default, `require`,
+//! `verify-full` with an optional `sslrootcert`), with rustls: see `tls`.
+//!
 //! Why this and not `datafusion-table-providers`' PostgreSQL crate: that crate links the
 //! system's OpenSSL (`native-tls`, no other choice), which the wheel would then depend on, and
 //! brings a pool, a query federation layer and a SQL builder idemlake does not use. This is
-//! the client alone (`tokio-postgres`, pure Rust), the unparser DataFusion ships, and the type
-//! mapping in `rows`.
+//! the client alone (`tokio-postgres`, pure Rust, TLS by `tokio-postgres-rustls`), the
+//! unparser DataFusion ships, and the type mapping in `rows`.
 
 use std::sync::Arc;
 
@@ -48,7 +51,9 @@ use crate::task::Source;
 
 mod rows;
 mod snapshot;
+mod tls;
 use snapshot::{in_snapshot, snapshot};
+use tls::Settings;
 
 /// Rows per batch read from the server.
 const BATCH_ROWS: usize = 8192;
@@ -85,18 +90,18 @@ pub async fn register(ctx: &SessionContext, s: &Source) -> Result<SourceVersion>
     })
 }
 
-/// The connection settings of `uri`, with the password from `PGPASSWORD` or the password file.
-fn config(uri: &str) -> Result<tokio_postgres::Config> {
-    let mut config: tokio_postgres::Config = uri
-        .parse()
-        .map_err(|e| Error::input(format!("invalid PostgreSQL URL `{uri}`: {e}")))?;
+/// The connection settings of `uri` (its `sslmode` and `sslrootcert` read by `tls`), with the
+/// password from `PGPASSWORD` or the password file.
+fn config(uri: &str) -> Result<Settings> {
+    let mut settings = tls::parse(uri)?;
+    let config = &mut settings.config;
     config.options("-c TimeZone=UTC -c default_transaction_read_only=on");
     if config.get_password().is_none()
-        && let Some(p) = password(&config)
+        && let Some(p) = password(config)
     {
         config.password(p);
     }
-    Ok(config)
+    Ok(settings)
 }
 
 /// `PGPASSWORD`, else the first matching line of `PGPASSFILE` (or `~/.pgpass`):
@@ -138,12 +143,35 @@ fn password(config: &tokio_postgres::Config) -> Option<String> {
     })
 }
 
-/// A connection of its own, its driver running beside it.
-async fn connect(config: &tokio_postgres::Config) -> Result<tokio_postgres::Client> {
-    let (client, connection) = config
-        .connect(tokio_postgres::NoTls)
-        .await
-        .map_err(failure)?;
+/// A connection of its own (TLS as `sslmode` says), its driver running beside it.
+async fn connect(s: &Settings) -> Result<tokio_postgres::Client> {
+    match tls::client_config(s)? {
+        None => start(&s.config, tokio_postgres::NoTls).await,
+        Some(tls) => {
+            start(
+                &s.config,
+                tokio_postgres_rustls::MakeRustlsConnect::new(tls),
+            )
+            .await
+        }
+    }
+}
+
+async fn start<T>(config: &tokio_postgres::Config, tls: T) -> Result<tokio_postgres::Client>
+where
+    T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>,
+    T::Stream: Send + 'static,
+{
+    let (client, connection) = config.connect(tls).await.map_err(|e| {
+        if tls::certificate_refused(&e) {
+            let why = std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default();
+            Error::input(format!(
+                "PostgreSQL: the server's certificate was refused ({why}): with sslmode=verify-full it must be signed by a CA of sslrootcert (or of the system) for the URL's host name"
+            ))
+        } else {
+            failure(e)
+        }
+    })?;
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::debug!("PostgreSQL connection ended: {e}");
@@ -204,7 +232,7 @@ async fn catalog(client: &tokio_postgres::Client, table: &str) -> Result<Vec<row
 /// A PostgreSQL table as a DataFusion table (see the module documentation).
 #[derive(Debug)]
 struct PgTable {
-    config: tokio_postgres::Config,
+    config: Settings,
     table: String,
     columns: Vec<rows::Column>,
     schema: SchemaRef,
@@ -331,7 +359,7 @@ impl TableProvider for PgTable {
 /// One `SELECT` sent to the server, its rows streamed as batches.
 #[derive(Debug)]
 struct PgScan {
-    config: tokio_postgres::Config,
+    config: Settings,
     sql: String,
     columns: Vec<rows::Column>,
     schema: SchemaRef,

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{connect, failure};
+use super::{Settings, connect, failure};
 use crate::error::Result;
 
 /// The snapshot the scans of one database read (see the module documentation), and the
@@ -17,15 +17,15 @@ pub(super) struct Snapshot {
 }
 
 /// The process's snapshot of the database `config` names, exported by the first caller.
-pub(super) async fn snapshot(config: &tokio_postgres::Config) -> Result<Arc<Snapshot>> {
+pub(super) async fn snapshot(config: &Settings) -> Result<Arc<Snapshot>> {
     type Snapshots = tokio::sync::Mutex<std::collections::HashMap<String, Arc<Snapshot>>>;
     static SNAPSHOTS: std::sync::OnceLock<Snapshots> = std::sync::OnceLock::new();
     let key = format!(
         "{:?} {:?} {:?} {:?}",
-        config.get_hosts(),
-        config.get_ports(),
-        config.get_dbname(),
-        config.get_user()
+        config.config.get_hosts(),
+        config.config.get_ports(),
+        config.config.get_dbname(),
+        config.config.get_user()
     );
     let mut held = SNAPSHOTS.get_or_init(Default::default).lock().await;
     if let Some(s) = held.get(&key) {
@@ -84,7 +84,7 @@ async fn position(holder: &tokio_postgres::Client) -> Option<String> {
 }
 
 /// A connection reading in the process's snapshot of its database.
-pub(super) async fn in_snapshot(config: &tokio_postgres::Config) -> Result<tokio_postgres::Client> {
+pub(super) async fn in_snapshot(config: &Settings) -> Result<tokio_postgres::Client> {
     let snapshot = snapshot(config).await?;
     let client = connect(config).await?;
     client
@@ -100,7 +100,7 @@ pub(super) async fn in_snapshot(config: &tokio_postgres::Config) -> Result<tokio
             .clone()
             .unwrap_or_default();
         let mut writer = config.clone();
-        writer.options("-c TimeZone=UTC");
+        writer.config.options("-c TimeZone=UTC");
         let w = connect(&writer).await?;
         w.batch_execute(&sql).await.map_err(failure)?;
     }
