@@ -43,6 +43,8 @@ pub struct Target {
     /// The latest table state known, for readers that must not wait for a commit in
     /// progress (schema checks, writer settings); updated after every commit.
     view: std::sync::Mutex<DeltaTable>,
+    /// The version the first load found, once it ended (see `background::open_in_background`).
+    loaded_version: tokio::sync::watch::Receiver<Option<Option<u64>>>,
     /// The first load, started by [`Target::open`]; awaited (once) by [`Target::loaded`].
     opening: std::sync::Mutex<Option<tokio::task::JoinHandle<Result<DeltaTable>>>>,
     loaded: tokio::sync::OnceCell<()>,
@@ -116,6 +118,7 @@ impl Target {
     /// The target of `task` at `url`: unloaded (no I/O) until its background load ends.
     pub fn open(url: &url::Url, task: &Task) -> Result<Target> {
         let table = table::builder(url)?.build()?;
+        let (loaded_tx, loaded_version) = tokio::sync::watch::channel(None);
         Ok(Target {
             url: url.clone(),
             readback: readback::Route::new(url, &table)?,
@@ -126,7 +129,8 @@ impl Target {
             replay: tokio::sync::Mutex::new(None),
             pending: std::sync::Mutex::new(Vec::new()),
             last_commit: AtomicI64::new(-1),
-            opening: std::sync::Mutex::new(Some(open_in_background(url))),
+            loaded_version,
+            opening: std::sync::Mutex::new(Some(open_in_background(url, loaded_tx))),
             loaded: tokio::sync::OnceCell::new(),
             on_schema_change: task.on_schema_change,
             metadata_committed: std::sync::Mutex::new(None),

@@ -92,6 +92,7 @@ impl Runner {
         run_id: &str,
         report: &mut Report,
     ) -> Result<Option<Ready>> {
+        self.target.prefetch_readback(); // beside the scans (see `target::prefetch`)
         crate::fault::pause("before-pins").await;
         let pins = self.pin_window(window).await?;
         self.landed(window, &pins)?;
@@ -104,7 +105,6 @@ impl Runner {
         if self.skip_empty(&reconciled, &plan.table, window, report)? {
             return Ok(None);
         }
-        self.target.prefetch_readback().await; // about to commit (see `target::prefetch`)
         let data_checks = self.data_checks(&plan, &reconciled, window, report).await?;
         self.check_inputs(&reconciled.window, &pins).await?;
         crate::fault::hit("before-commit", None)?;

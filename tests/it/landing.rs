@@ -736,7 +736,7 @@ fn a_long_landing_zone_backfill_is_checked_through_the_listing_table() {
     }
 }
 
-/// The read-back's first replay is opened before the commit, beside the window's last checks
+/// The read-back's first replay is opened when the window starts, beside its scans
 /// (`target::prefetch`). Commits other writers land meanwhile — the same window and another —
 /// are read past by the read-back's own route: the paused run publishes, its read-back
 /// confirms the window's files, and the table matches polars over the source. Also the plain

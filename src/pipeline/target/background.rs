@@ -15,7 +15,13 @@ use crate::error::Result;
 /// window's commit waited for a load that had listed the log 45 ms after start but read the
 /// commit files only as the scans ended (~165 ms later). On its own thread the kernel's
 /// scheduler shares the cores between the load and the scans.
-pub(super) fn open_in_background(url: &url::Url) -> tokio::task::JoinHandle<Result<DeltaTable>> {
+///
+/// `loaded` learns the version loaded (`None`: no table yet, or the load failed) as soon as the
+/// load ends, on that thread: what waits for it there need not wait for the scans.
+pub(super) fn open_in_background(
+    url: &url::Url,
+    loaded: tokio::sync::watch::Sender<Option<Option<u64>>>,
+) -> tokio::task::JoinHandle<Result<DeltaTable>> {
     let url = url.clone();
     let load = background().track_future(async move {
         let t = Instant::now();
@@ -26,11 +32,19 @@ pub(super) fn open_in_background(url: &url::Url) -> tokio::task::JoinHandle<Resu
             version = ?table.as_ref().ok().and_then(|t| t.version()),
             "target table loaded"
         );
+        let _ = loaded.send(Some(table.as_ref().ok().and_then(|t| t.version())));
         table
     });
+    spawn_off_scans(load)
+}
+
+/// Spawn `work` (log reads) on [`loader`]'s thread, off the runtime the scans keep busy.
+pub(super) fn spawn_off_scans<T: Send + 'static>(
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> tokio::task::JoinHandle<T> {
     match loader() {
-        Some(rt) => rt.spawn(load),
-        None => tokio::spawn(load),
+        Some(rt) => rt.spawn(work),
+        None => tokio::spawn(work),
     }
 }
 

@@ -1,12 +1,13 @@
-//! The read-back's first replay, opened while the window's last checks run.
+//! The read-back's first replay, opened while the first window's scans run.
 //!
 //! A process's first read-back opens the log through the read-back's own client at a version
 //! before its commit (its last checkpoint, `_last_checkpoint`, a listing and the commits
 //! after it: four round trips on an object store) and then reads the commits up to its own.
-//! Nothing of that depends on the commit: once a window is staged and reconciled, the replay
-//! is opened at the version the runner loaded, beside the window's remaining checks, the
-//! re-check of its sources and its commit; the read-back then only reads the commits after
-//! that version (`readback::follow`). Same route, same requests, earlier.
+//! Nothing of that depends on the commit: when the first window starts its scans, the replay
+//! is opened at the version the runner loaded, as soon as that load ends, on the table loads'
+//! thread (on the scans' runtime it would wait for them to end), beside the window's scans,
+//! checks and commit; the read-back then only reads the commits after that version
+//! (`readback::follow`). Same route, same requests, earlier.
 //!
 //! Plain twin: `IDEMLAKE_ACCELERATE=0` (the replay is opened by the read-back itself).
 
@@ -26,14 +27,33 @@ pub(super) struct Prefetch {
 }
 
 impl Prefetch {
-    /// Open the replay at `version` through `route`, unless one was started before.
-    fn start(&self, route: &Route, column: &str, version: i64) {
+    /// Open the replay through `route` at the version `loaded` learns, unless one was started
+    /// before (nothing when the table did not exist or failed to load).
+    fn start(
+        &self,
+        route: &Route,
+        column: &str,
+        mut loaded: tokio::sync::watch::Receiver<Option<Option<u64>>>,
+    ) {
         if self.started.swap(true, Ordering::SeqCst) {
             return;
         }
         let (route, column) = (route.clone(), column.to_string());
-        let handle = tokio::spawn(async move { LogReplay::open(&route, &column, version).await });
-        *self.opening.lock().expect("not poisoned") = Some(handle);
+        let open = async move {
+            let version = match loaded.wait_for(Option::is_some).await {
+                Ok(v) => (*v).flatten(),
+                Err(_) => None,
+            };
+            let Some(version) = version else {
+                return Err(crate::error::Error::runtime("no table was loaded"));
+            };
+            let replay = LogReplay::open(&route, &column, version as i64).await;
+            tracing::debug!(version, "the read-back's replay is open (prefetched)");
+            replay
+        };
+        let open = super::background::background().track_future(open);
+        *self.opening.lock().expect("not poisoned") =
+            Some(super::background::spawn_off_scans(open));
     }
 
     /// The prefetched replay, once opened (`None`: none was started, or it failed).
@@ -60,16 +80,16 @@ impl std::fmt::Debug for Prefetch {
 }
 
 impl Target {
-    /// A window of this process is about to be committed: open the read-back's replay at the
-    /// version the table was loaded at, in the background (accelerated; the first time only,
-    /// and only for a table that exists).
-    pub async fn prefetch_readback(&self) {
-        if !crate::config::get().accelerate || self.loaded().await.is_err() {
-            return;
-        }
-        if let Some(v) = self.view().version() {
-            self.prefetch
-                .start(&self.readback, &self.partition_by, v as i64);
+    /// A window of this process starts its scans: open the read-back's replay at the version
+    /// the table is loaded at, in the background (accelerated; the first time only, and only
+    /// for a table that exists).
+    pub fn prefetch_readback(&self) {
+        if crate::config::get().accelerate {
+            self.prefetch.start(
+                &self.readback,
+                &self.partition_by,
+                self.loaded_version.clone(),
+            );
         }
     }
 }
