@@ -763,6 +763,48 @@ fn a_read_back_opened_before_other_writers_commits_reads_past_them() {
     }
 }
 
+/// Regression (the read-back's prefetched replay waited for the window's scans: it was started
+/// once the window was reconciled, and woken on the runtime the scans keep busy, so a first
+/// run still opened the log for its read-back after the scans, on the commit's path): the
+/// replay is open while the first window is still paused before it lists its files, and the
+/// run publishes, read back.
+#[test]
+#[cfg_attr(
+    not(feature = "faults"),
+    ignore = "needs the fault hooks: --features faults"
+)]
+fn the_read_backs_replay_is_open_before_the_first_window_lists_its_files() {
+    let p = landing_project(3, 2);
+    p.run_ok("events", &day(0).to_string());
+    let env = [(
+        "IDEMLAKE_LOG",
+        "warn,idemlake::pipeline::target::prefetch=debug",
+    )];
+    let (child, logged, drain) = paused_logged(&p, 1, "before-pins", &env);
+    // The pause lasts 4 s; the replay opens within it.
+    let open = |l: &Logged| {
+        l.lock()
+            .unwrap()
+            .iter()
+            .any(|x| x.contains("replay is open"))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while !open(&logged) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            logged.lock().unwrap()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    drain.join().unwrap();
+    assert_eq!(code(&out), 0, "{:?}", logged.lock().unwrap());
+    let report = &json_lines(&out)[0];
+    assert_eq!(report["published"], true, "{report}");
+    assert_matches_polars(&p, &p.table_dir("events"), 0, 1);
+}
+
 /// Move the files of day `d` into a subdirectory `hour=01` of their directory.
 fn nest_day(root: &Path, d: jiff::civil::Date) {
     let dir = root.join(format!("dt={d}"));
