@@ -345,6 +345,19 @@ fn paused_logged(
     (child, logged, drain)
 }
 
+/// Wait (at most 3 s, within a paused run's 4 s pause) until a line of `logged` contains `what`.
+fn wait_logged(logged: &Logged, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while !logged.lock().unwrap().iter().any(|x| x.contains(what)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no line with {what:?}: {:?}",
+            logged.lock().unwrap()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// The run `out` failed because file `part-00077` landed inside its window's reach: exit 1,
 /// retryable, the file named, nothing published (`case` says which run).
 fn assert_refused_for_part_77(p: &TestProject, out: &std::process::Output, case: &str) {
@@ -418,15 +431,7 @@ fn a_file_landing_after_the_checks_listed_it_and_before_the_window_did_is_read()
     let (child, logged, drain) = paused_logged(&p, 2, "before-pins", &env);
     // The checks' grouped query started beside the pause: wait until it has its answer.
     let listed = |l: &Logged, what: &str| l.lock().unwrap().iter().any(|x| x.contains(what));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
-    while !listed(&logged, "came from one grouped query") {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{:?}",
-            logged.lock().unwrap()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_logged(&logged, "came from one grouped query");
     write_file(&p.path().join("events"), day(2), 77);
     let out = child.wait_with_output().unwrap();
     drain.join().unwrap();
@@ -782,21 +787,7 @@ fn the_read_backs_replay_is_open_before_the_first_window_lists_its_files() {
     )];
     let (child, logged, drain) = paused_logged(&p, 1, "before-pins", &env);
     // The pause lasts 4 s; the replay opens within it.
-    let open = |l: &Logged| {
-        l.lock()
-            .unwrap()
-            .iter()
-            .any(|x| x.contains("replay is open"))
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
-    while !open(&logged) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{:?}",
-            logged.lock().unwrap()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_logged(&logged, "replay is open");
     let out = child.wait_with_output().unwrap();
     drain.join().unwrap();
     assert_eq!(code(&out), 0, "{:?}", logged.lock().unwrap());
