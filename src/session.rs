@@ -46,7 +46,7 @@ pub enum Profile {
     ///   reads it again; statistics steer plan choices such as a join's build side, never an
     ///   answer);
     /// - **no listing cache**: each check query lists what it reads when it reads it (a
-    ///   landing zone under a range filter is listed whole, DataFusion's listing: see
+    ///   landing zone level by level, see `landing::plain` and
     ///   `internals/independent-checks.md`), so a check never answers from a listing older
     ///   than the window's own.
     Checks,

@@ -28,7 +28,6 @@ use datafusion::catalog::{Session, TableProvider};
 use datafusion::datasource::TableType;
 use datafusion::datasource::file_format::csv::CsvFormat;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
-use datafusion::datasource::listing::ListingTable;
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::{ColumnarValue, Expr, TableProviderFilterPushDown};
 use datafusion::physical_expr::PhysicalExpr;
@@ -96,9 +95,10 @@ impl LandingZone {
         let read = read.unwrap_or_else(|| self.file_schema.clone());
         let read_fields = read.fields().clone();
         let inner: Arc<dyn TableProvider> = match plain {
-            true => Arc::new(ListingTable::try_new(
-                self.listing_config(self.options.clone(), &read)?,
-            )?),
+            true => {
+                let (url, options) = self.listing_parts(self.options.clone())?;
+                Arc::new(super::plain::PlainTable::new(url, options, read, None))
+            }
             false => Arc::new(ZoneTable::reading(
                 self.clone(),
                 self.table_schema_of(&read),

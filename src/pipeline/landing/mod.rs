@@ -19,9 +19,10 @@
 //!   Files landing anywhere else never do.
 //!
 //! Routes: the runner reads a landing zone through [`ZoneTable`] (this module's listing). The
-//! plain twin (`IDEMLAKE_ACCELERATE=0`), a remote engine and the independent checks read it as
-//! DataFusion's own `ListingTable` with the same partition columns and schema: a listing of
-//! their own that shares nothing with this one.
+//! plain twin (`IDEMLAKE_ACCELERATE=0`) and the independent checks read it through `plain`:
+//! DataFusion's listing table with the same partition columns and schema, listed level by
+//! level by a walk of its own that shares nothing with this one (no pins, the reading
+//! session's store). A remote engine reads it as DataFusion's own `ListingTable`.
 
 mod casts;
 mod exact;
@@ -32,6 +33,7 @@ pub mod late;
 mod layout;
 mod local;
 mod pins;
+mod plain;
 mod provider;
 mod prune;
 mod register;
@@ -248,10 +250,11 @@ impl LandingZone {
 
     /// The plain route over the zone, the runner's plain twin's and the independent checks'
     /// on the local engine: DataFusion's listing table with `options` (the reading session's
-    /// format settings; `None`: the zone's own), refusing lossy conversions of a Parquet
-    /// file's columns (`casts`), text files read exactly (`exact`). Its listing, pruning and
-    /// schema adaptation are DataFusion's; its files are read through the object store the
-    /// reading session registered for the location.
+    /// format settings; `None`: the zone's own), listed level by level (`plain`), refusing
+    /// lossy conversions of a Parquet file's columns (`casts`), text files read exactly
+    /// (`exact`). Its partition values, their filters and its schema adaptation are
+    /// DataFusion's; its files are listed and read through the object store the reading
+    /// session registered for the location.
     pub fn plain_table(
         self: &Arc<Self>,
         options: Option<ListingOptions>,
@@ -261,11 +264,10 @@ impl LandingZone {
         }
         let options = options.unwrap_or_else(|| self.options.clone());
         let parquet = options.format.downcast_ref::<ParquetFormat>().is_some();
-        let mut config = self.listing_config(options, &self.file_schema)?;
-        if parquet {
-            config = config.with_expr_adapter_factory(self.strict_casts());
-        }
-        Ok(Arc::new(ListingTable::try_new(config)?))
+        let adapter = parquet.then(|| self.strict_casts() as _);
+        let (url, options) = self.listing_parts(options)?;
+        let table = plain::PlainTable::new(url, options, self.file_schema.clone(), adapter);
+        Ok(Arc::new(table))
     }
 
     /// The adapter of a Parquet file's columns to the zone's schema the runner reads through.
@@ -281,6 +283,14 @@ impl LandingZone {
         options: ListingOptions,
         file_schema: &SchemaRef,
     ) -> Result<ListingTableConfig> {
+        let (url, options) = self.listing_parts(options)?;
+        Ok(ListingTableConfig::new(url)
+            .with_listing_options(options)
+            .with_schema(file_schema.clone()))
+    }
+
+    /// The location and listing options of a listing table over the zone with `options`.
+    fn listing_parts(&self, options: ListingOptions) -> Result<(ListingTableUrl, ListingOptions)> {
         let options = self
             .compressed_options(options)
             .with_table_partition_cols(self.columns.clone());
@@ -289,9 +299,7 @@ impl LandingZone {
             Some(g) => self.url.clone().with_glob(g.file.as_str())?,
             None => self.url.clone(),
         };
-        Ok(ListingTableConfig::new(url)
-            .with_listing_options(options)
-            .with_schema(file_schema.clone()))
+        Ok((url, options))
     }
 
     /// The files `filters` can reach, with their partition values: directories are listed level
