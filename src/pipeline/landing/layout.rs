@@ -409,40 +409,6 @@ impl LandingZone {
         }
         Ok(None)
     }
-
-    /// DataFusion's listing (the checks' route) lists the directory an equality filter names
-    /// by its value's spelling (`n = 7` lists `n=7/`): among the top-level DATE or BIGINT
-    /// directories a window reaches (`kept`) when its filters bound that column, one spelled
-    /// otherwise (`n=007`) could be read by one route and not the other, so it is refused.
-    pub(super) fn spelled_as_values(
-        &self,
-        kept: &[(Path, Vec<ScalarValue>)],
-        filters: &[&datafusion::logical_expr::Expr],
-    ) -> Result<()> {
-        let (name, ty) = &self.columns[0];
-        let bounded = filters
-            .iter()
-            .any(|f| f.column_refs().iter().any(|c| &c.name == name));
-        if !is_named_by_value(ty) || !bounded {
-            return Ok(());
-        }
-        for (dir, values) in kept {
-            let raw = dir
-                .filename()
-                .and_then(|s| s.split_once('='))
-                .map(|(_, r)| r)
-                .unwrap_or_default();
-            let Some(v) = values.first() else { continue };
-            if v.to_string() != raw {
-                return Err(Error::input(format!(
-                    "directory {} of source `{}`: its value {v} is spelled `{raw}`; a top-level {ty} directory a window's filters bound must be spelled as its value prints (`{name}={v}`), which is how DataFusion's listing, the checks' route, finds a directory an equality names: rename it, or declare the column VARCHAR in partition_columns",
-                    self.shown(dir),
-                    self.alias
-                )));
-            }
-        }
-        Ok(())
-    }
 }
 
 /// Whether `dir` is a `key=value` directory of a zone (not hidden: `_temporary/`, `.x=1/`).
@@ -453,14 +419,6 @@ fn is_hive_dir(dir: &Path) -> bool {
 
 /// The directory value Hive writers use for a NULL partition value.
 const HIVE_NULL: &str = "__HIVE_DEFAULT_PARTITION__";
-
-/// A top-level partition type the checks find directories of by their values' spelling.
-fn is_named_by_value(ty: &arrow::datatypes::DataType) -> bool {
-    matches!(
-        ty,
-        arrow::datatypes::DataType::Date32 | arrow::datatypes::DataType::Int64
-    )
-}
 
 /// The compression a file's name says it has (its last suffix), if any DataFusion reads:
 /// `events.csv.gz` is gzip.

@@ -351,9 +351,6 @@ impl LandingZone {
                 }
             }
             level = prune::keep(&self.columns, children, depth, &filters)?;
-            if depth == 0 {
-                self.spelled_as_values(&level, &filters)?;
-            }
         }
         let leaves: Vec<(Vec<ScalarValue>, Arc<Dir>)> =
             futures::stream::iter(level.into_iter().map(|(p, values)| async move {
