@@ -154,12 +154,9 @@ impl Runner {
             (false, _) => Some("no directory its filters reach exists".to_string()),
             // A zone no scan of the window reads (only `[checks]` SQL, say) has no reach.
             (true, Some(a)) if !scans.is_empty() => {
-                landing::late::own_days_absent(a, zone, window, &reached.dirs)?.map(|(f, l)| {
-                    let days = match f == l {
-                        true => format!("{f}"),
-                        false => format!("{f} to {l}"),
-                    };
-                    format!("no directory of its own arrival days ({days}) exists; the later days its lateness reaches hold only late events")
+                landing::late::own_days_absent(a, zone, window, &reached.dirs)?.map(|own| {
+                    let unit = if a.hourly() { "hours" } else { "days" };
+                    format!("no directory of its own arrival {unit} ({own}) exists; the later {unit} its lateness reaches hold only late events")
                 })
             }
             (true, _) => None,

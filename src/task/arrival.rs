@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Arrival {
     /// The partition columns giving a file's arrival day: one date column (`dt`), or a year,
-    /// a month and a day.
+    /// a month and a day; or its arrival hour: those and an hour (`0`–`23`).
     pub columns: Vec<String>,
     /// The IANA time zone the arrival days are days of.
     pub timezone: String,
@@ -58,6 +58,11 @@ impl Arrival {
         i64::try_from(d.as_micros()).map_err(|_| format!("`{text}` is too long"))
     }
 
+    /// Whether the arrival is by the hour (a year, a month, a day and an hour column).
+    pub fn hourly(&self) -> bool {
+        self.columns.len() == 4
+    }
+
     /// The arrival days a window `[start, end)` reaches: from its first instant's day to the
     /// day of its last instant plus the lateness, in the arrival time zone (what [`reach`]
     /// keeps).
@@ -66,12 +71,68 @@ impl Arrival {
         start: jiff::Timestamp,
         end: jiff::Timestamp,
     ) -> Result<(jiff::civil::Date, jiff::civil::Date)> {
+        let (first, last) = self.local(start, end)?;
+        Ok((first.date(), last.date()))
+    }
+
+    /// The arrivals a window `[start, end)` reaches, as local date-times in the arrival time
+    /// zone at the start of their day (or hour, [`Arrival::hourly`]): the first instant's to
+    /// the last instant's plus the lateness.
+    pub fn span(
+        &self,
+        start: jiff::Timestamp,
+        end: jiff::Timestamp,
+    ) -> Result<(jiff::civil::DateTime, jiff::civil::DateTime)> {
+        let (first, last) = self.local(start, end)?;
+        let unit = match self.hourly() {
+            true => jiff::Unit::Hour,
+            false => jiff::Unit::Day,
+        };
+        let floor = |t: jiff::civil::DateTime| {
+            t.round(
+                jiff::civil::DateTimeRound::new()
+                    .smallest(unit)
+                    .mode(jiff::RoundMode::Trunc),
+            )
+            .map_err(|e| Error::runtime(e.to_string()))
+        };
+        Ok((floor(first)?, floor(last)?))
+    }
+
+    /// The window's first instant and its last plus the lateness, in the arrival time zone.
+    fn local(
+        &self,
+        start: jiff::Timestamp,
+        end: jiff::Timestamp,
+    ) -> Result<(jiff::civil::DateTime, jiff::civil::DateTime)> {
         let tz = jiff::tz::TimeZone::get(&self.timezone)
             .map_err(|e| Error::input(format!("arrival_timezone: {e}")))?;
         let last = end
             .checked_add(jiff::SignedDuration::from_micros(self.lateness_us - 1))
             .map_err(|e| Error::runtime(e.to_string()))?;
-        Ok((start.to_zoned(tz.clone()).date(), last.to_zoned(tz).date()))
+        Ok((
+            start.to_zoned(tz.clone()).datetime(),
+            last.to_zoned(tz).datetime(),
+        ))
+    }
+
+    /// The arrival of a row of `scan` (`table`'s columns): its day's (or hour's) start as
+    /// local microseconds since 1970-01-01T00:00 (a BIGINT).
+    pub fn at(&self, table: &TableReference, scan: &LogicalPlan) -> Result<Expr> {
+        let midnight = cast(
+            cast(
+                self.day(table, scan)?,
+                DataType::Timestamp(TimeUnit::Microsecond, None),
+            ),
+            I64,
+        );
+        let [.., hour] = self.columns.as_slice() else {
+            unreachable!("one column at least")
+        };
+        Ok(match self.hourly() {
+            true => midnight + level(table, hour) * lit(3_600_000_000i64),
+            false => midnight,
+        })
     }
 
     /// The arrival day of a row of `scan` (`table`'s columns), as a DATE.
@@ -94,7 +155,7 @@ impl Arrival {
                     _ => cast(c, DataType::Date32),
                 })
             }
-            [y, m, d] => {
+            [y, m, d] | [y, m, d, _] => {
                 let part =
                     |name: &str| -> Result<Expr> { Ok(cast(column(name)?, DataType::Int32)) };
                 Ok(datafusion::functions::expr_fn::make_date(
@@ -104,7 +165,7 @@ impl Arrival {
                 ))
             }
             _ => Err(Error::input(format!(
-                "source `{table}`: arrival must name one date column or a year, a month and a day column"
+                "source `{table}`: arrival must name one date column, a year, a month and a day column, or those and an hour column"
             ))),
         }
     }
@@ -139,12 +200,114 @@ pub fn reach(arrival: &Arrival, table: &TableReference, scan: &LogicalPlan) -> R
     let last = instant("window_end_ts") + lit(ScalarValue::IntervalMonthDayNano(Some(widen)));
     let first = local_date(instant("window_start_ts"), &arrival.timezone);
     let last = local_date(last, &arrival.timezone);
-    Ok(day.clone().gt_eq(first).and(day.lt_eq(last)))
+    let days = day
+        .clone()
+        .gt_eq(first.clone())
+        .and(day.lt_eq(last.clone()));
+    let (y, m) = match arrival.columns.as_slice() {
+        [y, m, _] | [y, m, _, _] => (y, m),
+        _ => return Ok(days),
+    };
+    // A year and a month level: the same range on each, conjuncts of their own, so the
+    // listing keeps only the years and months in reach before it lists their days (and an
+    // hour level, the hours in reach).
+    let level = |name: &str| level(table, name);
+    let part = |what: &str, date: &Expr| {
+        cast(
+            datafusion::functions::expr_fn::date_part(lit(what), date.clone()),
+            I64,
+        )
+    };
+    let month_of = |year: Expr, month: Expr| year * lit(12i64) + month;
+    let (year, month) = (level(y), level(m));
+    let years = year
+        .clone()
+        .gt_eq(part("year", &first))
+        .and(year.clone().lt_eq(part("year", &last)));
+    let months = month_of(year.clone(), month.clone())
+        .gt_eq(month_of(part("year", &first), part("month", &first)))
+        .and(month_of(year, month).lt_eq(month_of(part("year", &last), part("month", &last))));
+    let reach = years.and(months).and(days);
+    if !arrival.hourly() {
+        return Ok(reach);
+    }
+    let at = arrival.at(table, scan)?;
+    let hour_of = |instant: Expr| {
+        let zoned = cast(
+            instant,
+            DataType::Timestamp(
+                TimeUnit::Microsecond,
+                Some(arrival.timezone.as_str().into()),
+            ),
+        );
+        let local = datafusion::functions::expr_fn::to_local_time(vec![zoned]);
+        let hour = datafusion::functions::expr_fn::date_trunc(lit("hour"), local);
+        cast(
+            cast(hour, DataType::Timestamp(TimeUnit::Microsecond, None)),
+            I64,
+        )
+    };
+    let last = instant("window_end_ts") + lit(ScalarValue::IntervalMonthDayNano(Some(widen)));
+    let hours = at
+        .clone()
+        .gt_eq(hour_of(instant("window_start_ts")))
+        .and(at.lt_eq(hour_of(last)));
+    Ok(reach.and(hours))
+}
+
+const I64: DataType = DataType::Int64;
+
+/// Partition column `name` of `table` as a BIGINT.
+fn level(table: &TableReference, name: &str) -> Expr {
+    cast(Expr::Column(Column::new(Some(table.clone()), name)), I64)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_arrival_spans_the_days_or_hours_a_window_and_its_lateness_reach() {
+        let hour = 3_600_000_000i64;
+        let arrival = |columns: &[&str], timezone: &str, lateness_us: i64| Arrival {
+            columns: columns.iter().map(|c| c.to_string()).collect(),
+            timezone: timezone.into(),
+            lateness_us,
+            event_time: None,
+            on_late: crate::task::checks::Severity::Warn,
+        };
+        let at = |s: &str| s.parse::<jiff::Timestamp>().unwrap();
+        let local = |s: &str| s.parse::<jiff::civil::DateTime>().unwrap();
+        let (start, end) = (at("2026-11-02T00:00:00Z"), at("2026-11-03T00:00:00Z"));
+        let hourly = ["year", "month", "day", "hour"];
+        assert_eq!(
+            arrival(&hourly, "UTC", hour).span(start, end).unwrap(),
+            (local("2026-11-02T00:00"), local("2026-11-03T00:00"))
+        );
+        assert_eq!(
+            arrival(&hourly, "UTC", 0).span(start, end).unwrap(),
+            (local("2026-11-02T00:00"), local("2026-11-02T23:00"))
+        );
+        // Half-hour offsets: the hours the local instants fall in.
+        assert_eq!(
+            arrival(&hourly, "Asia/Kolkata", 0)
+                .span(start, end)
+                .unwrap(),
+            (local("2026-11-02T05:00"), local("2026-11-03T05:00"))
+        );
+        let daily = arrival(&["year", "month", "day"], "UTC", hour);
+        assert_eq!(
+            daily.span(start, end).unwrap(),
+            (local("2026-11-02T00:00"), local("2026-11-03T00:00"))
+        );
+        assert_eq!(
+            daily.days(start, end).unwrap(),
+            (
+                jiff::civil::date(2026, 11, 2),
+                jiff::civil::date(2026, 11, 3)
+            )
+        );
+    }
 
     #[test]
     fn lateness_reads_days_hours_and_iso_durations_and_refuses_the_rest() {

@@ -60,6 +60,14 @@ pub(crate) fn write_file(root: &Path, d: jiff::civil::Date, n: usize) -> PathBuf
     let v: Vec<i64> = (0..rows)
         .map(|i| (d.day() as i64) * 100 + n as i64 * 10 + i)
         .collect();
+    let path = dir.join(format!("part-{n:05}.parquet"));
+    write_rows(&path, ts, id, v);
+    path
+}
+
+/// A Parquet file of columns `ts` (UTC microseconds), `id` and `v` at `path`, written
+/// atomically (a hidden temporary file renamed into place).
+pub(crate) fn write_rows(path: &Path, ts: Vec<i64>, id: Vec<i64>, v: Vec<i64>) {
     let schema = Arc::new(Schema::new(vec![
         Field::new(
             "ts",
@@ -78,14 +86,15 @@ pub(crate) fn write_file(root: &Path, d: jiff::civil::Date, n: usize) -> PathBuf
         ],
     )
     .unwrap();
-    let path = dir.join(format!("part-{n:05}.parquet"));
-    let tmp = dir.join(format!(".part-{n:05}.parquet.tmp"));
+    let dir = path.parent().unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    let name = path.file_name().unwrap().to_string_lossy();
+    let tmp = dir.join(format!(".{name}.tmp"));
     let file = std::fs::File::create(&tmp).unwrap();
     let mut w = parquet::arrow::ArrowWriter::try_new(file, schema, None).unwrap();
     w.write(&batch).unwrap();
     w.close().unwrap();
-    std::fs::rename(&tmp, &path).unwrap();
-    path
+    std::fs::rename(&tmp, path).unwrap();
 }
 
 /// A project with the `events` task over a landing zone of `days` days × `files` files.
@@ -476,7 +485,14 @@ fn partition_columns_are_validated() {
             "partitioning = \"none\"\npartition_columns = [\"dt DATE\"]",
             "set partitioning = \"hive\"",
         ),
-        ("partitioning = \"sometimes\"", "must be auto, hive or none"),
+        (
+            "partitioning = \"sometimes\"",
+            "must be auto, hive, directories or none",
+        ),
+        (
+            "partitioning = \"directories\"",
+            "partition_columns = [\"year INT\"",
+        ),
     ];
     for (extra, message) in cases {
         let toml = TASK.replace(

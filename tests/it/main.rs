@@ -13,6 +13,7 @@ mod deploy;
 mod docs;
 mod dst;
 mod findings;
+mod hour_trees;
 mod incident;
 mod landing;
 mod late_data;

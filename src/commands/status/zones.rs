@@ -109,7 +109,13 @@ impl Listings {
             s.parse::<jiff::Timestamp>()
                 .map_err(|e| Error::runtime(format!("window bound {s}: {e}")))
         };
-        let (first, last) = arrival.days(parse(&st.window.start)?, parse(&st.window.end)?)?;
+        let (start, end) = (parse(&st.window.start)?, parse(&st.window.end)?);
+        let (first, last) = arrival.days(start, end)?;
+        // An hourly arrival: the hours in reach of each day (`None`: every hour).
+        let hours = arrival
+            .hourly()
+            .then(|| arrival.span(start, end))
+            .transpose()?;
         let store = self.store(&source.uri)?;
         let Some(dirs) = self
             .day_dirs(source, arrival, &store, (first, last))
@@ -118,7 +124,7 @@ impl Listings {
             return Ok(None);
         };
         let mut out = BTreeMap::new();
-        for dir in dirs {
+        for (dir, date) in dirs {
             let key = (source.uri.clone(), dir.to_string());
             if !self.files.contains_key(&key) {
                 let listed = store.list(Some(&dir)).try_collect().await?;
@@ -128,6 +134,28 @@ impl Listings {
                 let name = m.location.filename().unwrap_or_default();
                 if name.starts_with(['.', '_']) || !name.ends_with(extension) {
                     continue;
+                }
+                if let Some((first, last)) = hours {
+                    // The level right below the day: the file's arrival hour.
+                    let hour = m.location.prefix_match(&dir).and_then(|mut p| {
+                        let level = p.next()?;
+                        let text = level.as_ref();
+                        let value = text.rsplit_once('=').map_or(text, |(_, v)| v);
+                        let h = value.parse::<i8>().ok()?;
+                        jiff::civil::DateTime::new(
+                            date.year(),
+                            date.month(),
+                            date.day(),
+                            h,
+                            0,
+                            0,
+                            0,
+                        )
+                        .ok()
+                    });
+                    if !hour.is_some_and(|h| first <= h && h <= last) {
+                        continue;
+                    }
                 }
                 let modified = chrono::DateTime::<chrono::Utc>::from_timestamp_micros(
                     m.last_modified.timestamp_micros(),
@@ -140,19 +168,27 @@ impl Listings {
     }
 
     /// The arrival-day directories of the zone in `[first, last]` (`dt=` at the top level, or
-    /// `year=/month=/day=`), each level listed once per `status`; `None` when the top level
-    /// holds no directory of the arrival's first column.
+    /// `year=/month=/day=`, or the same levels without names), each level listed once per
+    /// `status`; `None` when the top level holds no directory of the arrival's first column.
     async fn day_dirs(
         &mut self,
         source: &Source,
         arrival: &Arrival,
         store: &Arc<dyn ObjectStore>,
         (first, last): (jiff::civil::Date, jiff::civil::Date),
-    ) -> Result<Option<Vec<Path>>> {
+    ) -> Result<Option<Vec<(Path, jiff::civil::Date)>>> {
         let root = datafusion::datasource::listing::ListingTableUrl::parse(&source.uri)?;
         let in_reach = |d: Option<jiff::civil::Date>| d.is_some_and(|d| first <= d && d <= last);
+        // `key=value` directories, or (`partitioning = "directories"`) names that are values.
+        let unnamed = matches!(
+            source.partitioning,
+            crate::task::Partitioning::Directories(_)
+        );
         let value = |dir: &Path, column: &str| -> Option<String> {
             let name = dir.filename()?;
+            if unnamed {
+                return (!name.starts_with(['.', '_'])).then(|| name.to_string());
+            }
             Some(name.strip_prefix(column)?.strip_prefix('=')?.to_string())
         };
         let mut dirs = Vec::new();
@@ -166,11 +202,11 @@ impl Listings {
             match arrival.columns.as_slice() {
                 [dt] => {
                     let day = value(&top, dt).and_then(|v| v.get(..10)?.parse().ok());
-                    if in_reach(day) {
-                        dirs.push(top);
+                    if let Some(day) = day.filter(|d| in_reach(Some(*d))) {
+                        dirs.push((top, day));
                     }
                 }
-                [y, m, d] => {
+                [y, m, d] | [y, m, d, _] => {
                     let int = |dir: &Path, c: &str| value(dir, c)?.parse::<i64>().ok();
                     let Some(year) = int(&top, y) else { continue };
                     if year < i64::from(first.year()) || year > i64::from(last.year()) {
@@ -195,8 +231,8 @@ impl Listings {
                                 )
                                 .ok()
                             });
-                            if in_reach(date) {
-                                dirs.push(day);
+                            if let Some(date) = date.filter(|d| in_reach(Some(*d))) {
+                                dirs.push((day, date));
                             }
                         }
                     }

@@ -97,7 +97,8 @@ impl LandingZone {
         let inner: Arc<dyn TableProvider> = match plain {
             true => {
                 let (url, options) = self.listing_parts(self.options.clone())?;
-                Arc::new(super::plain::PlainTable::new(url, options, read, None))
+                let table = super::plain::PlainTable::new(url, options, read, None);
+                Arc::new(table.named(self.named))
             }
             false => Arc::new(ZoneTable::reading(
                 self.clone(),

@@ -12,7 +12,7 @@
 //! zone's offset (offsets are whole minutes).
 
 use arrow::array::{Array, AsArray};
-use arrow::datatypes::{DataType, Date32Type, Int64Type, TimeUnit};
+use arrow::datatypes::{DataType, Int64Type, TimeUnit};
 use datafusion::common::TableReference;
 use datafusion::functions_aggregate::expr_fn::count;
 use datafusion::logical_expr::{Expr, cast, col, lit};
@@ -45,14 +45,18 @@ pub async fn late_rows(
         let groups = unplaced_groups(ctx, task, window, (&s.alias, arrival), event_time).await?;
         let mut late = 0u64;
         let mut sample = Vec::new();
-        for (day, minute, rows) in groups {
-            if reached(task, arrival, day, minute)? {
+        for (at, minute, rows) in groups {
+            if reached(task, arrival, at, minute)? {
                 continue;
             }
             late += rows;
             if sample.len() < SAMPLE {
                 let mut m = serde_json::Map::new();
-                m.insert("arrival_day".into(), day.to_string().into());
+                let arrival_at = match arrival.hourly() {
+                    true => ("arrival_hour", at.strftime("%Y-%m-%dT%H").to_string()),
+                    false => ("arrival_day", at.date().to_string()),
+                };
+                m.insert(arrival_at.0.into(), arrival_at.1.into());
                 let at = minute.map(|t| t.to_string());
                 m.insert("event_minute".into(), at.into());
                 m.insert("rows".into(), rows.into());
@@ -70,35 +74,35 @@ pub async fn late_rows(
     Ok(out)
 }
 
-/// Whether a row that arrived on `day` with its event in `minute` is read by the window
-/// holding that minute.
+/// Whether a row that arrived `at` (its arrival day's or hour's start) with its event in
+/// `minute` is read by the window holding that minute.
 fn reached(
     task: &Task,
     arrival: &Arrival,
-    day: jiff::civil::Date,
+    at: jiff::civil::DateTime,
     minute: Option<jiff::Timestamp>,
 ) -> Result<bool> {
     let Some(minute) = minute else {
         return Ok(false);
     };
     let w = Window::containing(task.grain, &minute.to_zoned(task.timezone.clone()))?;
-    let (first, last) = arrival.days(w.start_ts(), w.end_ts())?;
-    Ok(first <= day && day <= last)
+    let (first, last) = arrival.span(w.start_ts(), w.end_ts())?;
+    Ok(first <= at && at <= last)
 }
 
-/// The rows of the window's arrival days whose event time is outside the window (or NULL):
-/// (arrival day, event minute, rows).
+/// The rows of the window's arrival days (or hours) whose event time is outside the window
+/// (or NULL): (arrival day's or hour's start, event minute, rows).
 async fn unplaced_groups(
     ctx: &SessionContext,
     task: &Task,
     window: &Window,
     (alias, arrival): (&str, &Arrival),
     event_time: &str,
-) -> Result<Vec<(jiff::civil::Date, Option<jiff::Timestamp>, u64)>> {
+) -> Result<Vec<(jiff::civil::DateTime, Option<jiff::Timestamp>, u64)>> {
     let table = TableReference::bare(alias);
     let df = ctx.table(table.clone()).await?;
     let reach = crate::task::arrival::reach(arrival, &table, df.logical_plan())?;
-    let day = arrival.day(&table, df.logical_plan())?;
+    let at = arrival.at(&table, df.logical_plan())?;
     let utc = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
     let ts = cast(col(event_time), utc.clone());
     let (start, end) = (
@@ -128,48 +132,50 @@ async fn unplaced_groups(
         .filter(ts.is_null().or(Expr::Not(Box::new(inside))))?
         .aggregate(
             vec![
-                day.alias("day"),
+                at.alias("at"),
                 cast(cast(minute, utc), DataType::Int64).alias("minute"),
             ],
             vec![count(lit(1)).alias("rows")],
         )?;
     let mut out = Vec::new();
     for b in df.collect().await? {
-        let days = b.column(0).as_primitive::<Date32Type>();
+        let ats = b.column(0).as_primitive::<Int64Type>();
         let minutes = b.column(1).as_primitive::<Int64Type>();
         let rows = b.column(2).as_primitive::<Int64Type>();
         for i in 0..b.num_rows() {
-            if days.is_null(i) {
+            if ats.is_null(i) {
                 continue;
             }
-            let day = jiff::civil::date(1970, 1, 1)
-                .checked_add(jiff::Span::new().days(i64::from(days.value(i))))
-                .map_err(|e| crate::error::Error::runtime(e.to_string()))?;
+            let at = jiff::Timestamp::from_microsecond(ats.value(i))
+                .map_err(|e| crate::error::Error::runtime(e.to_string()))?
+                .to_zoned(jiff::tz::TimeZone::UTC)
+                .datetime();
             let minute = (!minutes.is_null(i))
                 .then(|| jiff::Timestamp::from_microsecond(minutes.value(i)).ok())
                 .flatten();
-            out.push((day, minute, rows.value(i) as u64));
+            out.push((at, minute, rows.value(i) as u64));
         }
     }
     Ok(out)
 }
 
-/// The arrival days of `window` itself (its first instant's day to its last's, in the arrival
-/// time zone, no lateness) when none of them is among the directories `dirs` that exist (each
-/// the partition values of a deepest directory of `zone`); `None` when one has landed (a week
-/// or a month is landed by any of its days: a day without events may have no directory).
+/// The arrival days (or hours) of `window` itself (its first instant's to its last's, in the
+/// arrival time zone, no lateness), as text, when none of them is among the directories
+/// `dirs` that exist (each the partition values of a deepest directory of `zone`); `None`
+/// when one has landed (a week or a month is landed by any of its days: a day without events
+/// may have no directory).
 pub fn own_days_absent(
     arrival: &Arrival,
     zone: &super::LandingZone,
     window: &Window,
     dirs: &[Vec<datafusion::common::ScalarValue>],
-) -> Result<Option<(jiff::civil::Date, jiff::civil::Date)>> {
+) -> Result<Option<String>> {
     use datafusion::common::ScalarValue;
     let own = Arrival {
         lateness_us: 0,
         ..arrival.clone()
     };
-    let (first, last) = own.days(window.start_ts(), window.end_ts())?;
+    let (first, last) = own.span(window.start_ts(), window.end_ts())?;
     let at: Vec<usize> = arrival
         .columns
         .iter()
@@ -188,8 +194,8 @@ pub fn own_days_absent(
             }),
         }
     };
-    let date_of = |values: &[ScalarValue]| -> Option<jiff::civil::Date> {
-        match at.as_slice() {
+    let date_of = |values: &[ScalarValue]| -> Option<jiff::civil::DateTime> {
+        let date = match at.as_slice() {
             [i] => match &values[*i] {
                 ScalarValue::Date32(Some(d)) => jiff::civil::date(1970, 1, 1)
                     .checked_add(jiff::Span::new().days(i64::from(*d)))
@@ -197,17 +203,31 @@ pub fn own_days_absent(
                 ScalarValue::Utf8(Some(s)) | ScalarValue::LargeUtf8(Some(s)) => s.parse().ok(),
                 _ => None,
             },
-            [y, m, d] => jiff::civil::Date::new(
+            [y, m, d] | [y, m, d, _] => jiff::civil::Date::new(
                 i16::try_from(int(&values[*y])?).ok()?,
                 i8::try_from(int(&values[*m])?).ok()?,
                 i8::try_from(int(&values[*d])?).ok()?,
             )
             .ok(),
             _ => None,
-        }
+        }?;
+        let hour = match at.as_slice() {
+            [.., h] if arrival.hourly() => i8::try_from(int(&values[*h])?).ok()?,
+            _ => 0,
+        };
+        jiff::civil::DateTime::new(date.year(), date.month(), date.day(), hour, 0, 0, 0).ok()
     };
-    let landed: std::collections::HashSet<jiff::civil::Date> =
+    let landed: std::collections::HashSet<jiff::civil::DateTime> =
         dirs.iter().filter_map(|v| date_of(v)).collect();
-    let own = landed.iter().any(|d| first <= *d && *d <= last);
-    Ok((!own).then_some((first, last)))
+    if landed.iter().any(|d| first <= *d && *d <= last) {
+        return Ok(None);
+    }
+    let shown = |t: jiff::civil::DateTime| match arrival.hourly() {
+        true => t.strftime("%Y-%m-%dT%H").to_string(),
+        false => t.date().to_string(),
+    };
+    Ok(Some(match first == last {
+        true => shown(first),
+        false => format!("{} to {}", shown(first), shown(last)),
+    }))
 }

@@ -23,8 +23,13 @@ impl LandingZone {
         let Some(segment) = dir.filename() else {
             return Ok(None);
         };
-        let Some((key, raw)) = segment.split_once('=') else {
-            return Ok(None);
+        let (key, raw) = match self.named {
+            true => match segment.split_once('=') {
+                Some(kv) => kv,
+                None => return Ok(None),
+            },
+            // `partitioning = "directories"`: the directory's name is the value.
+            false => (name.as_str(), segment),
         };
         if key != name {
             // Beside the zone's own directories, the root may hold others; below them, a
@@ -69,7 +74,10 @@ impl LandingZone {
         let layout: String = self
             .columns
             .iter()
-            .map(|(n, _)| format!("{n}=…/"))
+            .map(|(n, _)| match self.named {
+                true => format!("{n}=…/"),
+                false => format!("<{n}>/"),
+            })
             .collect();
         Error::input(format!(
             "source `{}`: {} is {what} outside the zone's layout `{layout}` (its partition levels, from partition_columns or its first file): a window would not read it; move it into the layout or declare the partition columns to match; nothing was read",
@@ -215,7 +223,11 @@ impl LandingZone {
                     .filter(|m| !passed_over.contains(&m.location));
                 let files = self.schema_candidates(files);
                 if let Some(f) = files.first() {
-                    if depth == 0 && self.glob.is_none() && dir.dirs.iter().any(is_hive_dir) {
+                    let levels_below = match self.named {
+                        true => dir.dirs.iter().any(is_hive_dir),
+                        false => !dir.dirs.is_empty(),
+                    };
+                    if depth == 0 && self.glob.is_none() && levels_below {
                         return Err(Error::input(format!(
                             "source `{}`: {} lies in the zone's root beside its key=value directories (its partitions): no window would read its rows by the partitions' layout; move it into a partition directory, or out of the zone; nothing was read",
                             self.alias,
@@ -225,24 +237,7 @@ impl LandingZone {
                     return Ok(Some((levels, files)));
                 }
             }
-            let mut next: Vec<&Path> = match &self.glob {
-                Some(g) => dir
-                    .dirs
-                    .iter()
-                    .filter(|p| g.matches_dir(depth, p.filename().unwrap_or_default()))
-                    .collect(),
-                // The `key=value` directories, smallest first, the next one tried when one
-                // holds no file: a stray `aaa/` or `_temporary/` sorting before the
-                // partitions, or an empty first day, does not hide the zone's layout.
-                None => {
-                    let partitions: Vec<&Path> =
-                        dir.dirs.iter().filter(|p| is_hive_dir(p)).collect();
-                    match partitions.is_empty() {
-                        true => dir.dirs.iter().min().into_iter().collect(),
-                        false => partitions,
-                    }
-                }
-            };
+            let mut next = self.next_dirs(&dir, depth);
             // Popped smallest first (or, for `schema_from = "last"`, largest first).
             match self.last {
                 true => next.sort(),
@@ -251,6 +246,11 @@ impl LandingZone {
             for child in next {
                 let segment = child.filename().unwrap_or_default();
                 let mut levels = levels.clone();
+                if !self.named {
+                    levels.push((String::new(), percent_decode(segment)));
+                    stack.push((child.clone(), depth + 1, levels));
+                    continue;
+                }
                 match segment.split_once('=') {
                     Some((k, v)) => levels.push((k.to_string(), percent_decode(v))),
                     None if self.glob.is_some() => {
@@ -266,6 +266,28 @@ impl LandingZone {
             }
         }
         Ok(None)
+    }
+
+    /// The directories of `dir` (at `depth`) the search for the first file goes down.
+    fn next_dirs<'a>(&self, dir: &'a super::Dir, depth: usize) -> Vec<&'a Path> {
+        match &self.glob {
+            Some(g) => dir
+                .dirs
+                .iter()
+                .filter(|p| g.matches_dir(depth, p.filename().unwrap_or_default()))
+                .collect(),
+            // The `key=value` directories, smallest first, the next one tried when one
+            // holds no file: a stray `aaa/` or `_temporary/` sorting before the
+            // partitions, or an empty first day, does not hide the zone's layout.
+            None if !self.named => dir.dirs.iter().collect(),
+            None => {
+                let partitions: Vec<&Path> = dir.dirs.iter().filter(|p| is_hive_dir(p)).collect();
+                match partitions.is_empty() {
+                    true => dir.dirs.iter().min().into_iter().collect(),
+                    false => partitions,
+                }
+            }
+        }
     }
 
     /// Why the zone has no first file: a location that does not exist (nothing at all under

@@ -52,10 +52,7 @@ use std::sync::{Arc, Mutex};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::ScalarValue;
 use datafusion::datasource::file_format::file_compression_type::FileCompressionType;
-use datafusion::datasource::file_format::parquet::ParquetFormat;
-use datafusion::datasource::listing::{
-    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl, PartitionedFile,
-};
+use datafusion::datasource::listing::{ListingOptions, ListingTableUrl, PartitionedFile};
 use datafusion::logical_expr::Expr;
 use datafusion::prelude::SessionContext;
 use futures::{StreamExt, TryStreamExt};
@@ -118,6 +115,9 @@ pub struct LandingZone {
     glob: Option<glob::Glob>,
     /// Whether the columns come from the last file in path order (`schema_from = "last"`).
     last: bool,
+    /// Whether directories are named `key=value` (Hive); `false`: each level's directory name
+    /// is its value (`partitioning = "directories"`).
+    named: bool,
     /// A text zone's compression, from its first file's name (`part-0.csv.gz`): every route
     /// reads its files through DataFusion's decompression.
     compression: Option<FileCompressionType>,
@@ -161,6 +161,7 @@ impl LandingZone {
             options,
             glob,
             last: schema_from == SchemaFrom::Last,
+            named: !matches!(partitioning, Partitioning::Directories(_)),
             compression: None,
             pinned: Mutex::new(HashMap::new()),
         };
@@ -175,9 +176,42 @@ impl LandingZone {
             return Err(zone.no_files(other).await);
         };
         let at = &candidates[0].location;
-        zone.columns = match partitioning {
+        let Some(columns) = zone.columns_of(partitioning, &levels, at)? else {
+            return Ok(None);
+        };
+        zone.columns = columns;
+        let (schema, first) = zone.newest_complete(ctx, candidates).await?;
+        no_clash(&zone.columns, &schema, &first)?;
+        zone.file_schema = schema;
+        Ok(Some(zone))
+    }
+
+    /// The partition columns of a zone whose first file (`at`) lies below directories
+    /// `levels` (`key`, value; no key without names), as `partitioning` declares or infers
+    /// them; `None`: not a landing zone.
+    fn columns_of(
+        &self,
+        partitioning: &Partitioning,
+        levels: &[(String, String)],
+        at: &Path,
+    ) -> Result<Option<Vec<(String, DataType)>>> {
+        Ok(Some(match partitioning {
+            Partitioning::Directories(declared) => {
+                if levels.len() != declared.len() {
+                    return Err(Error::input(format!(
+                        "partitioning = \"directories\" declares {} levels in partition_columns, but the first file under {} ({at}) lies {} directories below it",
+                        declared.len(),
+                        self.url.as_str(),
+                        levels.len()
+                    )));
+                }
+                declared
+                    .iter()
+                    .map(|c| (c.name.clone(), arrow_type(c.kind)))
+                    .collect()
+            }
             Partitioning::Hive(declared) if !declared.is_empty() => {
-                check_levels(declared, &levels, at)?;
+                check_levels(declared, levels, at)?;
                 declared
                     .iter()
                     .map(|c| (c.name.clone(), arrow_type(c.kind)))
@@ -186,19 +220,15 @@ impl LandingZone {
             Partitioning::Hive(_) if levels.is_empty() => {
                 return Err(Error::input(format!(
                     "partitioning = \"hive\", but the first file under {} ({at}) lies in no key=value directory",
-                    zone.url.as_str(),
+                    self.url.as_str(),
                 )));
             }
-            _ if levels.is_empty() && zone.glob.is_none() => return Ok(None),
+            _ if levels.is_empty() && self.glob.is_none() => return Ok(None),
             _ => levels
                 .iter()
                 .map(|(k, v)| (k.clone(), arrow_type(PartitionKind::infer(v))))
                 .collect(),
-        };
-        let (schema, first) = zone.newest_complete(ctx, candidates).await?;
-        no_clash(&zone.columns, &schema, &first)?;
-        zone.file_schema = schema;
-        Ok(Some(zone))
+        }))
     }
 
     /// The zone's root location (without a glob's file pattern).
@@ -238,68 +268,6 @@ impl LandingZone {
             .iter()
             .map(|(n, t)| Arc::new(Field::new(n, t.clone(), false)))
             .collect()
-    }
-
-    /// DataFusion's own listing table over the same location, partition columns and schema
-    /// (a listing of its own): a remote engine's route, which converts a file's columns as
-    /// DataFusion does.
-    pub fn listing_table(&self) -> Result<ListingTable> {
-        let config = self.listing_config(self.options.clone(), &self.file_schema)?;
-        Ok(ListingTable::try_new(config)?)
-    }
-
-    /// The plain route over the zone, the runner's plain twin's and the independent checks'
-    /// on the local engine: DataFusion's listing table with `options` (the reading session's
-    /// format settings; `None`: the zone's own), listed level by level (`plain`), refusing
-    /// lossy conversions of a Parquet file's columns (`casts`), text files read exactly
-    /// (`exact`). Its partition values, their filters and its schema adaptation are
-    /// DataFusion's; its files are listed and read through the object store the reading
-    /// session registered for the location.
-    pub fn plain_table(
-        self: &Arc<Self>,
-        options: Option<ListingOptions>,
-    ) -> Result<Arc<dyn datafusion::catalog::TableProvider>> {
-        if let Some(exact) = self.exact_table(true)? {
-            return Ok(exact);
-        }
-        let options = options.unwrap_or_else(|| self.options.clone());
-        let parquet = options.format.downcast_ref::<ParquetFormat>().is_some();
-        let adapter = parquet.then(|| self.strict_casts() as _);
-        let (url, options) = self.listing_parts(options)?;
-        let table = plain::PlainTable::new(url, options, self.file_schema.clone(), adapter);
-        Ok(Arc::new(table))
-    }
-
-    /// The adapter of a Parquet file's columns to the zone's schema the runner reads through.
-    pub fn strict_casts(&self) -> Arc<casts::StrictCasts> {
-        Arc::new(casts::StrictCasts {
-            alias: self.alias.clone(),
-        })
-    }
-
-    /// DataFusion's listing table configuration of the zone with `options`.
-    fn listing_config(
-        &self,
-        options: ListingOptions,
-        file_schema: &SchemaRef,
-    ) -> Result<ListingTableConfig> {
-        let (url, options) = self.listing_parts(options)?;
-        Ok(ListingTableConfig::new(url)
-            .with_listing_options(options)
-            .with_schema(file_schema.clone()))
-    }
-
-    /// The location and listing options of a listing table over the zone with `options`.
-    fn listing_parts(&self, options: ListingOptions) -> Result<(ListingTableUrl, ListingOptions)> {
-        let options = self
-            .compressed_options(options)
-            .with_table_partition_cols(self.columns.clone());
-        // DataFusion matches a glob against the file names, `key=value` levels left out.
-        let url = match &self.glob {
-            Some(g) => self.url.clone().with_glob(g.file.as_str())?,
-            None => self.url.clone(),
-        };
-        Ok((url, options))
     }
 
     /// The files `filters` can reach, with their partition values: directories are listed level
@@ -432,6 +400,11 @@ fn split_location(
     partitioning: &Partitioning,
 ) -> Result<Option<(String, Option<glob::Glob>)>> {
     let (root, glob) = glob::split(uri)?;
+    if glob.is_some() && matches!(partitioning, Partitioning::Directories(_)) {
+        return Err(Error::input(format!(
+            "partitioning = \"directories\" names the levels of a directory location, but `{uri}` is a glob: give the zone's root directory as uri"
+        )));
+    }
     if let Some(g) = &glob
         && *partitioning == Partitioning::None
         && !g.dirs.is_empty()

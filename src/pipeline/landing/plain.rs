@@ -22,6 +22,7 @@
 //! Listings go through the object store the reading session registered for the location (the
 //! checks': their own client) and are made afresh by every scan; nothing is kept.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use arrow::datatypes::{Field, SchemaRef};
@@ -29,10 +30,13 @@ use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::{DFSchema, ScalarValue, project_schema};
 use datafusion::datasource::TableType;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::helpers::{
     expr_applicable_for_cols, filter_partitioned_file, parse_partitions_for_path,
 };
-use datafusion::datasource::listing::{ListingOptions, ListingTableUrl, PartitionedFile};
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl, PartitionedFile,
+};
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
 use datafusion::datasource::table_schema::TableSchemaBuilder;
 use datafusion::error::Result;
@@ -41,6 +45,7 @@ use datafusion::physical_expr_adapter::PhysicalExprAdapterFactory;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
 use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
 
 /// Directory listings in flight at once.
 const LISTINGS: usize = 32;
@@ -57,6 +62,9 @@ pub struct PlainTable {
     /// The files' columns, then the partition columns (never NULL).
     schema: SchemaRef,
     adapter: Option<Arc<dyn PhysicalExprAdapterFactory>>,
+    /// Whether directories are named `key=value`; `false`: each level's directory name is its
+    /// value (`partitioning = "directories"`, which DataFusion's listing does not read).
+    named: bool,
 }
 
 impl PlainTable {
@@ -86,7 +94,33 @@ impl PlainTable {
             file_schema,
             schema,
             adapter,
+            named: true,
         }
+    }
+
+    /// The table over a zone whose directories are named `key=value` (`named`, the default)
+    /// or by their values alone.
+    pub fn named(self, named: bool) -> PlainTable {
+        PlainTable { named, ..self }
+    }
+
+    /// The partition values of `dir`, a directory `depth + 1` levels below the root, as text
+    /// (percent-escapes decoded); `None` for a directory that is not one of the zone's.
+    fn values_of<'a>(&self, dir: &'a Path, known: &[&'a str]) -> Option<Vec<Cow<'a, str>>> {
+        if self.named {
+            let parsed = parse_partitions_for_path(&self.url, dir, known.to_vec())?;
+            return (parsed.len() == known.len()).then_some(parsed);
+        }
+        let names: Vec<&str> = self.url.strip_prefix(dir)?.collect();
+        let hidden = names.iter().any(|n| n.starts_with(['.', '_']));
+        if hidden || names.len() != known.len() {
+            return None;
+        }
+        let decoded = names.into_iter().map(|n| {
+            let decoded = percent_encoding::percent_decode_str(n).decode_utf8();
+            decoded.unwrap_or(Cow::Borrowed(n))
+        });
+        Some(decoded.collect())
     }
 
     fn names(&self) -> Vec<&str> {
@@ -124,9 +158,11 @@ impl PlainTable {
                 for (dir, listed) in listed {
                     for meta in listed.objects {
                         let location = &meta.location;
+                        // DataFusion's match for `key=value` levels (no level of another
+                        // name counts as one); levels without names are matched by depth.
                         if meta.size > 0
                             && location.as_ref().ends_with(&self.options.file_extension)
-                            && self.url.contains(location, ignore)
+                            && (!self.named || self.url.contains(location, ignore))
                         {
                             let values = dir.partition_values.clone();
                             files.push(PartitionedFile::from(meta).with_partition_values(values));
@@ -149,8 +185,7 @@ impl PlainTable {
             let mut kept = Vec::new();
             for (_, listed) in listed {
                 for child in listed.common_prefixes {
-                    let parsed = parse_partitions_for_path(&self.url, &child, known.to_vec());
-                    let Some(parsed) = parsed.filter(|p| p.len() == depth + 1) else {
+                    let Some(parsed) = self.values_of(&child, known) else {
                         continue;
                     };
                     let values = parsed
@@ -170,7 +205,7 @@ impl PlainTable {
 
 /// The directory at `location` as a file of no size with `values` (the path kept as listed: a
 /// string round trip would escape a `%` in a directory's name again).
-fn directory(location: object_store::path::Path, values: Vec<ScalarValue>) -> PartitionedFile {
+fn directory(location: Path, values: Vec<ScalarValue>) -> PartitionedFile {
     let meta = object_store::ObjectMeta {
         location,
         last_modified: chrono::DateTime::<chrono::Utc>::MIN_UTC,
@@ -246,6 +281,80 @@ impl TableProvider for PlainTable {
             .format
             .create_physical_plan(state, config)
             .await
+    }
+}
+
+/// The zone's routes other than the runner's own (`Route::Plain`, `Route::Listing`).
+impl super::LandingZone {
+    /// DataFusion's own listing table over the same location, partition columns and schema
+    /// (a listing of its own): a remote engine's route, which converts a file's columns as
+    /// DataFusion does.
+    pub fn listing_table(&self) -> crate::error::Result<ListingTable> {
+        if !self.named {
+            return Err(crate::error::Error::input(format!(
+                "source `{}`: partitioning = \"directories\" is read on the local engine only (DataFusion's listing table reads key=value directories)",
+                self.alias
+            )));
+        }
+        let config = self.listing_config(self.options.clone(), &self.file_schema)?;
+        Ok(ListingTable::try_new(config)?)
+    }
+
+    /// The plain route over the zone, the runner's plain twin's and the independent checks'
+    /// on the local engine: DataFusion's listing table with `options` (the reading session's
+    /// format settings; `None`: the zone's own), listed level by level (`plain`), refusing
+    /// lossy conversions of a Parquet file's columns (`casts`), text files read exactly
+    /// (`exact`). Its partition values, their filters and its schema adaptation are
+    /// DataFusion's; its files are listed and read through the object store the reading
+    /// session registered for the location.
+    pub fn plain_table(
+        self: &Arc<Self>,
+        options: Option<ListingOptions>,
+    ) -> crate::error::Result<Arc<dyn TableProvider>> {
+        if let Some(exact) = self.exact_table(true)? {
+            return Ok(exact);
+        }
+        let options = options.unwrap_or_else(|| self.options.clone());
+        let parquet = options.format.downcast_ref::<ParquetFormat>().is_some();
+        let adapter = parquet.then(|| self.strict_casts() as _);
+        let (url, options) = self.listing_parts(options)?;
+        let table = PlainTable::new(url, options, self.file_schema.clone(), adapter);
+        Ok(Arc::new(table.named(self.named)))
+    }
+
+    /// The adapter of a Parquet file's columns to the zone's schema the runner reads through.
+    pub fn strict_casts(&self) -> Arc<super::casts::StrictCasts> {
+        Arc::new(super::casts::StrictCasts {
+            alias: self.alias.clone(),
+        })
+    }
+
+    /// DataFusion's listing table configuration of the zone with `options`.
+    fn listing_config(
+        &self,
+        options: ListingOptions,
+        file_schema: &SchemaRef,
+    ) -> crate::error::Result<ListingTableConfig> {
+        let (url, options) = self.listing_parts(options)?;
+        Ok(ListingTableConfig::new(url)
+            .with_listing_options(options)
+            .with_schema(file_schema.clone()))
+    }
+
+    /// The location and listing options of a listing table over the zone with `options`.
+    pub(super) fn listing_parts(
+        &self,
+        options: ListingOptions,
+    ) -> crate::error::Result<(ListingTableUrl, ListingOptions)> {
+        let options = self
+            .compressed_options(options)
+            .with_table_partition_cols(self.columns.clone());
+        // DataFusion matches a glob against the file names, `key=value` levels left out.
+        let url = match &self.glob {
+            Some(g) => self.url.clone().with_glob(g.file.as_str())?,
+            None => self.url.clone(),
+        };
+        Ok((url, options))
     }
 }
 

@@ -429,6 +429,9 @@ pub enum Partitioning {
     None,
     /// Hive style, with these columns (one per directory level, in order) and types.
     Hive(Vec<PartitionColumn>),
+    /// Directory levels without names (`2026/11/28/07/`, as Firehose and many exporters write
+    /// them): one column per level, in order, each directory's whole name its value.
+    Directories(Vec<PartitionColumn>),
 }
 
 /// One Hive partition column: its name and the type its directory values are read as.

@@ -50,10 +50,10 @@ pub(super) fn parse_arrival(
         Columns::One(c) => vec![c.trim().to_string()],
         Columns::Many(cs) => cs.iter().map(|c| c.trim().to_string()).collect(),
     };
-    if !matches!(columns.len(), 1 | 3) || columns.iter().any(|c| !is_identifier(c)) {
+    if !matches!(columns.len(), 1 | 3 | 4) || columns.iter().any(|c| !is_identifier(c)) {
         return Err(fail(
             &key,
-            "names one date partition column (\"dt\") or a year, a month and a day column ([\"year\", \"month\", \"day\"])".into(),
+            "names one date partition column (\"dt\"), a year, a month and a day column ([\"year\", \"month\", \"day\"]), or those and an hour column ([\"year\", \"month\", \"day\", \"hour\"])".into(),
         ));
     }
     let timezone = s
@@ -201,13 +201,18 @@ pub(super) fn parse_partitioning(
         (Some("none"), None) => Ok(Partitioning::None),
         (Some("hive"), None) => Ok(Partitioning::Hive(Vec::new())),
         (None | Some("hive"), Some(cols)) => Ok(Partitioning::Hive(cols)),
+        (Some("directories"), Some(cols)) => Ok(Partitioning::Directories(cols)),
+        (Some("directories"), None) => Err(fail(
+            &format!("{field}.partitioning"),
+            "\"directories\" reads each directory level as a column named by partition_columns, in order: e.g. partition_columns = [\"year INT\", \"month INT\", \"day INT\", \"hour INT\"] for YYYY/MM/DD/HH/".into(),
+        )),
         (Some("none" | "auto"), Some(_)) => Err(fail(
             &format!("{field}.partition_columns"),
-            "declares Hive partition columns: set partitioning = \"hive\" (or leave it out)".into(),
+            "declares partition columns: set partitioning = \"hive\" (key=value directories, or leave it out) or \"directories\" (YYYY/MM/DD/ levels without names)".into(),
         )),
         (Some(other), _) => Err(fail(
             &format!("{field}.partitioning"),
-            format!("must be auto, hive or none, got `{other}`"),
+            format!("must be auto, hive, directories or none, got `{other}`"),
         )),
     }
 }
