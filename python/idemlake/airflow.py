@@ -20,8 +20,8 @@ a data interval, such as ``CronDataIntervalTimetable``). The operator:
 
 ``project`` and ``lake`` default to the worker's ``IDEMLAKE_PROJECT`` and ``IDEMLAKE_LAKE``;
 credentials come from the worker's environment (``AWS_*``, ``PGPASSWORD``): ``env`` adds
-variables, for instance from an Airflow connection. Tested with Airflow 3 (the versions in the
-guide); the imports fall back to Airflow 2's locations.
+variables, for instance from an Airflow connection. Supports Airflow 3.0.0 and later (tested
+with 3.0.0 and 3.3.2); the imports fall back to Airflow 2's locations, untested.
 """
 
 from __future__ import annotations
