@@ -100,6 +100,38 @@ fn write_tree(root: &Path, layout: Layout, days: std::ops::RangeInclusive<i64>) 
     out
 }
 
+/// How many files the check of a run of day 1 read (the run must succeed).
+fn day_1_checked_from(p: &TestProject) -> u64 {
+    let w = day(1).to_string();
+    let out = p.run(&["--output", "json", "run", "events", "--window", &w]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let r = &json_lines(&out)[0];
+    let (files, windows) = check_reads(r);
+    assert_eq!(windows, 1, "{r}");
+    files
+}
+
+/// Days 1 and 2 backfilled accelerated and as the plain twin, each time equal to polars over
+/// the files (days of `tz`).
+fn backfill_both_routes_as_polars(p: &TestProject, tz: &str) {
+    for accelerate in ["1", "0"] {
+        let out = p
+            .cmd()
+            .env("IDEMLAKE_ACCELERATE", accelerate)
+            .args(["backfill", "events"])
+            .args(["--from", &day(1).to_string(), "--to", &day(2).to_string()])
+            .output()
+            .unwrap();
+        assert_eq!(
+            code(&out),
+            0,
+            "accelerate={accelerate} {tz}: {}",
+            text(&out)
+        );
+        assert_matches_polars_in(p, &p.table_dir("events"), (1, 2), tz);
+    }
+}
+
 /// A `YYYY/MM/DD/HH` tree read as columns by its levels: a UTC day with an hour of lateness
 /// reads its own day's 24 hour directories and the next day's (its arrival days, on both
 /// routes), a Kolkata day the two UTC days it spans, and every day equals polars over the
@@ -112,28 +144,8 @@ fn a_yyyy_mm_dd_hh_tree_is_read_by_its_levels_and_matches_polars() {
         write_tree(&root, layout, 0..=3);
         for (tz, files) in [("UTC", 48), ("Asia/Kolkata", 48)] {
             p.task("events", &tree_task(layout, "events", tz, "1 hour"));
-            let out = p.run(&[
-                "--output",
-                "json",
-                "run",
-                "events",
-                "--window",
-                &day(1).to_string(),
-            ]);
-            assert_eq!(code(&out), 0, "{layout:?} {tz}: {}", text(&out));
-            let r = &json_lines(&out)[0];
-            assert_eq!(check_reads(r), (files, 1), "{layout:?} {tz}: {r}");
-            for accelerate in ["1", "0"] {
-                let out = p
-                    .cmd()
-                    .env("IDEMLAKE_ACCELERATE", accelerate)
-                    .args(["backfill", "events"])
-                    .args(["--from", &day(1).to_string(), "--to", &day(2).to_string()])
-                    .output()
-                    .unwrap();
-                assert_eq!(code(&out), 0, "{layout:?} {tz}: {}", text(&out));
-                assert_matches_polars_in(&p, &p.table_dir("events"), (1, 2), tz);
-            }
+            assert_eq!(day_1_checked_from(&p), files, "{layout:?} {tz}");
+            backfill_both_routes_as_polars(&p, tz);
         }
     }
 }
@@ -156,28 +168,8 @@ fn an_hourly_arrival_reads_exactly_the_hours_in_reach() {
     };
     for (tz, lateness) in [("UTC", "1 hour"), ("Asia/Kolkata", "0")] {
         p.task("events", &hourly(tz, lateness));
-        let out = p.run(&[
-            "--output",
-            "json",
-            "run",
-            "events",
-            "--window",
-            &day(1).to_string(),
-        ]);
-        assert_eq!(code(&out), 0, "{tz}: {}", text(&out));
-        let r = &json_lines(&out)[0];
-        assert_eq!(check_reads(r), (25, 1), "{tz}: {r}");
-        for accelerate in ["1", "0"] {
-            let out = p
-                .cmd()
-                .env("IDEMLAKE_ACCELERATE", accelerate)
-                .args(["backfill", "events"])
-                .args(["--from", &day(1).to_string(), "--to", &day(2).to_string()])
-                .output()
-                .unwrap();
-            assert_eq!(code(&out), 0, "{tz}: {}", text(&out));
-            assert_matches_polars_in(&p, &p.table_dir("events"), (1, 2), tz);
-        }
+        assert_eq!(day_1_checked_from(&p), 25, "{tz}");
+        backfill_both_routes_as_polars(&p, tz);
     }
     // No lateness: the last ten minutes of day 0 landed in day 1's hour 00, which day 0 does
     // not reach.

@@ -97,7 +97,8 @@ impl LandingZone {
         let inner: Arc<dyn TableProvider> = match plain {
             true => {
                 let (url, options) = self.listing_parts(self.options.clone())?;
-                let table = super::plain::PlainTable::new(url, options, read, None);
+                let schemas = (read.clone(), self.table_schema_of(&read));
+                let table = super::plain::PlainTable::new(url, options, schemas, None);
                 Arc::new(table.named(self.named))
             }
             false => Arc::new(ZoneTable::reading(

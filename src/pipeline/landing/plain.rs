@@ -68,26 +68,13 @@ pub struct PlainTable {
 }
 
 impl PlainTable {
+    /// `schema`: the files' columns, then the partition columns (never NULL).
     pub fn new(
         url: ListingTableUrl,
         options: ListingOptions,
-        file_schema: SchemaRef,
+        (file_schema, schema): (SchemaRef, SchemaRef),
         adapter: Option<Arc<dyn PhysicalExprAdapterFactory>>,
     ) -> PlainTable {
-        let mut fields: Vec<Field> = file_schema
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone())
-            .collect();
-        fields.extend(
-            options
-                .table_partition_cols
-                .iter()
-                .map(|(n, t)| Field::new(n, t.clone(), false)),
-        );
-        let schema = Arc::new(
-            arrow::datatypes::Schema::new(fields).with_metadata(file_schema.metadata().clone()),
-        );
         PlainTable {
             url,
             options,
@@ -318,7 +305,8 @@ impl super::LandingZone {
         let parquet = options.format.downcast_ref::<ParquetFormat>().is_some();
         let adapter = parquet.then(|| self.strict_casts() as _);
         let (url, options) = self.listing_parts(options)?;
-        let table = PlainTable::new(url, options, self.file_schema.clone(), adapter);
+        let schemas = (self.file_schema.clone(), self.table_schema());
+        let table = PlainTable::new(url, options, schemas, adapter);
         Ok(Arc::new(table.named(self.named)))
     }
 

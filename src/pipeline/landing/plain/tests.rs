@@ -121,7 +121,13 @@ fn tables(
         DataType::Int64,
         true,
     )]));
-    let plain = PlainTable::new(url.clone(), options.clone(), file_schema.clone(), None);
+    let mut fields: Vec<Field> = vec![file_schema.field(0).clone()];
+    for (n, t) in &options.table_partition_cols {
+        fields.push(Field::new(n, t.clone(), false));
+    }
+    let schema = Arc::new(arrow::datatypes::Schema::new(fields));
+    let schemas = (file_schema.clone(), schema);
+    let plain = PlainTable::new(url.clone(), options.clone(), schemas, None);
     let config = ListingTableConfig::new(url)
         .with_listing_options(options)
         .with_schema(file_schema);
