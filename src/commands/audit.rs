@@ -47,6 +47,7 @@ use crate::task::window::{Grain, Window};
 use crate::task::{Mode, Task};
 
 mod across;
+mod in_place;
 mod reconcile;
 mod repair;
 

@@ -77,12 +77,6 @@ fn an_unpartitioned_appended_table_is_adopted_and_repaired_other_rows_untouched(
     assert_ne!(legacy, expected, "the retried day holds its rows twice");
     let version = log_version(&table);
 
-    // A window cannot be replaced in an unpartitioned table: the message names the way out,
-    // and nothing is written.
-    let out = p.run(&["repair", TASK, "--from", DAYS[0], "--to", DAYS[3]]);
-    assert_eq!(code(&out), 2, "{}", text(&out));
-    assert!(text(&out).contains("idemlake adopt"), "{}", text(&out));
-    assert_eq!(log_version(&table), version);
     // `status` reads windows from partitions: it says so rather than show every day missing.
     let out = p.run(&["status", TASK, "--from", DAYS[0], "--to", DAYS[3]]);
     assert_eq!(code(&out), 2, "{}", text(&out));
@@ -148,6 +142,72 @@ fn an_unpartitioned_appended_table_is_adopted_and_repaired_other_rows_untouched(
         .map(|l| l.split(' ').nth(1).unwrap().parse::<u64>().unwrap())
         .sum();
     assert_eq!(r["rows"], rows, "{r}");
+}
+
+/// `repair` of a table that another job appended to, not partitioned by the window column:
+/// the retried day found by `audit` is replaced in place by its data (one delta-rs commit, a
+/// `replaceWhere` on the window column), the other days untouched, the table still
+/// unpartitioned and readable by deltalake, polars and DuckDB alike.
+#[test]
+fn an_unpartitioned_appended_table_is_repaired_in_place_other_rows_untouched() {
+    let clean = TestProject::new();
+    let out = clean.run(&["backfill", TASK, "--from", DAYS[0], "--to", DAYS[3]]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let expected = per_day(&clean.table_dir(TASK));
+    let p = TestProject::new();
+    let table = p.table_dir(TASK);
+    legacy_table(&clean.table_dir(TASK), &table);
+    let legacy = per_day(&table);
+    assert_ne!(legacy, expected, "the retried day holds its rows twice");
+    let version = log_version(&table);
+
+    let out = p.run(&[
+        "--output", "json", "repair", TASK, "--from", DAYS[0], "--to", DAYS[3],
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let lines = json_lines(&out);
+    let repaired: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|r| r.get("rows_written").is_some())
+        .collect();
+    assert_eq!(repaired.len(), 1, "{}", text(&out));
+    let r = repaired[0];
+    assert_eq!(r["window"]["label"], RETRIED, "{r}");
+    assert_eq!(r["status"], "ok", "{r}");
+    let checks: Vec<&str> = r["reconciliation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["check"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        checks,
+        ["source_rows", "rows_committed", "rows_outside_kept"],
+        "{r}"
+    );
+    // One commit; the days as the source says; the others untouched.
+    assert_eq!(log_version(&table), version.map(|v| v + 1));
+    let after = per_day(&table);
+    assert_eq!(after, expected);
+    for (before, now) in legacy.iter().zip(&after) {
+        if !before.starts_with(RETRIED) {
+            assert_eq!(before, now, "a day repair should not have touched");
+        }
+    }
+    // Still as the other job wrote it (unpartitioned), and readable by the other tools.
+    let partitioned = python_prints(&format!(
+        "import deltalake; print(deltalake.DeltaTable('{}').metadata().partition_columns)",
+        table.display()
+    ));
+    assert_eq!(partitioned, "[]");
+    let rows: u64 = expected
+        .iter()
+        .map(|l| l.split(' ').nth(1).unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(readers(&table)["rows"], rows);
+    // Audited again: clean.
+    let out = p.run(&["audit", TASK, "--from", DAYS[0], "--to", DAYS[3]]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
 }
 
 /// A table without the window column, or with one of another type (a timestamp for a day

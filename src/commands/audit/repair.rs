@@ -2,7 +2,7 @@
 //! merge-mode window holding a key more than once is not re-run: a MERGE updates every copy
 //! of a key and removes none.
 
-use super::{WindowAudit, audit};
+use super::{WindowAudit, audit, in_place};
 use crate::error::{Error, Result};
 use crate::pipeline::runner::Runner;
 use crate::report::record::Report;
@@ -58,8 +58,13 @@ pub async fn repair(
         shard: None,
         progress: false,
     };
+    let in_place = !in_place::partitioned_by_window(&runner.table().await?, &task.partition_by)?;
     let mut reports = if damaged.is_empty() {
         Vec::new()
+    } else if in_place {
+        // Not partitioned by the window column: each window replaced by its data (see
+        // `in_place`).
+        in_place::replace(&runner, &damaged).await
     } else {
         let _ = runner.lineage_invocation_started("repair").await;
         let reports = crate::commands::backfill::run(runner.clone(), damaged, &opts, |_| {}).await;
