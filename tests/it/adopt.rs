@@ -81,6 +81,16 @@ fn an_unpartitioned_appended_table_is_adopted_and_repaired_other_rows_untouched(
     let out = p.run(&["status", TASK, "--from", DAYS[0], "--to", DAYS[3]]);
     assert_eq!(code(&out), 2, "{}", text(&out));
     assert!(text(&out).contains("idemlake adopt"), "{}", text(&out));
+    // Regression (`status` of every task stopped at the first table not yet adopted): that
+    // task is named with why, and the project's other tasks are shown.
+    let out = p.run(&["status", "--from", DAYS[0], "--to", DAYS[3]]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    let said = text(&out);
+    assert!(
+        said.contains(&format!("{TASK}: ")) && said.contains("idemlake adopt"),
+        "{said}"
+    );
+    assert!(said.contains("orders_by_day"), "{said}");
 
     // Adopt: one commit, every row kept, partitioned by the window column.
     let out = p.run(&["--output", "json", "adopt", TASK]);
