@@ -583,3 +583,87 @@ fn another_tools_compaction_keeps_a_windows_publisher() {
         "{last:?}"
     );
 }
+
+/// A Delta source that is not another task's table: a commit adding rows to a published day
+/// makes that day stale in `status` (its `source_rows` counted again over the source as it is
+/// now, naming both versions), `backfill --stale` re-runs it, and a commit touching no published
+/// day makes none stale.
+#[test]
+fn a_commit_to_a_delta_source_makes_the_days_it_changed_stale() {
+    let p = TestProject::new();
+    let source = p.path().join("src_lineitem");
+    let write = |filter: &str, mode: &str| {
+        python_prints(&format!(
+            "import polars as pl; from deltalake import write_deltalake; \
+             df = pl.read_parquet('{}').filter({filter}); \
+             write_deltalake('{}', df.to_arrow(), mode='{mode}'); print(df.height)",
+            tpch_dir().join("lineitem.parquet").display(),
+            source.display()
+        ))
+    };
+    write("pl.lit(True)", "overwrite");
+    let task = lineitem_task(
+        "SELECT l_orderkey, l_linenumber, l_quantity, l_shipdate AS ship_date FROM lineitem \
+         WHERE l_shipdate >= $window_start AND l_shipdate < $window_end",
+        "",
+    )
+    .replace(
+        "uri = \"data/lineitem.parquet\"",
+        &format!("uri = \"{}\"\nformat = \"delta\"", source.display()),
+    );
+    p.task("from_delta", &task);
+    let (from, to) = ("1995-06-01", "1995-06-03");
+    let out = p.run(&["backfill", "from_delta", "--from", from, "--to", to]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let stale = || -> Vec<(String, Vec<String>)> {
+        let out = p.run(&[
+            "--output",
+            "json",
+            "status",
+            "from_delta",
+            "--from",
+            from,
+            "--to",
+            to,
+        ]);
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        json_lines(&out)
+            .iter()
+            .filter(|s| s["stale"] == true)
+            .map(|s| {
+                let inputs = s["stale_inputs"].as_array().unwrap();
+                let inputs = inputs.iter().map(|i| i.as_str().unwrap().to_string());
+                (
+                    s["window"]["label"].as_str().unwrap().to_string(),
+                    inputs.collect(),
+                )
+            })
+            .collect()
+    };
+    assert!(stale().is_empty());
+    // A day outside the range: no published day changed.
+    let added = write("pl.col('l_shipdate') == pl.date(1995, 7, 15)", "append");
+    assert_ne!(added, "0");
+    assert!(stale().is_empty());
+    // Rows added to 1995-06-02.
+    write("pl.col('l_shipdate') == pl.date(1995, 6, 2)", "append");
+    let now = stale();
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_eq!(now[0].0, "1995-06-02");
+    assert!(
+        now[0].1[0]
+            .contains("lineitem: the window's rows in the table (version 0 then, 2 now) changed"),
+        "{now:?}"
+    );
+    let out = p.run(&[
+        "backfill",
+        "from_delta",
+        "--from",
+        from,
+        "--to",
+        to,
+        "--stale",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(stale().is_empty());
+}

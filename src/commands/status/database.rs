@@ -1,10 +1,13 @@
-//! Database sources whose rows in a published window changed since the run that published it
-//! (`stale_inputs`): for a task reading a PostgreSQL table, the window's default check is
-//! computed again now (`source_rows`, or `source_content` with `[reconcile] default =
-//! "content"`: the task's query over the table as it is) and compared with the value the
-//! publishing run recorded. A row inserted or deleted in the window (and with `content`, a row
-//! updated) makes the window stale, named. It reads each published window's rows from the
-//! database once: `status` of a year of windows reads the year.
+//! Sources whose rows in a published window changed since the run that published it
+//! (`stale_inputs`): for a task reading a PostgreSQL table, or a Delta table that is not
+//! another task's (one whose version moved since the version the publishing run read), the
+//! window's default check is computed again now (`source_rows`, or `source_content` with
+//! `[reconcile] default = "content"`: the task's query over the sources as they are) and
+//! compared with the value the publishing run recorded. A row inserted or deleted in the
+//! window (and with `content`, a row updated) makes the window stale, named; a Delta commit
+//! that changed no row of the window does not. It reads each such window's rows once: `status`
+//! of a year of windows over a database reads the year; over a Delta source, the windows
+//! published before its last commit.
 
 use datafusion::prelude::SessionContext;
 
@@ -13,10 +16,17 @@ use crate::report::states::WindowStatus;
 use crate::task::window::Window;
 use crate::task::{Format, Task};
 
-/// The session `status` computes the checks again in, made on first use.
+/// The session `status` computes the checks again in, made on first use, and the versions of
+/// the task's Delta sources it reads.
 #[derive(Default)]
 pub(super) struct Recheck {
-    ctx: Option<SessionContext>,
+    ctx: Option<(SessionContext, Vec<crate::report::record::SourceVersion>)>,
+}
+
+/// Whether `s` is read again by [`Recheck`]: a PostgreSQL table, or a Delta table that is not
+/// another task's (those are compared by their publishes, see `upstream`).
+fn rechecked(s: &crate::task::Source) -> bool {
+    s.format == Format::Postgres || (s.format == Format::Delta && s.upstream.is_none())
 }
 
 impl Recheck {
@@ -28,9 +38,11 @@ impl Recheck {
         task: &Task,
         st: &WindowStatus,
     ) -> Result<Vec<String>> {
-        let Some(source) = task.sources.iter().find(|s| s.format == Format::Postgres) else {
+        let sources: Vec<&crate::task::Source> =
+            task.sources.iter().filter(|s| rechecked(s)).collect();
+        if sources.is_empty() {
             return Ok(Vec::new());
-        };
+        }
         let (Some(version), Some(run)) = (st.table_version, st.run_id.as_deref()) else {
             return Ok(Vec::new());
         };
@@ -47,31 +59,61 @@ impl Recheck {
                 matches!(name, "source_rows" | "source_content")
                     .then(|| Some((name.to_string(), c.get("source")?.as_str()?.to_string())))?
             });
-        let Some((check, then)) = recorded else {
+        let Some((check, recorded)) = recorded else {
             return Ok(Vec::new());
         };
         if self.ctx.is_none() {
             let ctx = crate::session::build(crate::session::Profile::Checks)?;
             let local = crate::engine::Engine::Local;
-            crate::pipeline::sources::register(&ctx, &task.sources, &local).await?;
-            self.ctx = Some(ctx);
+            let now = crate::pipeline::sources::register(&ctx, &task.sources, &local).await?;
+            self.ctx = Some((ctx, now));
         }
-        let ctx = self.ctx.as_ref().expect("just made");
+        let (ctx, now) = self.ctx.as_ref().expect("just made");
+        // A Delta source counts only when it moved since the version the run read.
+        let then = |alias: &str| -> Option<i64> {
+            record.get("sources")?.as_array()?.iter().find_map(|s| {
+                (s.get("alias")?.as_str()? == alias).then(|| s.get("version")?.as_i64())?
+            })
+        };
+        // Each source read again, and what it says of itself: where the rows are, or how the
+        // table moved.
+        let moved: Vec<(&str, String)> = sources
+            .iter()
+            .filter_map(|s| match s.format {
+                Format::Postgres => Some((s.alias.as_str(), "in the database ".to_string())),
+                _ => {
+                    let current = now.iter().find(|v| v.alias == s.alias)?.version?;
+                    let read = then(&s.alias);
+                    (read != Some(current)).then(|| {
+                        let read = read.map_or("?".to_string(), |v| v.to_string());
+                        let how = format!("in the table (version {read} then, {current} now) ");
+                        (s.alias.as_str(), how)
+                    })
+                }
+            })
+            .collect();
+        if moved.is_empty() {
+            return Ok(Vec::new());
+        }
         let window = Window::parse(&st.window.label, task.grain, &task.timezone)?;
         let df = crate::task::plan::plan_query_window(ctx, task, &window)
             .await?
             .df;
-        let now = match check.as_str() {
+        let again = match check.as_str() {
             "source_content" => crate::pipeline::checks::content::of_dataframe(df)
                 .await?
                 .to_string(),
             _ => df.count().await?.to_string(),
         };
-        Ok(match now == then {
+        Ok(match again == recorded {
             true => Vec::new(),
             false => vec![format!(
-                "{}: the window's rows in the database changed since it was published ({check} {then} then, {now} now)",
-                source.alias
+                "{}: the window's rows {}changed since it was published ({check} {recorded} then, {again} now)",
+                moved.iter().map(|(a, _)| *a).collect::<Vec<_>>().join(", "),
+                match moved.as_slice() {
+                    [(_, how)] => how.as_str(),
+                    _ => "",
+                }
             )],
         })
     }
