@@ -200,16 +200,29 @@ fn an_hourly_arrival_reads_exactly_the_hours_in_reach() {
 }
 
 /// A late file landing in an hour of a published `YYYY/MM/DD/HH` tree makes the days whose
-/// reach holds its day stale in `status`, naming it, and `backfill --stale` re-runs them.
+/// reach holds it stale in `status`, naming it, and `backfill --stale` re-runs them: by the
+/// day, the day before too (its reach holds the whole next day); by the hour, only its own
+/// day (the day before reaches the next day's hour 00 alone).
 #[test]
 fn a_late_file_in_an_hour_tree_makes_the_days_reaching_it_stale() {
+    for hourly in [false, true] {
+        late_file_in_an_hour_tree(hourly);
+    }
+}
+
+fn late_file_in_an_hour_tree(hourly: bool) {
     let p = TestProject::new();
     let root = p.path().join("events");
     write_tree(&root, Layout::Unnamed, 0..=3);
-    p.task(
-        "events",
-        &tree_task(Layout::Unnamed, "events", "UTC", "1 hour"),
-    );
+    let task = tree_task(Layout::Unnamed, "events", "UTC", "1 hour");
+    let task = match hourly {
+        false => task,
+        true => task.replace(
+            "arrival = [\"year\", \"month\", \"day\"]",
+            "arrival = [\"year\", \"month\", \"day\", \"hour\"]",
+        ),
+    };
+    p.task("events", &task);
     let (from, to) = (day(0).to_string(), day(2).to_string());
     let out = p.run(&["backfill", "events", "--from", &from, "--to", &to]);
     assert_eq!(code(&out), 0, "{}", text(&out));
@@ -225,19 +238,24 @@ fn a_late_file_in_an_hour_tree_makes_the_days_reaching_it_stale() {
             .collect()
     };
     assert!(stale().is_empty());
+    // An event of day 2 at 04:00 that landed in its hour 05.
     let late = format!("{}/late-1.parquet", Layout::Unnamed.dir(day(2), 5));
-    let hour = day(1)
+    let midnight = day(2)
         .to_zoned(jiff::tz::TimeZone::UTC)
         .unwrap()
         .timestamp()
         .as_microsecond();
     write_rows(
         &root.join(&late),
-        vec![hour + 3_600_000_000],
+        vec![midnight + 4 * 3_600_000_000],
         vec![-1],
         vec![-1],
     );
-    assert_eq!(stale(), [day(1).to_string(), day(2).to_string()]);
+    let want = match hourly {
+        false => vec![day(1).to_string(), day(2).to_string()],
+        true => vec![day(2).to_string()],
+    };
+    assert_eq!(stale(), want, "hourly={hourly}");
     let out = p.run(&[
         "backfill", "events", "--stale", "--from", &from, "--to", &to,
     ]);

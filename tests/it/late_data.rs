@@ -315,11 +315,20 @@ fn staleness(p: &TestProject, from: i64, to: i64) -> Vec<(String, bool, Vec<Stri
 /// Regression (`status` never showed that a published window's source changed): a late file
 /// landing in `dt=D+1` after days D and D+1 were published makes exactly the days whose reach
 /// holds that directory stale (D, and D+1 itself), naming the file; `backfill --stale` re-runs
-/// those two, and day D then holds its late events.
+/// those two, and day D then holds its late events. The same with the zone given as a glob
+/// (staleness skipped glob zones).
 #[test]
 fn a_late_file_after_its_day_was_published_makes_the_days_whose_reach_holds_it_stale() {
+    for uri in ["events", "events/dt=*/*.parquet"] {
+        late_file_makes_days_stale(uri);
+    }
+}
+
+fn late_file_makes_days_stale(uri: &str) {
     let p = landing_project(4, 2);
-    p.task("events", &arrival_task("UTC", "1 day"));
+    let task =
+        arrival_task("UTC", "1 day").replace("uri = \"events\"", &format!("uri = \"{uri}\""));
+    p.task("events", &task);
     let out = backfill_json(&p, (0, 2), &[]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     assert!(staleness(&p, 0, 2).iter().all(|(_, stale, _)| !stale));

@@ -1,6 +1,8 @@
 //! Landing zones whose files changed in a published window's reach since the run that
 //! published it (`stale_inputs`): for a zone that declares its arrival days (`arrival`, one
-//! date column or a year, a month and a day), the arrival-day directories the window reaches are listed again and compared,
+//! date column, or a year, a month and a day, and an hour), given as a directory or a glob,
+//! the arrival-day directories the window reaches (and their hours in reach) are listed again
+//! and compared,
 //! file by file (path, size, modification time), with the files the publishing run recorded
 //! that it read. A file added, rewritten or removed there makes the window stale, named. One
 //! `status` lists each zone's top level once and each directory in reach once ([`Listings`]:
@@ -32,7 +34,7 @@ pub(super) async fn changed_files(
         .sources
         .iter()
         .filter_map(|s| Some((s, s.arrival.as_ref()?)))
-        .filter(|(s, a)| matches!(a.columns.len(), 1 | 3) && !s.uri.contains('*'))
+        .filter(|(_, a)| matches!(a.columns.len(), 1 | 3 | 4))
         .collect();
     let (Some(version), Some(run)) = (st.table_version, st.run_id.as_deref()) else {
         return Ok(Vec::new());
@@ -116,9 +118,11 @@ impl Listings {
             .hourly()
             .then(|| arrival.span(start, end))
             .transpose()?;
-        let store = self.store(&source.uri)?;
+        // A glob's root, and its file names' pattern (its `key=*` levels are the arrival's).
+        let (root, glob) = crate::pipeline::landing::split_glob(&source.uri)?;
+        let store = self.store(&root)?;
         let Some(dirs) = self
-            .day_dirs(source, arrival, &store, (first, last))
+            .day_dirs((source, &root), arrival, &store, (first, last))
             .await?
         else {
             return Ok(None);
@@ -133,6 +137,9 @@ impl Listings {
             for m in &self.files[&key] {
                 let name = m.location.filename().unwrap_or_default();
                 if name.starts_with(['.', '_']) || !name.ends_with(extension) {
+                    continue;
+                }
+                if glob.as_ref().is_some_and(|g| !g.matches_file(name)) {
                     continue;
                 }
                 if let Some((first, last)) = hours {
@@ -172,12 +179,12 @@ impl Listings {
     /// `status`; `None` when the top level holds no directory of the arrival's first column.
     async fn day_dirs(
         &mut self,
-        source: &Source,
+        (source, root): (&Source, &str),
         arrival: &Arrival,
         store: &Arc<dyn ObjectStore>,
         (first, last): (jiff::civil::Date, jiff::civil::Date),
     ) -> Result<Option<Vec<(Path, jiff::civil::Date)>>> {
-        let root = datafusion::datasource::listing::ListingTableUrl::parse(&source.uri)?;
+        let root = datafusion::datasource::listing::ListingTableUrl::parse(root)?;
         let in_reach = |d: Option<jiff::civil::Date>| d.is_some_and(|d| first <= d && d <= last);
         // `key=value` directories, or (`partitioning = "directories"`) names that are values.
         let unnamed = matches!(

@@ -40,6 +40,7 @@ mod register;
 mod whole;
 
 pub use exact::{exact_file_table, read_schema};
+pub use glob::{Glob, split as split_glob};
 pub use headers::{incomplete, read_header};
 pub use layout::compression_of;
 pub use pins::{describe, differences, identities, scan_filters};
