@@ -182,29 +182,25 @@ pub fn new_task(project_dir: &Path, t: &NewTask<'_>) -> Result<PathBuf> {
     Ok(file)
 }
 
-/// A local landing zone whose top level is dated `key=YYYY-MM-DD` directories: the key and
-/// the format of its first file.
+/// A local landing zone laid out by date: its arrival declaration (as the task file writes
+/// it) and the format of its first file.
 struct Zone {
+    /// The source options declaring the layout and the arrival: `arrival = "dt"` for dated
+    /// `key=YYYY-MM-DD` directories; `arrival = ["year", "month", "day"]` (and `"hour"`) for
+    /// `year=YYYY/month=MM/day=DD/` levels, or for `YYYY/MM/DD/` ones without names (then with
+    /// `partitioning = "directories"` naming them).
     arrival: String,
     format: &'static str,
+    /// The year, month, day (and hour) levels, left out of the task's `SELECT *` (a `day`
+    /// level would clash with the window column); none for a `dt` zone.
+    levels: Vec<String>,
 }
 
-/// The zone at `source` (relative to the project), if it is one (see [`Zone`]).
+/// The zone at `source` (relative to the project), if it is one (see [`Zone`]): the first
+/// directories down to its first file say its layout.
 fn zone_layout(project_dir: &Path, source: &str) -> Option<Zone> {
-    let dir = project_dir.join(source);
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .ok()?
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| !n.starts_with(['.', '_']))
-        .collect();
-    names.sort();
-    let (arrival, first) = names.iter().find_map(|n| {
-        let (key, value) = n.split_once('=')?;
-        value.get(..10)?.parse::<jiff::civil::Date>().ok()?;
-        Some((key.to_string(), dir.join(n)))
-    })?;
-    // The first file under the first dated directory names the format.
-    let mut at = first;
+    let mut at = project_dir.join(source);
+    let mut levels: Vec<String> = Vec::new();
     loop {
         let mut entries: Vec<std::path::PathBuf> = std::fs::read_dir(&at)
             .ok()?
@@ -215,8 +211,22 @@ fn zone_layout(project_dir: &Path, source: &str) -> Option<Zone> {
             })
             .collect();
         entries.sort();
-        let next = entries.into_iter().next()?;
+        // Dated directories first (`key=…` or digits), then any directory: a stray file or
+        // directory beside the partitions does not hide them.
+        let dated = |p: &&std::path::PathBuf| {
+            let n = p.file_name().unwrap_or_default().to_string_lossy();
+            n.contains('=') || n.bytes().all(|b| b.is_ascii_digit())
+        };
+        let dirs: Vec<&std::path::PathBuf> = entries.iter().filter(|p| p.is_dir()).collect();
+        let next = dirs
+            .iter()
+            .find(|p| dated(p))
+            .or_else(|| dirs.first())
+            .copied()
+            .or_else(|| entries.first())?
+            .clone();
         if next.is_dir() {
+            levels.push(next.file_name()?.to_string_lossy().into_owned());
             at = next;
             continue;
         }
@@ -224,8 +234,68 @@ fn zone_layout(project_dir: &Path, source: &str) -> Option<Zone> {
         let format = ["parquet", "csv", "json"].into_iter().find(|f| {
             name.contains(&format!(".{f}")) || (*f == "json" && name.contains(".ndjson"))
         })?;
-        return Some(Zone { arrival, format });
+        let arrival = arrival_of(&levels)?;
+        let levels = match levels.len() {
+            1 => Vec::new(),
+            n => match levels[0].contains('=') {
+                true => levels
+                    .iter()
+                    .filter_map(|l| Some(l.split_once('=')?.0.to_string()))
+                    .collect(),
+                false => ["year", "month", "day", "hour"][..n]
+                    .iter()
+                    .map(|n| n.to_string())
+                    .collect(),
+            },
+        };
+        return Some(Zone {
+            arrival,
+            format,
+            levels,
+        });
     }
+}
+
+/// The arrival declaration of a zone whose first file lies below directories `levels`.
+fn arrival_of(levels: &[String]) -> Option<String> {
+    let digits = |v: &str, n: usize| v.len() == n && v.bytes().all(|b| b.is_ascii_digit());
+    if let Some((key, value)) = levels.first()?.split_once('=')
+        && value
+            .get(..10)
+            .is_some_and(|v| v.parse::<jiff::civil::Date>().is_ok())
+    {
+        return Some(format!("arrival = \"{key}\""));
+    }
+    let widths = [4, 2, 2, 2];
+    if !(3..=4).contains(&levels.len()) {
+        return None;
+    }
+    let named: Option<Vec<&str>> = levels
+        .iter()
+        .zip(widths)
+        .map(|(l, w)| {
+            let (k, v) = l.split_once('=')?;
+            digits(v, w).then_some(k)
+        })
+        .collect();
+    let quoted = |names: &[&str]| {
+        let q: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
+        format!("[{}]", q.join(", "))
+    };
+    if let Some(keys) = named {
+        return Some(format!("arrival = {}", quoted(&keys)));
+    }
+    let unnamed = levels.iter().zip(widths).all(|(l, w)| digits(l, w));
+    if !unnamed {
+        return None;
+    }
+    let names = &["year", "month", "day", "hour"][..levels.len()];
+    let columns: Vec<String> = names.iter().map(|n| format!("\"{n} INT\"")).collect();
+    Some(format!(
+        "partitioning = \"directories\"   # YYYY/MM/DD levels without names\npartition_columns = [{}]\narrival = {}",
+        columns.join(", "),
+        quoted(names)
+    ))
 }
 
 /// The task file text for `t` over a landing zone: its arrival days declared, the task
@@ -245,7 +315,7 @@ fn zone_template(t: &NewTask<'_>, zone: &Zone) -> String {
         r#"# Task `{name}`: publishes table `{name}`, one {grain} window per commit, from the landing
 # zone `{source}`. Every key: docs/src/reference/task-file.md in the idemlake repository.
 sql = """
-SELECT {expr} AS {window_column}, *
+SELECT {expr} AS {window_column}, *{exclude}
 FROM {alias}
 WHERE {column} >= $window_start_ts AND {column} < $window_end_ts
 """
@@ -260,7 +330,7 @@ grain = "{grain}"
 [sources.{alias}]
 uri = "{source}"
 format = "{format}"
-arrival = "{arrival}"           # the directories' arrival day: a window reads only the days it reaches
+{arrival}           # the directories' arrival: a window reads only the days it reaches
 # arrival_timezone = "UTC"
 lateness = "1 day"            # how late an event may land after its window
 event_time = "{column}"          # rows later than that are counted (late_rows)
@@ -271,6 +341,10 @@ event_time = "{column}"          # rows later than that are counted (late_rows)
         column = t.column,
         format = zone.format,
         arrival = zone.arrival,
+        exclude = match zone.levels.is_empty() {
+            true => String::new(),
+            false => format!(" EXCLUDE ({})", zone.levels.join(", ")),
+        },
         source = t.source.replace('\\', "\\\\").replace('"', "\\\""),
     )
 }
@@ -345,6 +419,34 @@ fn source_alias(source: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_zones_arrival_comes_from_its_dated_levels() {
+        let levels = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            arrival_of(&levels(&["dt=2026-11-28"])).as_deref(),
+            Some("arrival = \"dt\"")
+        );
+        assert_eq!(
+            arrival_of(&levels(&["year=2026", "month=11", "day=28"])).as_deref(),
+            Some("arrival = [\"year\", \"month\", \"day\"]")
+        );
+        let tree = arrival_of(&levels(&["2026", "11", "28", "07"])).unwrap();
+        assert!(tree.contains("partitioning = \"directories\""), "{tree}");
+        assert!(
+            tree.contains(
+                "partition_columns = [\"year INT\", \"month INT\", \"day INT\", \"hour INT\"]"
+            ),
+            "{tree}"
+        );
+        assert!(
+            tree.ends_with("arrival = [\"year\", \"month\", \"day\", \"hour\"]"),
+            "{tree}"
+        );
+        assert_eq!(arrival_of(&levels(&["2026", "11"])), None);
+        assert_eq!(arrival_of(&levels(&["region=eu"])), None);
+        assert_eq!(arrival_of(&levels(&["2026", "nov", "28"])), None);
+    }
 
     #[test]
     fn aliases_come_from_the_file_stem() {

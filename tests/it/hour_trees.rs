@@ -398,3 +398,46 @@ async fn s3_a_day_of_an_hour_tree_lists_only_the_directories_in_its_reach() {
         assert_eq!(listed, want, "{layout:?} hourly={hourly}");
     }
 }
+
+/// `idemlake new --source DIR` over an hour tree writes a task declaring its levels and its
+/// arrival by the hour, which validates and publishes its day as polars reads it.
+#[test]
+fn new_over_an_hour_tree_writes_a_task_that_validates_and_runs() {
+    let p = TestProject::new();
+    write_tree(&p.path().join("events"), Layout::Unnamed, 0..=2);
+    let out = p.run(&[
+        "new",
+        "events_daily",
+        "--source",
+        "events",
+        "--column",
+        "ts",
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let toml = std::fs::read_to_string(p.path().join("tables/events_daily.toml")).unwrap();
+    for line in [
+        "partitioning = \"directories\"",
+        "arrival = [\"year\", \"month\", \"day\", \"hour\"]",
+    ] {
+        assert!(toml.contains(line), "{line}: {toml}");
+    }
+    let out = p.run(&["validate", "events_daily"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let out = p.run(&[
+        "--output",
+        "json",
+        "run",
+        "events_daily",
+        "--window",
+        &day(1).to_string(),
+    ]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    // 24 hours of 8 events, the last two landing in the next day's hour 00 (read: a day of
+    // lateness).
+    assert_eq!(
+        json_lines(&out)[0]["rows_written"],
+        24 * 8,
+        "{}",
+        text(&out)
+    );
+}
