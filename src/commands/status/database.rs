@@ -69,29 +69,7 @@ impl Recheck {
             self.ctx = Some((ctx, now));
         }
         let (ctx, now) = self.ctx.as_ref().expect("just made");
-        // A Delta source counts only when it moved since the version the run read.
-        let then = |alias: &str| -> Option<i64> {
-            record.get("sources")?.as_array()?.iter().find_map(|s| {
-                (s.get("alias")?.as_str()? == alias).then(|| s.get("version")?.as_i64())?
-            })
-        };
-        // Each source read again, and what it says of itself: where the rows are, or how the
-        // table moved.
-        let moved: Vec<(&str, String)> = sources
-            .iter()
-            .filter_map(|s| match s.format {
-                Format::Postgres => Some((s.alias.as_str(), "in the database ".to_string())),
-                _ => {
-                    let current = now.iter().find(|v| v.alias == s.alias)?.version?;
-                    let read = then(&s.alias);
-                    (read != Some(current)).then(|| {
-                        let read = read.map_or("?".to_string(), |v| v.to_string());
-                        let how = format!("in the table (version {read} then, {current} now) ");
-                        (s.alias.as_str(), how)
-                    })
-                }
-            })
-            .collect();
+        let moved = moved(&sources, &record, now);
         if moved.is_empty() {
             return Ok(Vec::new());
         }
@@ -117,4 +95,34 @@ impl Recheck {
             )],
         })
     }
+}
+
+/// Each of `sources` to read again for a window whose run `record` says what it read, and what
+/// it says of itself (where the rows are, or how the table moved): a database always, a Delta
+/// table only when it moved since the version the run read (`now`: the versions now).
+fn moved<'a>(
+    sources: &[&'a crate::task::Source],
+    record: &serde_json::Value,
+    now: &[crate::report::record::SourceVersion],
+) -> Vec<(&'a str, String)> {
+    let then = |alias: &str| -> Option<i64> {
+        record.get("sources")?.as_array()?.iter().find_map(|s| {
+            (s.get("alias")?.as_str()? == alias).then(|| s.get("version")?.as_i64())?
+        })
+    };
+    sources
+        .iter()
+        .filter_map(|s| match s.format {
+            Format::Postgres => Some((s.alias.as_str(), "in the database ".to_string())),
+            _ => {
+                let current = now.iter().find(|v| v.alias == s.alias)?.version?;
+                let read = then(&s.alias);
+                (read != Some(current)).then(|| {
+                    let read = read.map_or("?".to_string(), |v| v.to_string());
+                    let how = format!("in the table (version {read} then, {current} now) ");
+                    (s.alias.as_str(), how)
+                })
+            }
+        })
+        .collect()
 }
