@@ -409,12 +409,12 @@ fn register_zones(
     task: &Task,
     zones: &[Arc<crate::pipeline::landing::LandingZone>],
 ) -> Result<()> {
-    use crate::pipeline::landing::listing_options;
+    use crate::pipeline::landing::{Plain, listing_options};
     for z in zones {
         let Some(source) = task.sources.iter().find(|s| s.alias == z.alias) else {
             continue;
         };
-        let table = z.plain_table(listing_options(ctx, source))?;
+        let table = z.plain_table(listing_options(ctx, source), Plain::Checks)?;
         ctx.deregister_table(z.alias.as_str())?;
         ctx.register_table(z.alias.as_str(), table)?;
     }

@@ -79,7 +79,10 @@ impl LandingZone {
     /// The runner's table (`plain`: its plain twin, DataFusion's listing table) over a zone of
     /// a text format (see the module documentation); `None` for a Parquet zone, or one with
     /// nothing to keep.
-    pub fn exact_table(self: &Arc<Self>, plain: bool) -> Result<Option<Arc<dyn TableProvider>>> {
+    pub fn exact_table(
+        self: &Arc<Self>,
+        plain: Option<super::plain::Plain>,
+    ) -> Result<Option<Arc<dyn TableProvider>>> {
         let format = &self.options.format;
         if format.downcast_ref::<ParquetFormat>().is_some() {
             return Ok(None);
@@ -95,17 +98,24 @@ impl LandingZone {
         let read = read.unwrap_or_else(|| self.file_schema.clone());
         let read_fields = read.fields().clone();
         let inner: Arc<dyn TableProvider> = match plain {
-            true => {
+            None => Arc::new(ZoneTable::reading(
+                self.clone(),
+                self.table_schema_of(&read),
+                read,
+            )),
+            // The plain twin: DataFusion's own listing table (levels without names: see
+            // `plain_table`).
+            Some(super::plain::Plain::Twin) if self.named => {
+                Arc::new(datafusion::datasource::listing::ListingTable::try_new(
+                    self.listing_config(self.options.clone(), &read)?,
+                )?)
+            }
+            Some(_) => {
                 let (url, options) = self.listing_parts(self.options.clone())?;
                 let schemas = (read.clone(), self.table_schema_of(&read));
                 let table = super::plain::PlainTable::new(url, options, schemas, None);
                 Arc::new(table.named(self.named))
             }
-            false => Arc::new(ZoneTable::reading(
-                self.clone(),
-                self.table_schema_of(&read),
-                read,
-            )),
         };
         // The files' columns read otherwise; never a partition column (an `INT` level such as
         // `year=2024` must keep pruning the listing).

@@ -19,10 +19,12 @@
 //!   Files landing anywhere else never do.
 //!
 //! Routes: the runner reads a landing zone through [`ZoneTable`] (this module's listing). The
-//! plain twin (`IDEMLAKE_ACCELERATE=0`) and the independent checks read it through `plain`:
-//! DataFusion's listing table with the same partition columns and schema, listed level by
-//! level by a walk of its own that shares nothing with this one (no pins, the reading
-//! session's store). A remote engine reads it as DataFusion's own `ListingTable`.
+//! independent checks read it through `plain`: DataFusion's listing table with the same
+//! partition columns and schema, listed level by level by a walk of its own that shares
+//! nothing with this one (no pins, the reading session's store). The plain twin
+//! (`IDEMLAKE_ACCELERATE=0`) and a remote engine read it as DataFusion's own `ListingTable`
+//! (the whole prefix listed), so no walk of idemlake's is on both sides of a check; a zone of
+//! levels without names, which only `plain` reads, is the exception on the plain twin.
 
 mod casts;
 mod exact;
@@ -44,6 +46,7 @@ pub use glob::{Glob, split as split_glob};
 pub use headers::{incomplete, read_header};
 pub use layout::compression_of;
 pub use pins::{describe, differences, identities, scan_filters};
+pub use plain::Plain;
 pub use provider::ZoneTable;
 pub use register::{Route, listing_options, register};
 

@@ -1,5 +1,6 @@
-//! The plain route over a landing zone (the independent checks', and the runner's plain twin):
-//! DataFusion's listing table, listed level by level.
+//! The independent checks' route over a landing zone: DataFusion's listing table, listed level
+//! by level. (The runner's plain twin reads DataFusion's own `ListingTable`, except a zone of
+//! levels without names: see `LandingZone::plain_table`.)
 //!
 //! DataFusion 55's `ListingTable` lists a partitioned location whole, recursively, unless its
 //! filters fix the leading partition columns by equality (`dt = DATE '…'`). A window's
@@ -46,6 +47,15 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
+
+/// Who reads a zone on a plain route (see `LandingZone::plain_table`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plain {
+    /// The runner's plain twin (`IDEMLAKE_ACCELERATE=0`).
+    Twin,
+    /// The independent checks.
+    Checks,
+}
 
 /// Directory listings in flight at once.
 const LISTINGS: usize = 32;
@@ -287,23 +297,33 @@ impl super::LandingZone {
         Ok(ListingTable::try_new(config)?)
     }
 
-    /// The plain route over the zone, the runner's plain twin's and the independent checks'
-    /// on the local engine: DataFusion's listing table with `options` (the reading session's
-    /// format settings; `None`: the zone's own), listed level by level (`plain`), refusing
-    /// lossy conversions of a Parquet file's columns (`casts`), text files read exactly
-    /// (`exact`). Its partition values, their filters and its schema adaptation are
-    /// DataFusion's; its files are listed and read through the object store the reading
-    /// session registered for the location.
+    /// The zone on the local engine for `who`: the independent checks read it through
+    /// [`PlainTable`] (their own listing, level by level); the runner's plain twin
+    /// (`IDEMLAKE_ACCELERATE=0`) through DataFusion's own `ListingTable` (a listing of the
+    /// whole prefix, no walk of idemlake's), except a zone of levels without names, which only
+    /// [`PlainTable`] reads. `options`: the reading session's format settings (`None`: the
+    /// zone's own). A Parquet file's columns are converted strictly (`casts`), text files read
+    /// exactly (`exact`); partition values, their filters and schema adaptation are
+    /// DataFusion's; files are listed and read through the object store the reading session
+    /// registered for the location.
     pub fn plain_table(
         self: &Arc<Self>,
         options: Option<ListingOptions>,
+        who: Plain,
     ) -> crate::error::Result<Arc<dyn TableProvider>> {
-        if let Some(exact) = self.exact_table(true)? {
+        if let Some(exact) = self.exact_table(Some(who))? {
             return Ok(exact);
         }
         let options = options.unwrap_or_else(|| self.options.clone());
         let parquet = options.format.downcast_ref::<ParquetFormat>().is_some();
         let adapter = parquet.then(|| self.strict_casts() as _);
+        if who == Plain::Twin && self.named {
+            let mut config = self.listing_config(options, &self.file_schema)?;
+            if let Some(adapter) = adapter {
+                config = config.with_expr_adapter_factory(adapter);
+            }
+            return Ok(Arc::new(ListingTable::try_new(config)?));
+        }
         let (url, options) = self.listing_parts(options)?;
         let schemas = (self.file_schema.clone(), self.table_schema());
         let table = PlainTable::new(url, options, schemas, adapter);
@@ -318,7 +338,7 @@ impl super::LandingZone {
     }
 
     /// DataFusion's listing table configuration of the zone with `options`.
-    fn listing_config(
+    pub(super) fn listing_config(
         &self,
         options: ListingOptions,
         file_schema: &SchemaRef,

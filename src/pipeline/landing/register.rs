@@ -48,11 +48,11 @@ pub async fn register(
         "a landing zone (Hive-style partitions)"
     );
     let table: Arc<dyn datafusion::catalog::TableProvider> = match route {
-        Route::Zone => match zone.exact_table(false)? {
+        Route::Zone => match zone.exact_table(None)? {
             Some(table) => table,
             None => Arc::new(ZoneTable::new(zone.clone())),
         },
-        Route::Plain => zone.plain_table(None)?,
+        Route::Plain => zone.plain_table(None, super::Plain::Twin)?,
         Route::Listing => Arc::new(zone.listing_table()?),
     };
     ctx.register_table(s.alias.as_str(), table)?;
