@@ -298,10 +298,10 @@ impl super::LandingZone {
     }
 
     /// The zone on the local engine for `who`: the independent checks read it through
-    /// [`PlainTable`] (their own listing, level by level); the runner's plain twin
+    /// `PlainTable` (their own listing, level by level); the runner's plain twin
     /// (`IDEMLAKE_ACCELERATE=0`) through DataFusion's own `ListingTable` (a listing of the
     /// whole prefix, no walk of idemlake's), except a zone of levels without names, which only
-    /// [`PlainTable`] reads. `options`: the reading session's format settings (`None`: the
+    /// `PlainTable` reads. `options`: the reading session's format settings (`None`: the
     /// zone's own). A Parquet file's columns are converted strictly (`casts`), text files read
     /// exactly (`exact`); partition values, their filters and schema adaptation are
     /// DataFusion's; files are listed and read through the object store the reading session
