@@ -22,6 +22,7 @@ use crate::error::{Error, Result, ResultExt};
 use crate::pipeline::landing::{LandingZone, Route};
 pub use crate::report::record::SourceVersion;
 use crate::task::{Format, Source};
+pub use postgres::{Whole, whole, whole_rows};
 
 /// The URL DataFusion uses for a source location (local absolute path or URL).
 pub(super) fn listing_url(uri: &str) -> Result<ListingTableUrl> {

@@ -284,7 +284,8 @@ impl Check {
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize, PartialEq)]
 pub struct Computed {
     /// `independent`: the checks' own session over the sources (DataFusion's listing tables,
-    /// delta-rs), not the path the output was computed by.
+    /// delta-rs), not the path the output was computed by; `database`: the query sent whole
+    /// to the PostgreSQL database its tables are in, computed there (see `checks::in_database`).
     pub route: String,
     /// The windows one query computed together with this one (1: this window alone).
     pub windows: usize,

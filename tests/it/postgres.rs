@@ -139,18 +139,18 @@ fn a_day_window_and_a_backfill_publish_the_rows_polars_reads() {
     assert_eq!(code(&out), 0, "{}", text(&out));
     let r = &json_lines(&out)[0];
     assert_eq!(r["rows_written"], 891, "{r}");
-    // The check says what it read: the query it sent, and the rows that came back.
-    let checks = r["reconciliation"].as_array().unwrap();
-    let how = &checks.iter().find(|c| c["check"] == "source_rows").unwrap()["computed"];
-    let scan = &how["scans"][0];
-    assert!(
-        scan["location"]
-            .as_str()
-            .unwrap()
-            .contains("PostgresScan: sql=SELECT"),
-        "{how}"
+    // The check says how it was computed: by the database, the statement it sent.
+    let checks = checks_of(r);
+    let count = checks.iter().find(|c| c.0 == "source_rows").unwrap();
+    assert_eq!(
+        (count.1.as_str(), count.2.as_str()),
+        ("891", "database"),
+        "{checks:?}"
     );
-    assert_eq!(scan["rows"], 891, "{how}");
+    assert!(
+        count.3.starts_with("PostgreSQL: SELECT count(*)"),
+        "{checks:?}"
+    );
     // The run record pins the snapshot read: its position as the server names it.
     let table_dir = p.table_dir("orders_daily");
     let version = r["table_version"].as_u64().unwrap();
@@ -355,6 +355,133 @@ fn a_row_inserted_while_a_window_runs_never_makes_the_check_and_the_table_disagr
         after >= before + 2,
         "{before} then {after}: the inserts did not happen"
     );
+}
+
+/// The checks of a day window as the report gives them: (check, source value, route, first
+/// scan's location, its rows) for each.
+fn checks_of(r: &serde_json::Value) -> Vec<(String, String, String, String, u64)> {
+    r["reconciliation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let how = &c["computed"];
+            (
+                c["check"].as_str().unwrap_or_default().to_string(),
+                c["source"].to_string().trim_matches('"').to_string(),
+                how["route"].as_str().unwrap_or_default().to_string(),
+                how["scans"][0]["location"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                how["scans"][0]["rows"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// The default check's count and a `[reconcile]` total are computed by PostgreSQL itself:
+/// the task's query, and the reconcile source query, are sent whole with the window's bounds,
+/// in the run's snapshot, and only their result comes back; the report names the route and
+/// the statement. A backfill's windows are counted the same way, each by its own statement.
+#[test]
+fn the_checks_count_and_reconcile_totals_are_computed_by_the_database() {
+    let table = orders(5_000);
+    let p = project(&table);
+    let task = std::fs::read_to_string(p.path().join("tables/orders_daily.toml")).unwrap();
+    p.task(
+        "orders_daily",
+        &format!(
+            "{task}\n[reconcile]\ndefault = \"rows\"\n\
+             source = \"SELECT sum(amount) AS total FROM orders WHERE created_at >= $window_start_ts AND created_at < $window_end_ts\"\n\
+             output = \"SELECT sum(amount) AS total FROM output\"\n"
+        ),
+    );
+    let day = "created_at >= '2026-11-01T00:00:00Z' AND created_at < '2026-11-02T00:00:00Z'";
+    let rows = psql(&format!("SELECT count(*) FROM {table} WHERE {day}"));
+    let total = psql(&format!("SELECT sum(amount) FROM {table} WHERE {day}"));
+    let out = run(&p, &RUN_DAY);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let checks = checks_of(&json_lines(&out)[0]);
+    let count = checks.iter().find(|c| c.0 == "source_rows").unwrap();
+    assert_eq!(count.1, rows, "{checks:?}");
+    assert_eq!(count.2, "database", "{checks:?}");
+    assert!(
+        count
+            .3
+            .starts_with("PostgreSQL: SELECT count(*) FROM (SELECT")
+            && count
+                .3
+                .contains(&format!("\"public\".\"{table}\" AS \"orders\""))
+            && count.3.contains("2026-11-01")
+            && count.3.contains("2026-11-02"),
+        "{checks:?}"
+    );
+    assert_eq!(count.4, 1, "one row back: {checks:?}");
+    let sum = checks.iter().find(|c| c.0 == "total").unwrap();
+    assert_eq!(sum.2, "database", "{checks:?}");
+    assert!(
+        sum.3.starts_with("PostgreSQL: SELECT q.c0::text") && sum.3.contains("sum("),
+        "{checks:?}"
+    );
+    assert_eq!(
+        sum.1.parse::<f64>().unwrap(),
+        total.parse::<f64>().unwrap(),
+        "{checks:?}"
+    );
+    let out = run(
+        &p,
+        &[
+            "--output",
+            "json",
+            "backfill",
+            "orders_daily",
+            "--from",
+            "2026-11-02",
+            "--to",
+            "2026-11-04",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    for r in json_lines(&out) {
+        let checks = checks_of(&r);
+        let source_side = checks
+            .iter()
+            .filter(|c| ["source_rows", "total"].contains(&c.0.as_str()));
+        assert!(
+            source_side.clone().count() == 2 && source_side.clone().all(|c| c.2 == "database"),
+            "{checks:?}"
+        );
+    }
+    let (source, table_rows) = oracle(&p, &table, "2026-11-01", "2026-11-04");
+    assert_eq!(source, table_rows);
+}
+
+/// A task whose query holds what the two engines may compute differently (here a function)
+/// is counted by the checks' own DataFusion route over the rows the server sends, and the
+/// report says so.
+#[test]
+fn a_query_the_database_might_compute_otherwise_is_counted_by_the_checks_and_says_so() {
+    let table = orders(1_000);
+    let p = project(&table);
+    let task = std::fs::read_to_string(p.path().join("tables/orders_daily.toml")).unwrap();
+    p.task(
+        "orders_daily",
+        &task.replace(
+            "WHERE created_at >=",
+            "WHERE lower(status) <> 'void' AND created_at >=",
+        ),
+    );
+    let out = run(&p, &RUN_DAY);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let checks = checks_of(&json_lines(&out)[0]);
+    let count = checks.iter().find(|c| c.0 == "source_rows").unwrap();
+    assert_eq!(count.2, "independent", "{checks:?}");
+    assert!(
+        count.3.starts_with("PostgresScan: sql=SELECT"),
+        "{checks:?}"
+    );
+    assert_eq!(count.4.to_string(), count.1, "{checks:?}");
 }
 
 /// `status --output json` over `first..=last`: the stale windows' labels and what changed.

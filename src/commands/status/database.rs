@@ -81,7 +81,10 @@ impl Recheck {
             "source_content" => crate::pipeline::checks::content::of_dataframe(df)
                 .await?
                 .to_string(),
-            _ => df.count().await?.to_string(),
+            _ => match crate::pipeline::checks::in_database::count(&df).await? {
+                Some((n, _)) => n.to_string(),
+                None => df.count().await?.to_string(),
+            },
         };
         Ok(match again == recorded {
             true => Vec::new(),

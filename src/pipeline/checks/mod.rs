@@ -44,6 +44,7 @@ use crate::task::{DefaultCheck, Task};
 pub mod content;
 pub mod data;
 pub mod grouped;
+pub mod in_database;
 pub mod read;
 pub mod staged;
 
@@ -301,6 +302,9 @@ impl Checker {
             let src = src.ok_or_else(|| {
                 crate::error::Error::runtime("[reconcile].source was not planned")
             })?;
+            if let Some((batches, how)) = in_database::collect(&src).await? {
+                return Ok((PerWindow::Batches(batches), how));
+            }
             let (batches, scans) = read::collect(src).await?;
             return Ok((PerWindow::Batches(batches), computed(scans)));
         }
@@ -310,10 +314,13 @@ impl Checker {
                 let (fp, scans) = content::of_dataframe_scanned(planned.df).await?;
                 (PerWindow::Content(fp), computed(scans))
             }
-            _ => {
-                let (n, scans) = read::count(planned.df).await?;
-                (PerWindow::Rows(n), computed(scans))
-            }
+            _ => match in_database::count(&planned.df).await? {
+                Some((n, how)) => (PerWindow::Rows(n), how),
+                None => {
+                    let (n, scans) = read::count(planned.df).await?;
+                    (PerWindow::Rows(n), computed(scans))
+                }
+            },
         })
     }
 
@@ -321,11 +328,21 @@ impl Checker {
     async fn template(&self, task: &Task, lane: Lane) -> &Template {
         self.templates[lane as usize]
             .get_or_init(|| async {
+                // A query the database computes whole is sent window by window: one
+                // indexed statement each, nothing fetched.
+                let whole = |df: &datafusion::prelude::DataFrame, lane| {
+                    match lane {
+                        Lane::Reconcile => crate::pipeline::sources::whole(df.logical_plan()),
+                        Lane::Default => crate::pipeline::sources::whole_rows(df.logical_plan()),
+                    }
+                    .is_some()
+                };
                 let analysed = match lane {
                     Lane::Reconcile => {
                         match crate::task::plan::plan_reconcile_source_unbound(&self.ctx, task)
                             .await
                         {
+                            Ok(Some(df)) if whole(&df, lane) => return Template::PerWindow,
                             Ok(Some(df)) => Grouped::new(df, Measure::Query),
                             Ok(None) => return Template::Unchecked,
                             Err(e) => Err(grouped::NotGroupable(e.to_string())),
@@ -338,6 +355,9 @@ impl Checker {
                             Some(DefaultCheck::Content) => Measure::Content,
                         };
                         match crate::task::plan::plan_query_unbound(&self.ctx, task).await {
+                            Ok(df) if measure == Measure::Rows && whole(&df, lane) => {
+                                return Template::PerWindow;
+                            }
                             Ok(df) => Grouped::new(df, measure),
                             Err(e) => Err(grouped::NotGroupable(e.to_string())),
                         }

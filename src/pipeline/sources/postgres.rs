@@ -52,8 +52,10 @@ use crate::task::Source;
 mod rows;
 mod snapshot;
 mod tls;
+mod whole;
 use snapshot::{in_snapshot, snapshot};
 use tls::Settings;
+pub use whole::{Whole, whole, whole_rows};
 
 /// Rows per batch read from the server.
 const BATCH_ROWS: usize = 8192;
@@ -64,6 +66,7 @@ pub async fn register(ctx: &SessionContext, s: &Source) -> Result<SourceVersion>
     let config = config(&s.uri)?;
     let client = connect(&config).await?;
     let columns = catalog(&client, &table).await?;
+    let remote = whole::remote_name(&client, &table).await?;
     let schema = Arc::new(Schema::new(
         columns
             .iter()
@@ -73,6 +76,7 @@ pub async fn register(ctx: &SessionContext, s: &Source) -> Result<SourceVersion>
     let provider = PgTable {
         config,
         table,
+        remote,
         columns,
         schema,
     };
@@ -234,6 +238,8 @@ async fn catalog(client: &tokio_postgres::Client, table: &str) -> Result<Vec<row
 struct PgTable {
     config: Settings,
     table: String,
+    /// Its schema and name as the catalog spells them (for a query sent whole, see `whole`).
+    remote: datafusion::common::TableReference,
     columns: Vec<rows::Column>,
     schema: SchemaRef,
 }

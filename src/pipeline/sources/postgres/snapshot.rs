@@ -20,13 +20,7 @@ pub(super) struct Snapshot {
 pub(super) async fn snapshot(config: &Settings) -> Result<Arc<Snapshot>> {
     type Snapshots = tokio::sync::Mutex<std::collections::HashMap<String, Arc<Snapshot>>>;
     static SNAPSHOTS: std::sync::OnceLock<Snapshots> = std::sync::OnceLock::new();
-    let key = format!(
-        "{:?} {:?} {:?} {:?}",
-        config.config.get_hosts(),
-        config.config.get_ports(),
-        config.config.get_dbname(),
-        config.config.get_user()
-    );
+    let key = key(config);
     let mut held = SNAPSHOTS.get_or_init(Default::default).lock().await;
     if let Some(s) = held.get(&key) {
         return Ok(s.clone());
@@ -50,6 +44,17 @@ pub(super) async fn snapshot(config: &Settings) -> Result<Arc<Snapshot>> {
     });
     held.insert(key, s.clone());
     Ok(s)
+}
+
+/// Which database (and role) `config` reads: one snapshot each.
+pub(super) fn key(config: &Settings) -> String {
+    format!(
+        "{:?} {:?} {:?} {:?}",
+        config.config.get_hosts(),
+        config.config.get_ports(),
+        config.config.get_dbname(),
+        config.config.get_user()
+    )
 }
 
 /// Where the exported snapshot stands, as the server names it: `snapshot=<xmin:xmax:xip, as
