@@ -457,6 +457,112 @@ fn the_checks_count_and_reconcile_totals_are_computed_by_the_database() {
     assert_eq!(source, table_rows);
 }
 
+/// Filters of every kind the database is sent whole, written before or after the window's
+/// bounds, over a column holding NULLs: each task's table equals polars' filter over the
+/// window's rows (read by SQL written by hand), and its count was computed by the database
+/// (text ordered by the database's collation is not sent, and says so).
+#[test]
+fn filters_sent_whole_to_the_database_give_the_rows_polars_filters() {
+    let table = orders(3_000);
+    psql(&format!("UPDATE {table} SET paid = NULL WHERE id % 7 = 0"));
+    let shapes = [
+        (
+            "status IN ('paid', 'void')",
+            "pl.col('status').is_in(['paid', 'void'])",
+            "database",
+        ),
+        (
+            "amount BETWEEN 100 AND 500",
+            "(pl.col('amount') >= 100) & (pl.col('amount') <= 500)",
+            "database",
+        ),
+        (
+            "customer LIKE 'c1%'",
+            "pl.col('customer').str.starts_with('c1')",
+            "database",
+        ),
+        (
+            "(NOT paid OR id * 2 > 1500)",
+            "(~pl.col('paid')) | (pl.col('id') * 2 > 1500)",
+            "database",
+        ),
+        (
+            "due = CAST('2026-12-05' AS DATE)",
+            "pl.col('due') == dt.date(2026, 12, 5)",
+            "database",
+        ),
+        (
+            "customer <> 'c3' AND paid IS NOT NULL",
+            "(pl.col('customer') != 'c3') & pl.col('paid').is_not_null()",
+            "database",
+        ),
+        (
+            "customer < 'c5'",
+            "pl.col('customer') < 'c5'",
+            "independent",
+        ),
+    ];
+    let p = TestProject::new();
+    let uri = pg_env()["IDEMLAKE_PG_URL"].clone();
+    let bounds = "created_at >= $window_start_ts AND created_at < $window_end_ts";
+    for (i, (filter, _, _)) in shapes.iter().enumerate() {
+        let filter = match i % 2 {
+            0 => format!("{filter} AND {bounds}"),
+            _ => format!("{bounds} AND {filter}"),
+        };
+        let task = TASK.replace("URI", &uri).replace("TABLE", &table).replace(
+            "created_at >= $window_start_ts AND created_at < $window_end_ts",
+            &filter,
+        );
+        p.task(&format!("shape_{i}"), &task);
+    }
+    let e = pg_env();
+    let db = format!(
+        "postgresql://{}:{}@{}:{}/{}",
+        e["PGUSER"], e["PGPASSWORD"], e["PGHOST"], e["PGPORT"], e["PGDATABASE"]
+    );
+    for (i, (filter, polars, route)) in shapes.iter().enumerate() {
+        let name = format!("shape_{i}");
+        let out = run(
+            &p,
+            &[
+                "--output",
+                "json",
+                "backfill",
+                &name,
+                "--from",
+                "2026-11-01",
+                "--to",
+                "2026-11-02",
+            ],
+        );
+        assert_eq!(code(&out), 0, "{filter}: {}", text(&out));
+        for r in json_lines(&out) {
+            let checks = checks_of(&r);
+            let count = checks.iter().find(|c| c.0 == "source_rows").unwrap();
+            assert_eq!(count.2, *route, "{filter}: {checks:?}");
+        }
+        let got = python_prints(&format!(
+            r#"
+import datetime as dt, polars as pl
+src = pl.read_database_uri(
+    "SELECT id, customer, status, amount::float8 AS amount, paid, due FROM public.{table} "
+    "WHERE created_at >= '2026-11-01T00:00:00Z' AND created_at < '2026-11-03T00:00:00Z'", "{db}")
+want = sorted(src.filter({polars})["id"].to_list())
+got = sorted(pl.read_delta("{dir}")["id"].to_list())
+print(len(want), len(got), want == got)
+"#,
+            dir = p.table_dir(&name).display()
+        ));
+        let parts: Vec<&str> = got.split_whitespace().collect();
+        assert_eq!(parts.get(2), Some(&"True"), "{filter}: polars {got}");
+        assert_ne!(
+            parts[0], "0",
+            "{filter}: a shape that selects nothing proves little"
+        );
+    }
+}
+
 /// A task whose query holds what the two engines may compute differently (here a function)
 /// is counted by the checks' own DataFusion route over the rows the server sends, and the
 /// report says so.
