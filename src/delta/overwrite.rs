@@ -147,6 +147,21 @@ pub async fn commit_windows(
     partition_by: &str,
     windows: &[WindowCommit],
 ) -> Result<Committed> {
+    let committed = commit_or_rejoin(table, files, partition_by, windows, &|| false).await?;
+    Ok(committed.expect("never asked to rejoin"))
+}
+
+/// [`commit_windows`], except that after a race lost on the accelerated path (the map caught
+/// up with the winners' commits, nothing of this commit in the log) it returns `None` when
+/// `waiting()` says other windows were staged meanwhile: the caller then commits them with
+/// `windows`, on the map as it now is, instead of leaving them for another turn.
+pub async fn commit_or_rejoin(
+    table: &mut DeltaTable,
+    files: &mut Option<FileMap>,
+    partition_by: &str,
+    windows: &[WindowCommit],
+    waiting: &(dyn Fn() -> bool + Sync),
+) -> Result<Option<Committed>> {
     let pending = Pending::new(table, partition_by, windows)?;
     let mut first_base = None;
     let mut attempt = 0;
@@ -162,10 +177,10 @@ pub async fn commit_windows(
         let e = match pending.commit.write(table, target, actions, cleanup).await {
             Ok(()) => {
                 let checkpoint = pending.advance(table, files, target);
-                return Ok(Committed {
+                return Ok(Some(Committed {
                     checkpoint,
                     ..pending.counted(target, files_removed)
-                });
+                }));
             }
             Err(e) => e,
         };
@@ -179,6 +194,9 @@ pub async fn commit_windows(
                 CatchUp::Moved if attempt < REBASE_ATTEMPTS => {
                     attempt += 1;
                     COMMITS[2].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if waiting() {
+                        return Ok(None);
+                    }
                     tracing::debug!(
                         "version {target} was taken by another writer; replayed the log to version {} and rebuilding on top (attempt {attempt})",
                         files.as_ref().map_or(-1, |m| m.version)
@@ -193,7 +211,7 @@ pub async fn commit_windows(
                     );
                     *files = None;
                     let _ = table.update_state().await;
-                    return Ok(pending.counted(version, 0));
+                    return Ok(Some(pending.counted(version, 0)));
                 }
                 _ => {}
             }
@@ -201,7 +219,7 @@ pub async fn commit_windows(
         // Re-read the table: the map is no longer known to be current.
         *files = None;
         if let Some(version) = after_failure(table, windows, base, &e).await? {
-            return Ok(pending.counted(version, 0));
+            return Ok(Some(pending.counted(version, 0)));
         }
         pending.may_rebuild(table, attempt_base, attempt, &e)?;
         attempt += 1;

@@ -214,8 +214,10 @@ impl Target {
     /// lock commits *all* queued windows (distinct windows, up to
     /// [`MAX_WINDOWS_PER_COMMIT`]) in one commit, then reads that commit back once. While one
     /// commit is being written the next group forms, so a backfill's commits — whose cost
-    /// grows with the table, not with the group — are amortised over many windows. Each
-    /// window is still replaced whole by exactly one commit.
+    /// grows with the table, not with the group — are amortised over many windows. A group
+    /// whose commit loses a race to another writer takes in the windows queued meanwhile
+    /// before it is rebuilt (see [`Target::joinable`]). Each window is still replaced whole by
+    /// exactly one commit.
     pub async fn publish(
         &self,
         schema: &SchemaRef,
@@ -349,6 +351,35 @@ impl Target {
         group
     }
 
+    /// The queued windows that may join a commit of `group` being rebuilt after a lost race
+    /// (taken out of the queue when `take`): distinct windows not in it, which change no
+    /// metadata, up to [`MAX_WINDOWS_PER_COMMIT`] in all; `None` when there are none.
+    fn joinable(&self, group: &[overwrite::WindowCommit], take: bool) -> Option<Vec<Pending>> {
+        let mut pending = self.pending.lock().expect("not poisoned");
+        let mut seen: std::collections::HashSet<&str> =
+            group.iter().map(|w| w.tags.window.as_str()).collect();
+        let mut room = MAX_WINDOWS_PER_COMMIT.saturating_sub(group.len());
+        let mut joining = Vec::new();
+        for (i, p) in pending.iter().enumerate() {
+            if room > 0 && p.window.metadata.is_none() && seen.insert(&p.window.tags.window) {
+                joining.push(i);
+                room -= 1;
+            }
+        }
+        if joining.is_empty() {
+            return None;
+        }
+        if !take {
+            return Some(Vec::new());
+        }
+        let mut out = Vec::new();
+        for i in joining.into_iter().rev() {
+            out.push(pending.remove(i));
+        }
+        out.reverse();
+        Some(out)
+    }
+
     /// Create the table on first use (the schema check follows creation by someone else).
     async fn ensure_table(&self, target: &mut State, schema: &SchemaRef) -> Result<()> {
         if target.table.version().is_none() {
@@ -410,20 +441,31 @@ impl Target {
         // waiting windows learn that it is unknown (not "nothing published").
         let mut senders = Outcomes(senders.into_iter().map(Some).collect());
         let fail = |e: &Error| (e.kind(), e.message().to_string());
-        let committed = match overwrite::commit_windows(
-            &mut target.table,
-            &mut target.files,
-            &self.partition_by,
-            &windows,
-        )
-        .await
-        {
-            Ok(c) => c,
-            Err(e) => {
-                for tx in senders.take() {
-                    let _ = tx.send(Err(fail(&e)));
+        let committed = loop {
+            let waiting = || self.joinable(&windows, false).is_some();
+            let attempt = overwrite::commit_or_rejoin(
+                &mut target.table,
+                &mut target.files,
+                &self.partition_by,
+                &windows,
+                &waiting,
+            )
+            .await;
+            match attempt {
+                Ok(Some(c)) => break c,
+                // A race lost while other windows were staged: they join the rebuilt commit.
+                Ok(None) => {
+                    for p in self.joinable(&windows, true).unwrap_or_default() {
+                        windows.push(p.window);
+                        senders.0.push(Some(p.done));
+                    }
                 }
-                return None;
+                Err(e) => {
+                    for tx in senders.take() {
+                        let _ = tx.send(Err(fail(&e)));
+                    }
+                    return None;
+                }
             }
         };
         self.note_commit(committed.version);

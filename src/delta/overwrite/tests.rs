@@ -219,3 +219,60 @@ async fn a_due_checkpoint_is_handed_back_and_written_after_the_commit() {
     }
     assert_eq!(due, vec![9]);
 }
+
+/// Windows staged while a commit lost a race join the rebuilt commit: after the lost race the
+/// caller is asked to rejoin (the map caught up with the winner's commit), and one commit then
+/// publishes the first window and the joined one on top of it, each replacing its own window.
+#[tokio::test]
+async fn windows_waiting_when_a_race_is_lost_join_the_rebuilt_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut table = new_table(dir.path()).await;
+    let base = table.version().unwrap() as i64;
+    let mut files = Some(FileMap::from_table(&table, "d").unwrap());
+    let mut other = crate::delta::table::open(table.table_url()).await.unwrap();
+    let theirs = window(3, "theirs.parquet", "run-theirs");
+    commit_windows(&mut other, &mut None, "d", &[theirs])
+        .await
+        .unwrap();
+    let ours = window(5, "ours.parquet", "run-ours");
+    let asked = commit_or_rejoin(
+        &mut table,
+        &mut files,
+        "d",
+        std::slice::from_ref(&ours),
+        &|| true,
+    )
+    .await
+    .unwrap();
+    assert!(asked.is_none(), "not asked to rejoin");
+    assert_eq!(
+        files.as_ref().unwrap().version,
+        base + 1,
+        "the map caught up"
+    );
+    let joined = window(6, "joined.parquet", "run-ours");
+    let c = commit_or_rejoin(&mut table, &mut files, "d", &[ours, joined], &|| true)
+        .await
+        .unwrap()
+        .expect("landed");
+    assert_eq!(c.version, base + 2);
+    assert_eq!(c.files_added, 2);
+    let reread = crate::delta::table::open(table.table_url()).await.unwrap();
+    let mut live: Vec<String> = reread
+        .snapshot()
+        .unwrap()
+        .snapshot()
+        .log_data()
+        .iter()
+        .map(|f| f.path().to_string())
+        .collect();
+    live.sort();
+    assert_eq!(
+        live,
+        [
+            "d=1970-01-04/theirs.parquet",
+            "d=1970-01-06/ours.parquet",
+            "d=1970-01-07/joined.parquet"
+        ]
+    );
+}
