@@ -9,10 +9,13 @@ A B A B, medians and peak RSS (the process's, /usr/bin/time):
   1  a nightly day window (2025-06-15): `idemlake run` vs polars `read_database_uri` of the
      day's rows + deltalake `write_deltalake` (one process);
   2  a 365-day backfill: `idemlake backfill --parallel 4` vs one Python process looping over
-     the days, each read with `read_database_uri` and written with `write_deltalake`.
+     the days, each read with `read_database_uri` and written with `write_deltalake`;
+  3  a window too large to hold comfortably: one day of PG_BIG_ROWS rows (default 4,000,000,
+     a table of its own, `orders_bench_big_<rows>`), as scenario 1 — its peak RSS is the
+     figure (idemlake streams the rows; the peer holds the window in memory).
 
 Every idemlake table is compared with the peer's (rows and sum of amount per day) on the last
-rep. Appends to bench/POSTGRES.md. Knobs: PG_ROWS, PG_REPS (3), PG_BACKFILL_REPS (2),
+rep. Appends to bench/POSTGRES.md. Knobs: PG_ROWS, PG_BIG_ROWS, PG_REPS (3), PG_BACKFILL_REPS (2), PG_BIG_REPS (2),
 BENCH_BIN (target/release/idemlake), PG_WORK (/tmp/idemlake-bench-pg).
 """
 import datetime as dt
@@ -35,6 +38,9 @@ BIN = os.environ.get("BENCH_BIN", f"{TARGET}/release/idemlake")
 WORK = Path(os.environ.get("PG_WORK", "/tmp/idemlake-bench-pg"))
 PY = str(REPO / ".venv-py/bin/python")
 TABLE = f"orders_bench_{ROWS}"
+BIG_ROWS = int(os.environ.get("PG_BIG_ROWS", "4000000"))
+BIG_REPS = int(os.environ.get("PG_BIG_REPS", "2"))
+BIG_TABLE = f"orders_bench_big_{BIG_ROWS}"
 DAY = "2025-06-15"
 
 
@@ -59,19 +65,21 @@ def psql(sql):
     return sh([str(REPO / "scripts/pg-server"), "psql", "-Atq", "-c", sql]).stdout.strip()
 
 
-def ensure_table():
-    have = psql(f"SELECT to_regclass('public.{TABLE}') IS NOT NULL")
+def ensure_table(table=TABLE, rows=ROWS, start="2025-01-01", seconds=365 * 86400):
+    """`table` of `rows` rows spread evenly over `seconds` from `start` (UTC), made if missing;
+    the seconds it took (0 when it was there)."""
+    have = psql(f"SELECT to_regclass('public.{table}') IS NOT NULL")
     if have == "t":
         return 0.0
     t0 = time.monotonic()
-    step = 365 * 86400 / ROWS
+    step = seconds / rows
     psql(
-        f"CREATE TABLE {TABLE} (id bigint PRIMARY KEY, customer text, amount numeric(12,2), "
+        f"CREATE TABLE {table} (id bigint PRIMARY KEY, customer text, amount numeric(12,2), "
         f"created_at timestamptz NOT NULL, status text); "
-        f"INSERT INTO {TABLE} SELECT i, 'c' || (i % 9973), round((i % 100000) * 0.37, 2), "
-        f"timestamptz '2025-01-01 00:00:00+00' + (i * {step}) * interval '1 second', "
-        f"CASE WHEN i % 3 = 0 THEN 'paid' ELSE 'open' END FROM generate_series(0, {ROWS - 1}) i; "
-        f"CREATE INDEX ON {TABLE} (created_at); ANALYZE {TABLE}"
+        f"INSERT INTO {table} SELECT i, 'c' || (i % 9973), round((i % 100000) * 0.37, 2), "
+        f"timestamptz '{start} 00:00:00+00' + (i * {step}) * interval '1 second', "
+        f"CASE WHEN i % 3 = 0 THEN 'paid' ELSE 'open' END FROM generate_series(0, {rows - 1}) i; "
+        f"CREATE INDEX ON {table} (created_at); ANALYZE {table}"
     )
     return time.monotonic() - t0
 
@@ -131,27 +139,31 @@ def main():
         raise SystemExit(f"no binary at {BIN}: cargo build --release (or set BENCH_BIN)")
     env = dict(os.environ, **pg_env())
     made = ensure_table()
+    made_big = ensure_table(BIG_TABLE, BIG_ROWS, DAY, 86400)
     pw_uri = f"postgresql://{env['PGUSER']}:{env['PGPASSWORD']}@{env['PGHOST']}:{env['PGPORT']}/{env['PGDATABASE']}"
     shutil.rmtree(WORK, ignore_errors=True)
     (WORK / "project/tables").mkdir(parents=True)
     (WORK / "project/tables/orders_daily.toml").write_text(
         TASK.format(uri=env["IDEMLAKE_PG_URL"], table=TABLE))
+    (WORK / "project/tables/orders_big.toml").write_text(
+        TASK.format(uri=env["IDEMLAKE_PG_URL"], table=BIG_TABLE))
     results = {}
 
-    def scenario(key, idem_args, days, first, reps):
+    def scenario(key, idem_args, days, first, reps, table=TABLE):
+        name = idem_args[1]
         for rep in range(reps):
             for tool in ("idemlake", "peer"):
                 out = WORK / f"{key}-{tool}-{rep}"
                 if tool == "idemlake":
                     cmd = [BIN, "--project", str(WORK / "project"), "--lake", str(out), "--output", "json"] + idem_args
                 else:
-                    cmd = [PY, "-c", PEER, pw_uri, TABLE, str(out / "orders_daily"), first, str(days)]
+                    cmd = [PY, "-c", PEER, pw_uri, table, str(out / name), first, str(days)]
                 secs, rss = timed(cmd, env)
                 results.setdefault((key, tool), []).append((secs, rss))
                 print(f"{key} {tool} rep {rep}: {secs:.2f} s, {rss:.0f} MiB", file=sys.stderr)
         last = reps - 1
-        ok = sh([PY, "-c", CHECK, str(WORK / f"{key}-idemlake-{last}/orders_daily"),
-                 str(WORK / f"{key}-peer-{last}/orders_daily")]).stdout.strip()
+        ok = sh([PY, "-c", CHECK, str(WORK / f"{key}-idemlake-{last}/{name}"),
+                 str(WORK / f"{key}-peer-{last}/{name}")]).stdout.strip()
         results[(key, "check")] = ok
         if ok != "equal":
             raise SystemExit(f"{key}: idemlake and the peer disagree: {ok}")
@@ -159,6 +171,7 @@ def main():
     scenario("day", ["run", "orders_daily", "--window", DAY], 1, DAY, REPS)
     scenario("backfill", ["backfill", "orders_daily", "--from", "2025-01-01", "--to", "2025-12-31",
                           "--parallel", "4"], 365, "2025-01-01", BACKFILL_REPS)
+    scenario("big", ["run", "orders_big", "--window", DAY], 1, DAY, BIG_REPS, BIG_TABLE)
     med = lambda k, t, i: statistics.median(x[i] for x in results[(k, t)])
     lines = [f"\n## {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
              f"{os.cpu_count()} cores, `{TABLE}` ({ROWS:,} rows over 365 days, index on created_at)\n",
@@ -166,12 +179,13 @@ def main():
              "| scenario | idemlake | peer (polars read_database_uri + write_deltalake) | ratio | idemlake RSS | peer RSS | reps | tables equal |",
              "|---|---|---|---|---|---|---|---|"]
     for key, label, reps in (("day", f"nightly day window ({DAY})", REPS),
-                             ("backfill", "365-day backfill (`--parallel 4`; the peer: one process, 365 reads and writes)", BACKFILL_REPS)):
+                             ("backfill", "365-day backfill (`--parallel 4`; the peer: one process, 365 reads and writes)", BACKFILL_REPS),
+                             ("big", f"a day window of {BIG_ROWS:,} rows (`{BIG_TABLE}`)", BIG_REPS)):
         a, b = med(key, "idemlake", 0), med(key, "peer", 0)
         lines.append(f"| {label} | {a:.2f} s | {b:.2f} s | {a / b:.2f}× | {med(key, 'idemlake', 1):.0f} MiB | "
                      f"{med(key, 'peer', 1):.0f} MiB | {reps} | {results[(key, 'check')]} |")
-    if made:
-        lines.append(f"\nThe table was generated in this run in {made:.0f} s.")
+    if made or made_big:
+        lines.append(f"\nTables generated in this run: {made:.0f} s and {made_big:.0f} s.")
     text = "\n".join(lines) + "\n"
     out = REPO / "bench/POSTGRES.md"
     if not out.exists():

@@ -216,7 +216,7 @@ impl Target {
     /// commit is being written the next group forms, so a backfill's commits — whose cost
     /// grows with the table, not with the group — are amortised over many windows. A group
     /// whose commit loses a race to another writer takes in the windows queued meanwhile
-    /// before it is rebuilt (see [`Target::joinable`]). Each window is still replaced whole by
+    /// before it is rebuilt (see `Target::joinable`). Each window is still replaced whole by
     /// exactly one commit.
     pub async fn publish(
         &self,
