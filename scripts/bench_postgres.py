@@ -15,7 +15,7 @@ A B A B, medians and peak RSS (the process's, /usr/bin/time):
      figure (idemlake streams the rows; the peer holds the window in memory).
 
 Every idemlake table is compared with the peer's (rows and sum of amount per day) on the last
-rep. Appends to bench/POSTGRES.md. Knobs: PG_ROWS, PG_BIG_ROWS, PG_REPS (3), PG_BACKFILL_REPS (2), PG_BIG_REPS (2),
+rep. Appends to bench/POSTGRES.md. Knobs: PG_SCENARIOS (day,backfill,big), PG_ROWS, PG_BIG_ROWS, PG_REPS (3), PG_BACKFILL_REPS (2), PG_BIG_REPS (2),
 BENCH_BIN (target/release/idemlake), PG_WORK (/tmp/idemlake-bench-pg).
 """
 import datetime as dt
@@ -41,6 +41,7 @@ TABLE = f"orders_bench_{ROWS}"
 BIG_ROWS = int(os.environ.get("PG_BIG_ROWS", "4000000"))
 BIG_REPS = int(os.environ.get("PG_BIG_REPS", "2"))
 BIG_TABLE = f"orders_bench_big_{BIG_ROWS}"
+SCENARIOS = os.environ.get("PG_SCENARIOS", "day,backfill,big").split(",")
 DAY = "2025-06-15"
 
 
@@ -138,8 +139,8 @@ def main():
     if not Path(BIN).exists():
         raise SystemExit(f"no binary at {BIN}: cargo build --release (or set BENCH_BIN)")
     env = dict(os.environ, **pg_env())
-    made = ensure_table()
-    made_big = ensure_table(BIG_TABLE, BIG_ROWS, DAY, 86400)
+    made = ensure_table() if {"day", "backfill"} & set(SCENARIOS) else 0.0
+    made_big = ensure_table(BIG_TABLE, BIG_ROWS, DAY, 86400) if "big" in SCENARIOS else 0.0
     pw_uri = f"postgresql://{env['PGUSER']}:{env['PGPASSWORD']}@{env['PGHOST']}:{env['PGPORT']}/{env['PGDATABASE']}"
     shutil.rmtree(WORK, ignore_errors=True)
     (WORK / "project/tables").mkdir(parents=True)
@@ -168,19 +169,24 @@ def main():
         if ok != "equal":
             raise SystemExit(f"{key}: idemlake and the peer disagree: {ok}")
 
-    scenario("day", ["run", "orders_daily", "--window", DAY], 1, DAY, REPS)
-    scenario("backfill", ["backfill", "orders_daily", "--from", "2025-01-01", "--to", "2025-12-31",
-                          "--parallel", "4"], 365, "2025-01-01", BACKFILL_REPS)
-    scenario("big", ["run", "orders_big", "--window", DAY], 1, DAY, BIG_REPS, BIG_TABLE)
+    if "day" in SCENARIOS:
+        scenario("day", ["run", "orders_daily", "--window", DAY], 1, DAY, REPS)
+    if "backfill" in SCENARIOS:
+        scenario("backfill", ["backfill", "orders_daily", "--from", "2025-01-01", "--to",
+                              "2025-12-31", "--parallel", "4"], 365, "2025-01-01", BACKFILL_REPS)
+    if "big" in SCENARIOS:
+        scenario("big", ["run", "orders_big", "--window", DAY], 1, DAY, BIG_REPS, BIG_TABLE)
     med = lambda k, t, i: statistics.median(x[i] for x in results[(k, t)])
     lines = [f"\n## {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
              f"{os.cpu_count()} cores, `{TABLE}` ({ROWS:,} rows over 365 days, index on created_at)\n",
              "First runs (each rep writes a new table), reps alternating, medians; peak RSS of the process.\n",
              "| scenario | idemlake | peer (polars read_database_uri + write_deltalake) | ratio | idemlake RSS | peer RSS | reps | tables equal |",
              "|---|---|---|---|---|---|---|---|"]
-    for key, label, reps in (("day", f"nightly day window ({DAY})", REPS),
-                             ("backfill", "365-day backfill (`--parallel 4`; the peer: one process, 365 reads and writes)", BACKFILL_REPS),
-                             ("big", f"a day window of {BIG_ROWS:,} rows (`{BIG_TABLE}`)", BIG_REPS)):
+    rows = (("day", f"nightly day window ({DAY})", REPS),
+            ("backfill", "365-day backfill (`--parallel 4`; the peer: one process, 365 reads and writes)",
+             BACKFILL_REPS),
+            ("big", f"a day window of {BIG_ROWS:,} rows (`{BIG_TABLE}`)", BIG_REPS))
+    for key, label, reps in (r for r in rows if r[0] in SCENARIOS):
         a, b = med(key, "idemlake", 0), med(key, "peer", 0)
         lines.append(f"| {label} | {a:.2f} s | {b:.2f} s | {a / b:.2f}× | {med(key, 'idemlake', 1):.0f} MiB | "
                      f"{med(key, 'peer', 1):.0f} MiB | {reps} | {results[(key, 'check')]} |")
