@@ -120,7 +120,7 @@ test-orchestrators: py-env
 ## measures what the default independent check costs (bench-checks, appended to bench/CHECKS.md). Not part of `make test`. Knobs
 ## (BENCH_SCALE, BENCH_REPS, BENCH_WORK, ...) are listed in scripts/bench.py. ~15 min at SF 1 with
 ## BENCH_LOAD_REPS=3, most of it the DataFusion COPY peers and the peer's 365-process loop.
-bench:
+bench: py-env
 	$(CARGO) build --profile $(BENCH_PROFILE) --bin idemlake
 	BENCH_BIN=$(BENCH_BIN) BENCH_PROFILE=$(BENCH_PROFILE) python3 scripts/bench.py
 	BENCH_BIN=$(BENCH_BIN) python3 scripts/bench_checks.py

@@ -48,6 +48,11 @@ per-window backfill; tools alternate rep by rep: A B A B ...):
      6-column task (SF 0.01) into one table on SeaweedFS behind scripts/latency-proxy at +20 and
      +60 ms per request, BENCH_SCALE_REPS reps alternating, every window checked against the
      source with polars (scripts/bench_scale.py, run as a child; bench/SCALE.md has the rest)
+ 10  a PostgreSQL source (issue 53): the headline of `make bench-postgres`, first runs of a
+     nightly day window and a 365-day backfill from a 10-million-row `orders` table on the
+     loopback server (scripts/pg-server), and one day of 4 million rows (peak RSS), against
+     polars `read_database_uri` + deltalake `write_deltalake` (scripts/bench_postgres.py, run
+     as a child; bench/POSTGRES.md has the history)
 
 Environment knobs (defaults in brackets):
   BENCH_BIN       idemlake binary [<repo>/target/release/idemlake]
@@ -65,8 +70,9 @@ Environment knobs (defaults in brackets):
                   scenarios 2 and 8 are loaded with every ship day but this one
   BENCH_WORK      scratch directory (wiped at start, except data-*/) [/tmp/idemlake-bench]
   BENCH_DATA      TPC-H data directory [$BENCH_WORK/data-sf$BENCH_SCALE], generated if absent
-  BENCH_SCENARIOS comma list of scenarios to run [1,2,3,4,5,6,7,8,9] (2, 3 and 5 need 1's table)
+  BENCH_SCENARIOS comma list of scenarios to run [1,2,3,4,5,6,7,8,9,10] (2, 3 and 5 need 1's table)
   BENCH_SCALE_REPS  reps of scenario 9 [3]
+  BENCH_PG_REPS   reps of scenario 10's day window [3]; its backfill and large window run once
   BENCH_BIG_SCALE  TPC-H scale factor of scenario 8 [10]; its data goes to $BENCH_WORK/data-sf<it>,
                   generated if absent (kept between runs like every data-* directory)
   BENCH_S3_LATENCY_MS  milliseconds the latency proxy adds to each request in scenario 6 [20]
@@ -136,9 +142,11 @@ HISTORY = int(env("BENCH_HISTORY", "1000"))
 DAY = env("BENCH_DAY", "1995-06-17")
 WORK = Path(env("BENCH_WORK", "/tmp/idemlake-bench")).resolve()
 DATA = Path(env("BENCH_DATA", str(WORK / f"data-sf{SCALE}"))).resolve()
-SCENARIOS = {int(s) for s in env("BENCH_SCENARIOS", "1,2,3,4,5,6,7,8,9").split(",") if s.strip()}
+SCENARIOS = {int(s) for s in env("BENCH_SCENARIOS", "1,2,3,4,5,6,7,8,9,10").split(",") if s.strip()}
 SCALE_REPS = env("BENCH_SCALE_REPS", "3")
+PG_REPS = env("BENCH_PG_REPS", "3")
 SCALE_HEADLINE = {}  # scenario 9: bench_scale.py's medians by workload
+PG_HEADLINE = {}  # scenario 10: bench_postgres.py's medians by scenario
 BIG_SCALE = env("BENCH_BIG_SCALE", "10")
 S3_LATENCY_MS = int(env("BENCH_S3_LATENCY_MS", "20"))
 OUT = Path(env("BENCH_OUT", str(REPO / "bench" / "RESULTS.md"))).resolve()
@@ -1107,6 +1115,26 @@ def scenario9():
     COMMANDS.append("SCALE_WORKERS=1,8 SCALE_WORKLOADS=latency make bench-scale  # scenario 9")
 
 
+# ---------------------------------------------------------------- scenario 10: PostgreSQL
+
+
+def scenario10():
+    say(f"scenario 10: a PostgreSQL source, day window ({PG_REPS} reps), 365-day backfill, a 4-million-row day")
+    out = WORK / "postgres-headline.json"
+    run([sys.executable, REPO / "scripts" / "bench_postgres.py"], "s10-postgres", env_extra={
+        "PG_REPS": PG_REPS, "PG_BACKFILL_REPS": "1", "PG_BIG_REPS": "1", "PG_JSON": str(out),
+        "PG_OUT": str(WORK / "postgres-headline.md"), "BENCH_BIN": str(BIN),
+        "PG_WORK": str(WORK.parent / (WORK.name + "-pg"))})
+    PG_HEADLINE.update(json.loads(out.read_text()))
+    COMMANDS.append("make bench-postgres  # scenario 10 (PG_BACKFILL_REPS=1 PG_BIG_REPS=1)")
+
+
+def pg_rows():
+    return [f"| {r['label']} | {r['idemlake_s']:.2f} s | {r['peer_s']:.2f} s | {r['idemlake_s'] / r['peer_s']:.2f}× "
+            f"| {r['idemlake_rss_mib']:.0f} MiB | {r['peer_rss_mib']:.0f} MiB | {r['reps']} | {r['tables']} |"
+            for r in PG_HEADLINE.values()]
+
+
 def scale_rows():
     rows = []
     for key, wl in sorted(SCALE_HEADLINE.items(), key=lambda kv: kv[1]["latency_ms"]):
@@ -1394,6 +1422,15 @@ def report(total, partial=False):
         L.append("| added latency | windows/s, 1 worker | windows/s, 8 workers | 8 / 1 | window p99, 1 → 8 | CPU, 1 → 8 |")
         L.append("|---|---|---|---|---|---|")
         L.extend(scale_rows())
+    if PG_HEADLINE:
+        L.append("\n## A PostgreSQL source (scenario 10)\n")
+        L.append("First runs from a 10-million-row `orders` table (index on `created_at`) on the loopback server, "
+                 "against polars `read_database_uri` + deltalake `write_deltalake` (the backfill's peer: one process "
+                 "looping over the days); medians; peak RSS of the process; every idemlake table compared with "
+                 "the peer's. The history is in bench/POSTGRES.md (`make bench-postgres`).\n")
+        L.append("| scenario | idemlake | peer | ratio | idemlake RSS | peer RSS | reps | tables |")
+        L.append("|---|---|---|---|---|---|---|---|")
+        L.extend(pg_rows())
     L.append("\n## Targets\n")
     L.append("| target | measured (medians) | status | gap |")
     L.append("|---|---|---|---|")
@@ -1452,6 +1489,9 @@ def main():
         report(time.monotonic() - T0, partial=True)
     if 9 in SCENARIOS:
         scenario9()
+        report(time.monotonic() - T0, partial=True)
+    if 10 in SCENARIOS:
+        scenario10()
     report(time.monotonic() - T0)
     if not KEEP:
         for p in WORK.iterdir():

@@ -15,7 +15,8 @@ A B A B, medians and peak RSS (the process's, /usr/bin/time):
      figure (idemlake streams the rows; the peer holds the window in memory).
 
 Every idemlake table is compared with the peer's (rows and sum of amount per day) on the last
-rep. Appends to bench/POSTGRES.md. Knobs: PG_SCENARIOS (day,backfill,big), PG_ROWS, PG_BIG_ROWS, PG_REPS (3), PG_BACKFILL_REPS (2), PG_BIG_REPS (2),
+rep. Appends to bench/POSTGRES.md. Knobs: PG_SCENARIOS (day,backfill,big), PG_OUT (the report, appended to), PG_JSON (also
+write the medians there, for `make bench`), PG_ROWS, PG_BIG_ROWS, PG_REPS (3), PG_BACKFILL_REPS (2), PG_BIG_REPS (2),
 BENCH_BIN (target/release/idemlake), PG_WORK (/tmp/idemlake-bench-pg).
 """
 import datetime as dt
@@ -193,7 +194,13 @@ def main():
     if made or made_big:
         lines.append(f"\nTables generated in this run: {made:.0f} s and {made_big:.0f} s.")
     text = "\n".join(lines) + "\n"
-    out = REPO / "bench/POSTGRES.md"
+    if os.environ.get("PG_JSON"):
+        Path(os.environ["PG_JSON"]).write_text(json.dumps({
+            key: {"label": label, "reps": reps, "idemlake_s": med(key, "idemlake", 0),
+                  "peer_s": med(key, "peer", 0), "idemlake_rss_mib": med(key, "idemlake", 1),
+                  "peer_rss_mib": med(key, "peer", 1), "tables": results[(key, "check")]}
+            for key, label, reps in rows if key in SCENARIOS}))
+    out = Path(os.environ.get("PG_OUT", str(REPO / "bench/POSTGRES.md")))
     if not out.exists():
         out.write_text("# PostgreSQL sources: idemlake vs the Python a user would write\n\n"
                        "Written by `make bench-postgres` (scripts/bench_postgres.py); each run appends.\n")
