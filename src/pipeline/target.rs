@@ -23,6 +23,7 @@ use crate::task::Task;
 mod background;
 mod landed;
 mod prefetch;
+mod queue;
 use background::open_in_background;
 pub use background::{background, finish_background};
 use landed::ReadBack;
@@ -334,52 +335,6 @@ impl Target {
         }
     }
 
-    /// Queued windows for one commit: distinct windows, oldest first.
-    fn take_group(&self) -> Vec<Pending> {
-        let mut pending = self.pending.lock().expect("not poisoned");
-        let mut seen = std::collections::HashSet::new();
-        let mut group = Vec::new();
-        let mut rest = Vec::new();
-        for p in pending.drain(..) {
-            if group.len() < MAX_WINDOWS_PER_COMMIT && seen.insert(p.window.tags.window.clone()) {
-                group.push(p);
-            } else {
-                rest.push(p);
-            }
-        }
-        *pending = rest;
-        group
-    }
-
-    /// The queued windows that may join a commit of `group` being rebuilt after a lost race
-    /// (taken out of the queue when `take`): distinct windows not in it, which change no
-    /// metadata, up to [`MAX_WINDOWS_PER_COMMIT`] in all; `None` when there are none.
-    fn joinable(&self, group: &[overwrite::WindowCommit], take: bool) -> Option<Vec<Pending>> {
-        let mut pending = self.pending.lock().expect("not poisoned");
-        let mut seen: std::collections::HashSet<&str> =
-            group.iter().map(|w| w.tags.window.as_str()).collect();
-        let mut room = MAX_WINDOWS_PER_COMMIT.saturating_sub(group.len());
-        let mut joining = Vec::new();
-        for (i, p) in pending.iter().enumerate() {
-            if room > 0 && p.window.metadata.is_none() && seen.insert(&p.window.tags.window) {
-                joining.push(i);
-                room -= 1;
-            }
-        }
-        if joining.is_empty() {
-            return None;
-        }
-        if !take {
-            return Some(Vec::new());
-        }
-        let mut out = Vec::new();
-        for i in joining.into_iter().rev() {
-            out.push(pending.remove(i));
-        }
-        out.reverse();
-        Some(out)
-    }
-
     /// Create the table on first use (the schema check follows creation by someone else).
     async fn ensure_table(&self, target: &mut State, schema: &SchemaRef) -> Result<()> {
         if target.table.version().is_none() {
@@ -441,8 +396,11 @@ impl Target {
         // waiting windows learn that it is unknown (not "nothing published").
         let mut senders = Outcomes(senders.into_iter().map(Some).collect());
         let fail = |e: &Error| (e.kind(), e.message().to_string());
+        // Each rejoin restarts the commit's attempts: bounded by the same limit.
+        let mut rejoins = 0;
         let committed = loop {
-            let waiting = || self.joinable(&windows, false).is_some();
+            let waiting =
+                || rejoins < overwrite::REBASE_ATTEMPTS && self.joinable(&windows, false).is_some();
             let attempt = overwrite::commit_or_rejoin(
                 &mut target.table,
                 &mut target.files,
@@ -455,6 +413,7 @@ impl Target {
                 Ok(Some(c)) => break c,
                 // A race lost while other windows were staged: they join the rebuilt commit.
                 Ok(None) => {
+                    rejoins += 1;
                     for p in self.joinable(&windows, true).unwrap_or_default() {
                         windows.push(p.window);
                         senders.0.push(Some(p.done));

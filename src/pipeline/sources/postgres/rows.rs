@@ -25,20 +25,26 @@ pub struct Column {
     /// The select-list item: `"name"`, or `"name"::text`.
     pub select: String,
     pub arrow: DataType,
+    /// Whether the database compares and orders its values as the checks' DataFusion route
+    /// does with what it reads: not for `character(n)` (padded), `uuid` and `json(b)` (typed
+    /// equality), enums (declaration order) and floats.
+    pub alike: bool,
 }
 
 /// The column `name` of declared type `declared` (`format_type`, with `typtype` `e` for an
 /// enum), or why it is refused.
 pub fn column(table: &str, name: &str, declared: &str, enumerated: bool) -> Result<Column> {
     let quoted = format!("\"{}\"", name.replace('"', "\"\""));
-    let text = |arrow| Column {
+    let text = |arrow, alike| Column {
         name: name.to_string(),
         select: format!("{quoted}::text"),
         arrow,
+        alike,
     };
-    let native = |arrow| Column {
+    let native = |arrow: DataType| Column {
         name: name.to_string(),
         select: quoted.clone(),
+        alike: !arrow.is_floating(),
         arrow,
     };
     let base = declared.split('(').next().unwrap_or(declared).trim();
@@ -49,9 +55,8 @@ pub fn column(table: &str, name: &str, declared: &str, enumerated: bool) -> Resu
         "real" => native(DataType::Float32),
         "double precision" => native(DataType::Float64),
         "boolean" => native(DataType::Boolean),
-        "text" | "character varying" | "character" | "uuid" | "json" | "jsonb" => {
-            text(DataType::Utf8)
-        }
+        "text" | "character varying" => text(DataType::Utf8, true),
+        "character" | "uuid" | "json" | "jsonb" => text(DataType::Utf8, false),
         "date" => native(DataType::Date32),
         "timestamp with time zone" => native(DataType::Timestamp(
             TimeUnit::Microsecond,
@@ -64,9 +69,9 @@ pub fn column(table: &str, name: &str, declared: &str, enumerated: bool) -> Resu
                     "column `{name}` of {table} is `numeric` without a precision and scale: idemlake reads numeric(p, s) as a decimal; declare it so, or read the table through a view that casts it"
                 ))
             })?;
-            text(DataType::Decimal128(p, s))
+            text(DataType::Decimal128(p, s), true)
         }
-        _ if enumerated => text(DataType::Utf8),
+        _ if enumerated => text(DataType::Utf8, false),
         _ => {
             return Err(Error::input(format!(
                 "column `{name}` of {table} is `{declared}`, which idemlake does not read (arrays, composite and other types): read the table through a view that casts it to text or a scalar type"

@@ -8,20 +8,20 @@
 //! exported snapshot (see `snapshot`), on a connection of its own: the database counts the
 //! very rows the extraction read.
 //!
-//! Only plans both engines compute alike are sent: projections, filters, aggregates with
-//! `count`/`sum`/`min`/`max`, joins, unions, `DISTINCT` and aliases over columns, literals,
-//! casts, comparisons (of text: equality only, text being ordered by the database's
-//! collation), `AND`/`OR`/`NOT`, `+ - *`, `IS [NOT] NULL`, `BETWEEN`, `IN (…)` and
-//! `LIKE`. Anything else (a function, a division, a subquery, a `LIMIT`, a table that is not
-//! one of the database's) leaves the check on the checks' DataFusion route, and the report
-//! says which route computed it.
+//! Only plans both engines compute alike are sent (the short list is in `alike`); anything
+//! else (a function, arithmetic, a float, text ordered by collation, a subquery, a `LIMIT`, a
+//! table that is not one of the database's) leaves the check on the checks' DataFusion
+//! route, and the report says which route computed it. So does a statement the server
+//! refuses as written or cannot compute (SQLSTATE classes 42 and 22).
 
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::common::{ScalarValue, TableReference};
+use datafusion::common::TableReference;
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::datasource::source_as_provider;
-use datafusion::logical_expr::{Expr, LogicalPlan, Operator, SubqueryAlias, TableScanBuilder};
+use datafusion::logical_expr::{LogicalPlan, SubqueryAlias, TableScanBuilder};
 
-use super::snapshot::{in_snapshot, key};
+mod alike;
+
+use super::snapshot::in_snapshot;
 use super::{PgTable, Settings, failure};
 use crate::error::Result;
 
@@ -35,20 +35,8 @@ pub struct Whole {
 /// `plan` as one statement for the database all its tables are in; `None` when it reads
 /// anything else or holds anything outside the list above.
 pub fn whole(plan: &LogicalPlan) -> Option<Whole> {
-    let mut config: Option<Settings> = None;
-    let mut alike = true;
-    let _ = plan.apply_with_subqueries(|node| {
-        alike &= node_alike(node, &mut config);
-        if !alike {
-            tracing::debug!(node = %node.display(), "the check's query is not sent whole");
-        }
-        Ok(match alike {
-            true => TreeNodeRecursion::Continue,
-            false => TreeNodeRecursion::Stop,
-        })
-    });
-    let Some(config) = config.filter(|_| alike) else {
-        tracing::debug!("the check's query is not sent whole: it reads no PostgreSQL table");
+    let Some(config) = alike::database(plan) else {
+        tracing::debug!("the check's query is not sent whole (see the debug line above, if any)");
         return None;
     };
     let remote = plan
@@ -89,90 +77,6 @@ pub fn whole_rows(mut plan: &LogicalPlan) -> Option<Whole> {
     whole(plan)
 }
 
-/// Whether `node` is one PostgreSQL computes as DataFusion does (a table scan: a whole table
-/// of the same database as the others, `config`).
-fn node_alike(node: &LogicalPlan, config: &mut Option<Settings>) -> bool {
-    use datafusion::logical_expr::Distinct;
-    let kind = match node {
-        LogicalPlan::TableScan(scan) => {
-            let Ok(provider) = source_as_provider(&scan.source) else {
-                return false;
-            };
-            let Some(pg) = provider.downcast_ref::<PgTable>() else {
-                return false;
-            };
-            let same = match config {
-                Some(c) => key(c) == key(&pg.config),
-                None => {
-                    *config = Some(pg.config.clone());
-                    true
-                }
-            };
-            same && scan.projection.is_none() && scan.fetch.is_none()
-        }
-        LogicalPlan::Projection(_)
-        | LogicalPlan::Filter(_)
-        | LogicalPlan::Aggregate(_)
-        | LogicalPlan::SubqueryAlias(_)
-        | LogicalPlan::Join(_)
-        | LogicalPlan::Union(_)
-        | LogicalPlan::Distinct(Distinct::All(_))
-        | LogicalPlan::EmptyRelation(_)
-        | LogicalPlan::Values(_) => true,
-        _ => false,
-    };
-    kind && node.expressions().iter().all(expr_alike)
-}
-
-/// Whether `e` is built only of what both engines compute alike (see the module).
-fn expr_alike(e: &Expr) -> bool {
-    let mut alike = true;
-    let _ = e.apply(|e| {
-        alike &= match e {
-            Expr::Column(_)
-            | Expr::Literal(..)
-            | Expr::Alias(_)
-            | Expr::Not(_)
-            | Expr::IsNull(_)
-            | Expr::IsNotNull(_)
-            | Expr::Between(_)
-            | Expr::InList(_)
-            | Expr::Negative(_)
-            | Expr::Cast(_)
-            | Expr::Like(_) => true,
-            // A window's bound, in a plan not bound yet (asked once per task, see `checks`).
-            Expr::Placeholder(_) => true,
-            Expr::BinaryExpr(b) => {
-                use Operator::*;
-                let text = |e: &Expr| {
-                    matches!(
-                        e,
-                        Expr::Literal(ScalarValue::Utf8(_) | ScalarValue::LargeUtf8(_), _)
-                    )
-                };
-                match b.op {
-                    Eq | NotEq | IsDistinctFrom | IsNotDistinctFrom | And | Or | Plus | Minus
-                    | Multiply => true,
-                    // Text is ordered by the database's collation, not byte by byte.
-                    Lt | LtEq | Gt | GtEq => !text(&b.left) && !text(&b.right),
-                    _ => false,
-                }
-            }
-            Expr::AggregateFunction(a) => {
-                matches!(a.func.name(), "count" | "sum" | "min" | "max")
-                    && a.params.filter.is_none()
-                    && a.params.order_by.is_empty()
-            }
-            _ => false,
-        };
-        Ok(match alike {
-            true => TreeNodeRecursion::Continue,
-            false => TreeNodeRecursion::Stop,
-        })
-    });
-    alike
-}
-
 impl Whole {
     /// The statement counting the plan's rows.
     pub fn count_sql(&self) -> String {
@@ -192,7 +96,7 @@ impl Whole {
     }
 
     /// The plan's rows counted by the server, in the run's snapshot; `None` when the server
-    /// refuses the statement as written (a syntax or type error: SQLSTATE class 42).
+    /// refuses the statement as written or cannot compute it (SQLSTATE classes 42 and 22).
     pub async fn count(&self) -> Result<Option<u64>> {
         let Some(rows) = self.query(&self.count_sql()).await? else {
             return Ok(None);
@@ -222,7 +126,12 @@ impl Whole {
         );
         match client.query(sql, &[]).await {
             Ok(rows) => Ok(Some(rows)),
-            Err(e) if e.code().is_some_and(|c| c.code().starts_with("42")) => {
+            // Class 42: the statement as written (syntax, a type); class 22: a value the
+            // database cannot compute (an overflow) where DataFusion may.
+            Err(e)
+                if e.code()
+                    .is_some_and(|c| ["42", "22"].contains(&&c.code()[..2])) =>
+            {
                 tracing::info!(
                     sql,
                     "the database refused the check's query as written, which the checks then compute themselves: {e}"
