@@ -80,14 +80,19 @@ fn project(table: &str) -> TestProject {
     p
 }
 
+/// The test database's URI with its password, for polars' `read_database_uri`.
+fn db_uri() -> String {
+    let e = pg_env();
+    format!(
+        "postgresql://{}:{}@{}:{}/{}",
+        e["PGUSER"], e["PGPASSWORD"], e["PGHOST"], e["PGPORT"], e["PGDATABASE"]
+    )
+}
+
 /// Per day of `first..=last`: (rows, sum of amount as text, sum of id) of the published table
 /// (polars' Delta reader) and of the same query over the database (polars' `read_database_uri`).
 fn oracle(p: &TestProject, table: &str, first: &str, last: &str) -> (String, String) {
-    let e = pg_env();
-    let uri = format!(
-        "postgresql://{}:{}@{}:{}/{}",
-        e["PGUSER"], e["PGPASSWORD"], e["PGHOST"], e["PGPORT"], e["PGDATABASE"]
-    );
+    let uri = db_uri();
     let out = python_prints(&format!(
         r#"
 import datetime as dt, polars as pl
@@ -533,11 +538,7 @@ fn filters_sent_whole_to_the_database_give_the_rows_polars_filters() {
         );
         p.task(&format!("shape_{i}"), &task);
     }
-    let e = pg_env();
-    let db = format!(
-        "postgresql://{}:{}@{}:{}/{}",
-        e["PGUSER"], e["PGPASSWORD"], e["PGHOST"], e["PGPORT"], e["PGDATABASE"]
-    );
+    let db = db_uri();
     for (i, (filter, polars, route)) in shapes.iter().enumerate() {
         let name = format!("shape_{i}");
         let out = run(

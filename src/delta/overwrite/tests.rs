@@ -43,6 +43,21 @@ async fn new_table(dir: &std::path::Path) -> DeltaTable {
         .unwrap()
 }
 
+/// The live files of `table` as storage holds them now (the table opened afresh), sorted.
+async fn live_paths(table: &DeltaTable) -> Vec<String> {
+    let reread = crate::delta::table::open(table.table_url()).await.unwrap();
+    let mut live: Vec<String> = reread
+        .snapshot()
+        .unwrap()
+        .snapshot()
+        .log_data()
+        .iter()
+        .map(|f| f.path().to_string())
+        .collect();
+    live.sort();
+    live
+}
+
 /// `t`'s metadata with `extra` columns after its own.
 fn widened(t: &DeltaTable, extra: &[Field]) -> deltalake::kernel::Metadata {
     use delta_kernel::engine::arrow_conversion::TryIntoKernel;
@@ -179,16 +194,7 @@ async fn a_lost_race_to_more_commits_than_one_fetch_replays_them_all() {
     assert_eq!(c.version, base + missed + 1);
     let map = files.as_ref().expect("the map followed the replay");
     assert_eq!(map.version, c.version);
-    let reread = crate::delta::table::open(table.table_url()).await.unwrap();
-    let mut live: Vec<String> = reread
-        .snapshot()
-        .unwrap()
-        .snapshot()
-        .log_data()
-        .iter()
-        .map(|f| f.path().to_string())
-        .collect();
-    live.sort();
+    let live = live_paths(&table).await;
     assert_eq!(live.len(), map.len());
     assert!(live.iter().any(|p| p.ends_with("/ours.parquet")));
     assert!(!live.iter().any(|p| p.starts_with("d=1970-01-06/theirs")));
@@ -257,16 +263,7 @@ async fn windows_waiting_when_a_race_is_lost_join_the_rebuilt_commit() {
         .expect("landed");
     assert_eq!(c.version, base + 2);
     assert_eq!(c.files_added, 2);
-    let reread = crate::delta::table::open(table.table_url()).await.unwrap();
-    let mut live: Vec<String> = reread
-        .snapshot()
-        .unwrap()
-        .snapshot()
-        .log_data()
-        .iter()
-        .map(|f| f.path().to_string())
-        .collect();
-    live.sort();
+    let live = live_paths(&table).await;
     assert_eq!(
         live,
         [
