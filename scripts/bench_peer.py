@@ -20,6 +20,9 @@ One process does one thing, so the driver (scripts/bench.py) can time it as a wh
   daycounts delta|source PATH FROM TO
                                  per ship day: rows and sum(l_extendedprice), JSON (the worker
                                  scaling bench's per-window check, scripts/bench_scale.py).
+  creates PATH                   the versions of a Delta table's log that created it (CREATE
+                                 TABLE) and how many table ids it had, JSON, read with deltalake
+                                 (workers racing to create one table must leave one creation).
 
 All writers produce the same 15 columns as tables/lineitem_by_ship_day.toml, in the same order
 and with the same types, with `l_shipdate` renamed `ship_date` (the partition column). With
@@ -166,11 +169,22 @@ def daycounts(kind, path, lo, hi):
     print(json.dumps({r["day"]: [int(r["rows"]), r["price"]] for r in df.iter_rows(named=True)}))
 
 
+def creates(path):
+    """{"creates": [versions], "ids": n}: the CREATE TABLE commits of a Delta table and its
+    distinct table ids over its log, read with deltalake."""
+    from deltalake import DeltaTable
+
+    t = DeltaTable(path)
+    made = sorted(h["version"] for h in t.history() if h.get("operation") == "CREATE TABLE")
+    ids = {DeltaTable(path, version=v).metadata().id for v in made}
+    print(json.dumps({"creates": made, "ids": len(ids | {t.metadata().id})}))
+
+
 def main(argv):
     cmd, args = argv[1], [a for a in argv[2:] if a != "--narrow"]
     NARROW[0] = "--narrow" in argv[2:]
     {"window": window, "floor": floor, "dfcopy": dfcopy, "deltaload": deltaload,
-     "checksum": checksum, "daycounts": daycounts}[cmd](*args)
+     "checksum": checksum, "daycounts": daycounts, "creates": creates}[cmd](*args)
 
 
 if __name__ == "__main__":

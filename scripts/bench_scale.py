@@ -157,6 +157,11 @@ def one_run(envs, wl, n, rep, expected, stamp):
         extra = sorted(d for d in got if d not in expected)
         raise b.Failed(f"{n} workers: windows differ from the source: {lost[:5]} (of {len(lost)}),"
                        f" extra {extra[:5]}")
+    _, _, text = b.run([b.PY, b.PEER, "creates", f"{lake}/{b.NARROW_TASK}"], "creates",
+                       env_extra=envs)
+    made = json.loads(text.strip().splitlines()[-1])
+    if made != {"creates": [0], "ids": 1}:
+        raise b.Failed(f"{n} workers: the table was created more than once: {made}")
     durations = [r["duration_ms"] for r in reports]
     return {
         "wall": wall,
@@ -202,17 +207,19 @@ def main():
             wl.env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
         b.say(f"scale: {wl.what}: {len(expected)} windows with rows in {wl.lo}..{wl.hi}; "
               f"workers {WORKERS}, {REPS} reps, --parallel {PARALLEL} each")
-        for rep in range(REPS):
-            for n in WORKERS:  # alternate worker counts within a rep (the machine drifts)
-                r = one_run(envs, wl, n, rep, expected, stamp)
-                results.setdefault(wl.key, {}).setdefault(n, []).append(r)
-                b.say(f"  {n} workers, rep {rep + 1}: {r['wall']:.2f} s, "
-                      f"{r['windows'] / r['wall']:.0f} windows/s, {r['commits']} commits "
-                      f"({r['rebuilds']} rebuilt), p50 {r['p50']} ms, p99 {r['p99']} ms, "
-                      f"CPU {100 * r['cpu']:.0f} % — every window = source")
-        if proxy:
-            proxy.terminate()
-            proxy.wait()
+        try:
+            for rep in range(REPS):
+                for n in WORKERS:  # alternate worker counts within a rep (the machine drifts)
+                    r = one_run(envs, wl, n, rep, expected, stamp)
+                    results.setdefault(wl.key, {}).setdefault(n, []).append(r)
+                    b.say(f"  {n} workers, rep {rep + 1}: {r['wall']:.2f} s, "
+                          f"{r['windows'] / r['wall']:.0f} windows/s, {r['commits']} commits "
+                          f"({r['rebuilds']} rebuilt), p50 {r['p50']} ms, p99 {r['p99']} ms, "
+                          f"CPU {100 * r['cpu']:.0f} % — every window = source, one CREATE TABLE")
+        finally:  # a failed run must not leave the proxy holding this process's stderr
+            if proxy:
+                proxy.terminate()
+                proxy.wait()
     write(workloads, results)
     if b.env("SCALE_JSON", ""):
         Path(b.env("SCALE_JSON", "")).write_text(json.dumps({

@@ -142,8 +142,11 @@ pub async fn run(
     runner.share_scans(&windows);
     runner.set_parallel(opts.parallel.max(1));
     // More windows in flight than execute at once: the extra ones are staged and waiting for
-    // a group commit (see `Runner::publish`), which is what amortises commits.
-    let in_flight = opts.parallel.max(1) * 16;
+    // a group commit (see `Runner::publish`), which is what amortises commits. Up to a whole
+    // commit's worth: while other workers hold the table, this one keeps staging, and its next
+    // commit takes everything staged meanwhile (bench/SCALE.md).
+    let in_flight =
+        (opts.parallel.max(1) * 16).max(crate::pipeline::target::MAX_WINDOWS_PER_COMMIT);
     let mut queue = windows.into_iter();
     let mut running = JoinSet::new();
     loop {

@@ -149,6 +149,12 @@ pub async fn ensure_exists(
         .with_configuration_property(TableProperty::CheckpointInterval, Some("10"))
         .with_table_name(name)
         .with_save_mode(SaveMode::ErrorIfExists)
+        // Losing the race for version 0 ends the creation: delta-rs would otherwise retry it
+        // on top of the winner's commits, writing a second CREATE TABLE (a new table id) later
+        // in the log after reading each missed commit in turn.
+        .with_commit_properties(
+            deltalake::kernel::transaction::CommitProperties::default().with_max_retries(0),
+        )
         .await;
     match created {
         Ok(t) => Ok(t),

@@ -273,3 +273,134 @@ async fn windows_waiting_when_a_race_is_lost_join_the_rebuilt_commit() {
         ]
     );
 }
+
+/// A store that, on the first PUT of version 0, lets another writer create the table and
+/// commit a window just before the PUT goes through: the race a worker that found no table
+/// loses to another worker between delta-rs's "is there a table" listing and its PUT.
+#[derive(Debug)]
+struct CreatedMeanwhile {
+    inner: object_store::local::LocalFileSystem,
+    dir: std::path::PathBuf,
+    raced: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Display for CreatedMeanwhile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CreatedMeanwhile")
+    }
+}
+
+#[async_trait::async_trait]
+impl object_store::ObjectStore for CreatedMeanwhile {
+    async fn put_opts(
+        &self,
+        location: &object_store::path::Path,
+        payload: object_store::PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        let first = location
+            .as_ref()
+            .ends_with("_delta_log/00000000000000000000.json")
+            && !self.raced.swap(true, std::sync::atomic::Ordering::SeqCst);
+        if first {
+            let mut winner = new_table(&self.dir).await;
+            commit_windows(
+                &mut winner,
+                &mut None,
+                "d",
+                &[window(1, "w.parquet", "won")],
+            )
+            .await
+            .unwrap();
+        }
+        self.inner.put_opts(location, payload, opts).await
+    }
+    async fn put_multipart_opts(
+        &self,
+        location: &object_store::path::Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+    async fn get_opts(
+        &self,
+        location: &object_store::path::Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+    fn delete_stream(
+        &self,
+        locations: futures::stream::BoxStream<
+            'static,
+            object_store::Result<object_store::path::Path>,
+        >,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::path::Path>> {
+        self.inner.delete_stream(locations)
+    }
+    fn list(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+    async fn copy_opts(
+        &self,
+        from: &object_store::path::Path,
+        to: &object_store::path::Path,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+/// Bug: a worker that found no table and lost the race to create it went on with delta-rs's
+/// create commit retried on top of the winner's commits. The log gained a second CREATE TABLE
+/// (a new table id; readers that follow a table by its id see another table), after reading
+/// each missed commit one after the other. The loser must take the winner's table as it is.
+#[tokio::test]
+async fn a_worker_that_loses_the_race_to_create_the_table_writes_no_second_create_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = url::Url::from_directory_path(dir.path()).unwrap();
+    let store = std::sync::Arc::new(CreatedMeanwhile {
+        inner: object_store::local::LocalFileSystem::new(),
+        dir: dir.path().to_path_buf(),
+        raced: Default::default(),
+    });
+    let loser = crate::delta::table::builder_for(&url)
+        .unwrap()
+        .with_storage_backend(store, url.clone())
+        .build()
+        .unwrap();
+    let schema = Schema::new(vec![
+        Field::new("x", DataType::Int64, true),
+        Field::new("d", DataType::Date32, true),
+    ]);
+    let table = crate::delta::table::ensure_exists(loser, &schema, "d", "t")
+        .await
+        .unwrap();
+    assert_eq!(table.version(), Some(1), "the winner's table, as it is");
+    let reread = crate::delta::table::open(&url).await.unwrap();
+    assert_eq!(
+        reread.version(),
+        Some(1),
+        "nothing committed after the winner's window"
+    );
+    let mut creates = 0;
+    for e in std::fs::read_dir(dir.path().join("_delta_log")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "json") {
+            creates += std::fs::read_to_string(&p)
+                .unwrap()
+                .matches("\"operation\":\"CREATE TABLE\"")
+                .count();
+        }
+    }
+    assert_eq!(creates, 1, "one CREATE TABLE");
+}
