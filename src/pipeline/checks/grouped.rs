@@ -1,61 +1,49 @@
-//! Grouped checks: the source side of many windows' checks from one query.
+//! Grouped checks: the source side of many windows' checks from one query per batch.
 //!
-//! A backfill of N windows checked window by window reads the source N times. When the check
-//! query has the everyday shape, the same numbers come from one query per batch of windows:
+//! **The shape.** The window parameters appear in one node of the check query, a filter whose
+//! conditions on them are `X >= <start>` and `X < <end>` (either way round, `_ts` or not) for
+//! one or more expressions `X` of a date, timestamp or integer type. Above the filter come only
+//! projections, aliases, sorts without a limit, `DISTINCT` and grouped aggregates, or, for a
+//! `[reconcile].source`, ungrouped aggregates. Any other query is checked window by window, as
+//! the plain twin checks every query (`IDEMLAKE_CHECK_BATCH=1`).
 //!
-//! - exactly one node of the plan holds the window parameters: a filter whose conditions on
-//!   them are `X >= $window_start AND X < $window_end` (either bound parameter, `_ts` or not,
-//!   either side of the comparison), for one or more expressions `X` of a date, timestamp or
-//!   integer type (a landing zone's task bounds `dt` and `ts`);
-//! - above it only projections, aliases, parameter-free filters, sorts without a limit,
-//!   `DISTINCT`, grouped aggregates, and for a `[reconcile].source` its one aggregate (see
-//!   `carry`).
+//! **The formulation.** The query is bound to the batch's range (the first window's start,
+//! the last one's end). At the filter each row is tagged `window_of(X)`: the window whose
+//! `[lo, hi)` holds its `X` (every `X` in the same one, else none). Every node above keeps the
+//! tag as one more column and one more key of each aggregate and `DISTINCT`, and each window's
+//! result is read off the rows with its tag.
 //!
-//! The bounds are bound to the batch's first start and last end, and each row carries the
-//! index of the window its `X`s fall in, `window_of(X)`, up to the result, grouped by it.
-//! Anything else (bounds in another form, a `UNION`, joins, limits or window functions above
-//! the filter, parameters elsewhere, a `[reconcile].source` with more than its one aggregate)
-//! is [`NotGroupable`] and is checked window by window, as the plain twin checks every query
-//! (`IDEMLAKE_CHECK_BATCH=1`, or `IDEMLAKE_ACCELERATE=0`). This is written against
-//! DataFusion's logical plan of the check query and shares nothing with `accel`.
-//!
-//! Why the numbers are the same: the rewrite runs on the analysed plan, where each bound
-//! comparison is `X op P` with both sides of one type `T`; a row belongs to window `i` exactly
-//! when `lo_i <= X < hi_i` in `T`'s order (`lo_i`, `hi_i` the bound parameters of window `i`
-//! cast to `T` as the comparison casts them); with several `X`, exactly when this holds for
-//! each. The windows' intervals must be disjoint and ascending in `T` (checked), so each row
-//! falls in at most one; rows between the batch's windows (a `--missing` gap) fall in none
-//! and are dropped. Every node above carries the index: the grouped aggregates and `DISTINCT`
-//! with it among their keys, so each window keeps its own groups. A window no row falls in gets
-//! the query's result over no rows (the filter replaced by `false`).
+//! **Why the numbers are the same.** Each bound is `X op P` with both sides of one type, and the
+//! windows' bounds cast to that type are disjoint and ascending (checked). So a row passes
+//! window `i`'s filter exactly when it is tagged `i`, and every node above computes per tag what
+//! it computes per window. A window no row falls in gets the query's result over no rows.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use arrow::array::RecordBatch;
-use arrow::datatypes::DataType;
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{DataType, Int64Type};
 use datafusion::common::ScalarValue;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::execution::SessionState;
 use datafusion::functions_aggregate::expr_fn::count;
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{
-    BinaryExpr, Expr, ExprSchemable, Filter, LogicalPlan, LogicalPlanBuilder, Operator, ScalarUDF,
-    col, lit,
+    BinaryExpr, Distinct, Expr, ExprSchemable, Filter, LogicalPlan, LogicalPlanBuilder, Operator,
+    ScalarUDF, col, lit,
 };
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::DataFrame;
 
 use crate::task::Task;
 use crate::task::range::WindowRange;
 use crate::task::window::Window;
 
-mod carry;
-mod results;
 mod window_of;
-use carry::{carry, without_projected_parameters};
-use window_of::WindowOf;
+use window_of::{WindowOf, orderable};
 
 /// The column the grouped query carries each row's window index in.
-const WINDOW_COL: &str = "__idemlake_window";
+const TAG: &str = "__idemlake_window";
 
 /// Why a check query is checked window by window.
 #[derive(Debug)]
@@ -66,6 +54,8 @@ impl<E: std::fmt::Display> From<E> for NotGroupable {
         NotGroupable(e.to_string())
     }
 }
+
+type Grouping<T> = std::result::Result<T, NotGroupable>;
 
 /// What the grouped query gives per window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +68,7 @@ pub enum Measure {
     Content,
 }
 
-/// One per-window result of a grouped query.
+/// One window's source side.
 #[derive(Debug, Clone)]
 pub enum PerWindow {
     Query(RecordBatch),
@@ -88,16 +78,11 @@ pub enum PerWindow {
     Content(super::Fingerprint),
 }
 
-/// One bounded expression of the window filter: `X >= lower AND X < upper` with `lower`,
-/// `upper` window parameters, possibly cast to the comparison's type.
-struct Pair {
-    /// The bounded expression `X`, in the filter's input schema.
+/// An expression `X` the window filter bounds by two window parameters, compared as `ty`.
+struct Bounded {
     x: Expr,
-    /// The lower bound's parameter (`window_start`, `window_start_ts`).
     lower: String,
-    /// The upper bound's parameter (`window_end`, `window_end_ts`).
     upper: String,
-    /// The type both sides of each bound comparison have.
     ty: DataType,
 }
 
@@ -107,48 +92,17 @@ pub struct Grouped {
     /// The analysed, unbound plan.
     plan: LogicalPlan,
     measure: Measure,
-    /// The window filter's bounded expressions (a landing zone's task bounds its partition
-    /// column and its timestamp): a row passing the filter is in window `i` when each lies in
-    /// window `i`'s bounds.
-    pairs: Vec<Pair>,
+    bounded: Vec<Bounded>,
 }
 
-fn has_placeholder(e: &Expr) -> bool {
-    let mut found = false;
-    let _ = e.apply(|e| {
-        if matches!(e, Expr::Placeholder(_)) {
-            found = true;
-            return Ok(TreeNodeRecursion::Stop);
-        }
-        Ok(TreeNodeRecursion::Continue)
-    });
-    found
+fn has_param(e: &Expr) -> bool {
+    e.exists(|e| Ok(matches!(e, Expr::Placeholder(_))))
+        .unwrap_or(true)
 }
 
-fn node_has_placeholder(p: &LogicalPlan) -> bool {
-    p.expressions().iter().any(has_placeholder)
-}
-
-/// `P` when it is a window parameter, bare or cast: its name and the type it is compared as.
-fn parameter(e: &Expr) -> Option<(String, DataType)> {
-    match e {
-        Expr::Placeholder(p) => {
-            let ty = p.field.as_ref()?.data_type().clone();
-            Some((p.id.trim_start_matches('$').to_string(), ty))
-        }
-        Expr::Cast(c) => match c.expr.as_ref() {
-            Expr::Placeholder(p) => Some((
-                p.id.trim_start_matches('$').to_string(),
-                c.field.data_type().clone(),
-            )),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
-/// A conjunct `X >= lower` / `lower <= X` (true) or `X < upper` / `upper > X` (false).
-fn bound(e: &Expr) -> Option<(bool, Expr, String, DataType)> {
+/// `X >= P` / `P <= X` (lower: true) or `X < P` / `P > X` (false), `P` a window parameter
+/// of that side, bare or cast: `X`, the side, the parameter and the type they are compared as.
+fn bound(e: &Expr) -> Option<(Expr, bool, String, DataType)> {
     let Expr::BinaryExpr(BinaryExpr { left, op, right }) = e else {
         return None;
     };
@@ -159,70 +113,72 @@ fn bound(e: &Expr) -> Option<(bool, Expr, String, DataType)> {
         Operator::Gt => (right, left, false),
         _ => return None,
     };
-    let (name, ty) = parameter(p)?;
-    let ok = if lower {
-        matches!(name.as_str(), "window_start" | "window_start_ts")
-    } else {
-        matches!(name.as_str(), "window_end" | "window_end_ts")
+    let (id, ty) = match p.as_ref() {
+        Expr::Placeholder(p) => (&p.id, p.field.as_ref()?.data_type().clone()),
+        Expr::Cast(c) => match c.expr.as_ref() {
+            Expr::Placeholder(p) => (&p.id, c.field.data_type().clone()),
+            _ => return None,
+        },
+        _ => return None,
     };
-    (ok && !has_placeholder(x)).then(|| (lower, x.as_ref().clone(), name, ty))
+    let name = id.trim_start_matches('$').to_string();
+    let sides: [&str; 2] = match lower {
+        true => ["window_start", "window_start_ts"],
+        false => ["window_end", "window_end_ts"],
+    };
+    (sides.contains(&name.as_str()) && !has_param(x)).then(|| (x.as_ref().clone(), lower, name, ty))
 }
 
-/// The bounded expressions of a window filter: each bounded from both sides, by the window
-/// parameters, in one type.
-fn pairs_of(f: &Filter) -> std::result::Result<Vec<Pair>, NotGroupable> {
-    let (mut lowers, mut uppers): (Vec<(Expr, String, DataType)>, Vec<_>) = (vec![], vec![]);
-    for c in split_conjunction(&f.predicate) {
-        if !has_placeholder(c) {
-            continue;
-        }
-        let Some((is_lower, x, p, ty)) = bound(c) else {
-            return Err(NotGroupable(format!(
+/// The expressions the window filter `f` bounds, each exactly once from each side.
+fn bounded(f: &Filter) -> Grouping<Vec<Bounded>> {
+    let mut sides: [Vec<(Expr, String, DataType)>; 2] = Default::default();
+    for c in split_conjunction(&f.predicate)
+        .into_iter()
+        .filter(|c| has_param(c))
+    {
+        let (x, lower, p, ty) = bound(c).ok_or_else(|| {
+            NotGroupable(format!(
                 "the window filter has a condition other than X >= start AND X < end: {c}"
-            )));
-        };
-        let side = if is_lower { &mut lowers } else { &mut uppers };
-        if side.iter().any(|(y, _, _)| *y == x) {
-            return Err(NotGroupable(format!(
-                "the window filter bounds {x} twice from one side"
-            )));
-        }
-        side.push((x, p, ty));
+            ))
+        })?;
+        sides[usize::from(lower)].push((x, p, ty));
     }
-    if lowers.is_empty() || lowers.len() != uppers.len() {
+    let [uppers, lowers] = sides;
+    let once = |side: &[(Expr, String, DataType)], x: &Expr| {
+        side.iter().filter(|s| s.0 == *x).count() == 1
+    };
+    if lowers.is_empty()
+        || lowers.len() != uppers.len()
+        || !lowers
+            .iter()
+            .all(|l| once(&lowers, &l.0) && once(&uppers, &l.0))
+    {
         return Err(NotGroupable(
-            "the window filter does not bound each expression from both sides".into(),
+            "the window filter does not bound each expression once from each side".into(),
         ));
     }
-    let mut pairs = Vec::with_capacity(lowers.len());
-    for (x, lp, lty) in lowers {
-        let Some((_, up, uty)) = uppers.iter().find(|(y, _, _)| *y == x).cloned() else {
-            return Err(NotGroupable(format!(
-                "the window filter bounds {x} from below only"
-            )));
-        };
-        let xty = x.get_type(f.input.schema())?;
-        if lty != uty || xty != lty {
-            return Err(NotGroupable(format!(
-                "the window bounds compare different types ({x}: {xty}, {lty}, {uty})"
-            )));
-        }
-        if !window_of::orderable(&lty) {
-            return Err(NotGroupable(format!("{lty} is not grouped by window")));
-        }
-        pairs.push(Pair {
-            x,
-            lower: lp,
-            upper: up,
-            ty: lty,
-        });
-    }
-    Ok(pairs)
+    lowers
+        .into_iter()
+        .map(|(x, lower, ty)| {
+            let (_, upper, uty) = uppers.iter().find(|u| u.0 == x).cloned().expect("checked");
+            if uty != ty || x.get_type(f.input.schema())? != ty || !orderable(&ty) {
+                return Err(NotGroupable(format!(
+                    "{x} is not bounded in one orderable type"
+                )));
+            }
+            Ok(Bounded {
+                x,
+                lower,
+                upper,
+                ty,
+            })
+        })
+        .collect()
 }
 
 impl Grouped {
     /// Analyse `df` (the check query planned with its parameters unbound).
-    pub fn new(df: DataFrame, measure: Measure) -> std::result::Result<Grouped, NotGroupable> {
+    pub fn new(df: DataFrame, measure: Measure) -> Grouping<Grouped> {
         let (state, plan) = df.into_parts();
         let mut plan =
             state
@@ -231,175 +187,272 @@ impl Grouped {
         if measure == Measure::Rows {
             plan = without_projected_parameters(plan)?;
         }
+        // Every node using the window parameters, subqueries included: only the filter may.
         let mut holders = Vec::new();
-        plan.apply(|p| {
-            if node_has_placeholder(p) {
+        plan.apply_with_subqueries(|p| {
+            if p.expressions().iter().any(has_param) {
                 holders.push(p.clone());
             }
             Ok(TreeNodeRecursion::Continue)
         })?;
-        // A subquery bound by the window (`IN (SELECT … HAVING …)`, a scalar average) would
-        // be bound to the whole batch's range: what it computes would mix the windows.
-        let mut in_subqueries = 0usize;
-        plan.apply_with_subqueries(|p| {
-            in_subqueries += usize::from(node_has_placeholder(p));
-            Ok(TreeNodeRecursion::Continue)
-        })?;
-        if in_subqueries != holders.len() {
+        let [LogicalPlan::Filter(f)] = holders.as_slice() else {
             return Err(NotGroupable(
-                "a subquery uses the window parameters (each window's subquery differs)".into(),
+                "the window parameters are not all in one filter".into(),
             ));
-        }
-        // One node holds the window parameters, a window filter.
-        let pairs = match holders.as_slice() {
-            [LogicalPlan::Filter(f)] => pairs_of(f)?,
-            [] => return Err(NotGroupable("the query has no window filter".into())),
-            _ => {
-                return Err(NotGroupable(
-                    "the window parameters are not all in one window filter".into(),
-                ));
-            }
         };
+        let bounded = bounded(f)?;
         Ok(Grouped {
             state,
             plan,
             measure,
-            pairs,
-        })
-    }
-
-    /// Each window's bounds of `pair` in its comparison's type; an error unless disjoint and
-    /// ascending.
-    fn bounds(
-        pair: &Pair,
-        task: &Task,
-        windows: &[Window],
-    ) -> std::result::Result<(Vec<ScalarValue>, Vec<ScalarValue>), NotGroupable> {
-        let value = |params: &[(String, ScalarValue)], name: &str| {
-            let v = params
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, v)| v.clone())
-                .ok_or_else(|| NotGroupable(format!("no parameter {name}")))?;
-            v.cast_to(&pair.ty).map_err(NotGroupable::from)
-        };
-        let (mut lo, mut hi) = (Vec::new(), Vec::new());
-        for w in windows {
-            let params = WindowRange::of(task, w).params();
-            lo.push(value(&params, &pair.lower)?);
-            hi.push(value(&params, &pair.upper)?);
-        }
-        let less = |a: &ScalarValue, b: &ScalarValue, or_equal: bool| {
-            matches!(a.partial_cmp(b), Some(std::cmp::Ordering::Less)) || (or_equal && a == b)
-        };
-        for i in 0..lo.len() {
-            let disjoint = i + 1 == lo.len() || less(&hi[i], &lo[i + 1], true);
-            if !less(&lo[i], &hi[i], false) || !disjoint {
-                return Err(NotGroupable(format!(
-                    "the windows are not disjoint and ascending as {}",
-                    pair.ty
-                )));
-            }
-        }
-        Ok((lo, hi))
-    }
-
-    /// The index of the window a row falls in (NULL for none): each bounded expression's
-    /// window, when all of them agree.
-    fn window_key(
-        &self,
-        task: &Task,
-        windows: &[Window],
-    ) -> std::result::Result<Expr, NotGroupable> {
-        let mut keys = Vec::with_capacity(self.pairs.len());
-        for pair in &self.pairs {
-            let (lo, hi) = Self::bounds(pair, task, windows)?;
-            let window_of = ScalarUDF::new_from_impl(WindowOf::new(pair.ty.clone(), &lo, &hi)?);
-            keys.push(window_of.call(vec![pair.x.clone()]));
-        }
-        // A row is in window i when every bounded expression is: its index, or NULL.
-        Ok(match keys.as_slice() {
-            [one] => one.clone(),
-            [first, rest @ ..] => {
-                let same = rest
-                    .iter()
-                    .map(|k| first.clone().eq(k.clone()))
-                    .reduce(Expr::and)
-                    .expect("two keys or more");
-                datafusion::logical_expr::when(same, first.clone()).end()?
-            }
-            [] => unreachable!("a grouped query has a bounded expression"),
+            bounded,
         })
     }
 
     /// The per-window results for `windows` (ascending, disjoint), from one query computed
-    /// now.
+    /// now, and what it read.
     pub async fn evaluate(
         &self,
         task: &Task,
         windows: &[Window],
-    ) -> std::result::Result<(Vec<PerWindow>, Vec<crate::report::record::Scanned>), NotGroupable>
-    {
-        let key = self.window_key(task, windows)?;
+    ) -> Grouping<(Vec<PerWindow>, Vec<crate::report::record::Scanned>)> {
+        let params: Vec<Vec<(String, ScalarValue)>> = windows
+            .iter()
+            .map(|w| WindowRange::of(task, w).params())
+            .collect();
+        let value =
+            |p: &[(String, ScalarValue)], name: &str, ty: &DataType| -> Grouping<ScalarValue> {
+                let v = p
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .ok_or_else(|| NotGroupable(format!("no parameter {name}")))?;
+                Ok(v.1.cast_to(ty)?)
+            };
+        let mut tags = Vec::with_capacity(self.bounded.len());
+        for b in &self.bounded {
+            let side = |name: &str| {
+                params
+                    .iter()
+                    .map(|p| value(p, name, &b.ty))
+                    .collect::<Grouping<Vec<_>>>()
+            };
+            let udf = WindowOf::new(b.ty.clone(), &side(&b.lower)?, &side(&b.upper)?)?;
+            tags.push(ScalarUDF::new_from_impl(udf).call(vec![b.x.clone()]));
+        }
+        // A row is in window i when every bounded expression is.
+        let tag = match tags.as_slice() {
+            [one] => one.clone(),
+            [first, rest @ ..] => {
+                let same = rest
+                    .iter()
+                    .map(|t| first.clone().eq(t.clone()))
+                    .reduce(Expr::and);
+                datafusion::logical_expr::when(same.expect("two or more"), first.clone()).end()?
+            }
+            [] => unreachable!("a window filter bounds an expression"),
+        };
         let mut aggregated = false;
-        let mut grouped = carry(&self.plan, &key, self.measure, &mut aggregated)?;
-        match (self.measure, aggregated) {
-            (Measure::Rows, false) => {
-                grouped = LogicalPlanBuilder::from(grouped)
-                    .aggregate(vec![col(WINDOW_COL)], vec![count(lit(1)).alias("rows")])?
-                    .build()?;
-            }
-            (Measure::Query, true) | (Measure::Content, false) => {}
-            _ => {
-                return Err(NotGroupable(
-                    "the query is not one aggregate over the window filter".into(),
-                ));
+        let mut plan = carry(&self.plan, &tag, self.measure, &mut aggregated)?;
+        if aggregated != (self.measure == Measure::Query) {
+            return Err(NotGroupable(
+                "a [reconcile].source is one aggregate over the window filter".into(),
+            ));
+        }
+        if self.measure == Measure::Rows {
+            plan = LogicalPlanBuilder::from(plan)
+                .aggregate(vec![col(TAG)], vec![count(lit(1))])?
+                .build()?;
+        }
+        // The batch's range: the first window's start, the last window's end.
+        let last = params.last().expect("a batch has windows");
+        let mut range: HashMap<String, ScalarValue> = HashMap::new();
+        range.extend(
+            params[0]
+                .iter()
+                .filter(|p| p.0.starts_with("window_start"))
+                .cloned(),
+        );
+        range.extend(
+            last.iter()
+                .filter(|p| p.0.starts_with("window_end"))
+                .cloned(),
+        );
+        let physical = DataFrame::new(self.state.clone(), plan.with_param_values(range)?)
+            .create_physical_plan()
+            .await?;
+        let results = self.results(physical.clone(), windows.len()).await?;
+        Ok((results, super::read::scans(&physical)))
+    }
+
+    /// Each window's result from the rows of `plan` (the bound grouped query).
+    async fn results(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        windows: usize,
+    ) -> Grouping<Vec<PerWindow>> {
+        use futures::StreamExt;
+        let task_ctx = Arc::new(datafusion::execution::TaskContext::from(&self.state));
+        let mut stream = datafusion::physical_plan::execute_stream(plan, task_ctx)?;
+        let mut fingerprints = vec![super::Fingerprint::default(); windows];
+        let mut out: Vec<Option<PerWindow>> = vec![None; windows];
+        while let Some(b) = stream.next().await {
+            let b = b?;
+            let at = b.schema().index_of(TAG)?;
+            let tags = b
+                .column(at)
+                .as_primitive_opt::<arrow::datatypes::UInt32Type>()
+                .ok_or_else(|| NotGroupable("the tag is not UInt32".into()))?
+                .clone();
+            let values = b.project(
+                &(0..b.num_columns())
+                    .filter(|i| *i != at)
+                    .collect::<Vec<_>>(),
+            )?;
+            let hashes = match self.measure {
+                Measure::Content => super::content::row_hashes(&b, Some(TAG))?,
+                _ => Vec::new(),
+            };
+            for r in (0..b.num_rows()).filter(|r| tags.is_valid(*r)) {
+                let i = tags.value(r) as usize;
+                match self.measure {
+                    Measure::Content => fingerprints[i].add(hashes[r]),
+                    Measure::Query => out[i] = Some(PerWindow::Query(values.slice(r, 1))),
+                    Measure::Rows => {
+                        let n = values
+                            .column(0)
+                            .as_primitive_opt::<Int64Type>()
+                            .map(|a| a.value(r));
+                        out[i] = Some(PerWindow::Rows(
+                            n.ok_or_else(|| NotGroupable("a count is not Int64".into()))? as u64,
+                        ));
+                    }
+                }
             }
         }
-        // The batch's range: the first window's lower bound, the last window's upper bound.
-        let first = WindowRange::of(task, &windows[0]).params();
-        let last = WindowRange::of(task, windows.last().expect("a batch has windows")).params();
-        let mut values: HashMap<String, ScalarValue> = HashMap::new();
-        for (name, v) in first {
-            if name.starts_with("window_start") {
-                values.insert(name, v);
-            }
+        if self.measure == Measure::Content {
+            return Ok(fingerprints.into_iter().map(PerWindow::Content).collect());
         }
-        for (name, v) in last {
-            if name.starts_with("window_end") {
-                values.insert(name, v);
-            }
+        let mut none = None;
+        let mut results = Vec::with_capacity(windows);
+        for o in out {
+            results.push(match (o, self.measure) {
+                (Some(r), _) => r,
+                (None, Measure::Rows) => PerWindow::Rows(0),
+                (None, _) => {
+                    if none.is_none() {
+                        none = Some(self.over_no_rows().await?);
+                    }
+                    PerWindow::Query(none.clone().expect("just set"))
+                }
+            });
         }
-        let bound = grouped.with_param_values(values)?;
-        let df = DataFrame::new(self.state.clone(), bound);
-        let plan = df.create_physical_plan().await?;
-        let results = self.results(plan.clone(), windows.len()).await?;
-        Ok((results, super::read::scans(&plan)))
+        Ok(results)
     }
 
     /// The query's result over no rows: its window filter replaced by `false`.
-    async fn over_no_rows(&self) -> std::result::Result<RecordBatch, NotGroupable> {
-        let plan = self
-            .plan
-            .clone()
-            .transform_up(|p| match p {
-                LogicalPlan::Filter(f) if has_placeholder(&f.predicate) => {
-                    let f = Filter::try_new(lit(false), f.input)?;
-                    Ok(Transformed::yes(LogicalPlan::Filter(f)))
+    async fn over_no_rows(&self) -> Grouping<RecordBatch> {
+        let plan = self.plan.clone().transform_up(|p| match p {
+            LogicalPlan::Filter(f) if has_param(&f.predicate) => Ok(Transformed::yes(
+                LogicalPlan::Filter(Filter::try_new(lit(false), f.input)?),
+            )),
+            other => Ok(Transformed::no(other)),
+        })?;
+        let batches = DataFrame::new(self.state.clone(), plan.data)
+            .collect()
+            .await?;
+        match batches
+            .into_iter()
+            .filter(|b| b.num_rows() > 0)
+            .collect::<Vec<_>>()
+            .as_slice()
+        {
+            [one] if one.num_rows() == 1 => Ok(one.clone()),
+            _ => Err(NotGroupable(
+                "the query does not give one row over no rows".into(),
+            )),
+        }
+    }
+}
+
+/// `plan` with every window parameter a projection computes replaced by a NULL of its type:
+/// projections do not change how many rows there are.
+fn without_projected_parameters(plan: LogicalPlan) -> Grouping<LogicalPlan> {
+    let plan = plan.transform_up(|p| {
+        if !matches!(p, LogicalPlan::Projection(_)) {
+            return Ok(Transformed::no(p));
+        }
+        p.map_expressions(|e| {
+            e.transform_up(|e| match e {
+                Expr::Placeholder(ph) => {
+                    let ty = ph
+                        .field
+                        .as_ref()
+                        .map_or(DataType::Null, |f| f.data_type().clone());
+                    Ok(Transformed::yes(lit(ScalarValue::try_from(&ty)?)))
                 }
                 other => Ok(Transformed::no(other)),
-            })?
-            .data;
-        let batches = DataFrame::new(self.state.clone(), plan).collect().await?;
-        let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-        if rows != 1 {
+            })
+        })
+    })?;
+    Ok(plan.data)
+}
+
+/// `plan` with each row's window tag carried from the window filter up to the result (see the
+/// module documentation for which nodes may lie between them).
+fn carry(
+    plan: &LogicalPlan,
+    tag: &Expr,
+    measure: Measure,
+    aggregated: &mut bool,
+) -> Grouping<LogicalPlan> {
+    let up = |p: &LogicalPlan, aggregated: &mut bool| -> Grouping<LogicalPlanBuilder> {
+        Ok(LogicalPlanBuilder::from(carry(
+            p, tag, measure, aggregated,
+        )?))
+    };
+    let built = match plan {
+        LogicalPlan::Filter(f) if has_param(&f.predicate) => {
+            let mut exprs: Vec<Expr> = f
+                .input
+                .schema()
+                .columns()
+                .into_iter()
+                .map(Expr::Column)
+                .collect();
+            exprs.push(tag.clone().alias(TAG));
+            LogicalPlanBuilder::from(plan.clone()).project(exprs)?
+        }
+        LogicalPlan::Projection(p) => {
+            up(&p.input, aggregated)?.project(p.expr.iter().cloned().chain([col(TAG)]))?
+        }
+        LogicalPlan::SubqueryAlias(s) => up(&s.input, aggregated)?.alias(s.alias.clone())?,
+        LogicalPlan::Sort(s) if s.fetch.is_none() && measure != Measure::Query => {
+            return carry(&s.input, tag, measure, aggregated);
+        }
+        LogicalPlan::Distinct(Distinct::All(input)) if measure != Measure::Query => {
+            up(input, aggregated)?.distinct()?
+        }
+        // Grouped aggregates (no ROLLUP or CUBE) for a row count or fingerprint; ungrouped ones
+        // (one row per window) for a [reconcile].source.
+        LogicalPlan::Aggregate(a)
+            if a.group_expr.is_empty() == (measure == Measure::Query)
+                && !a
+                    .group_expr
+                    .iter()
+                    .any(|e| matches!(e, Expr::GroupingSet(_))) =>
+        {
+            *aggregated |= a.group_expr.is_empty();
+            let group = a.group_expr.iter().cloned().chain([col(TAG)]);
+            up(&a.input, aggregated)?.aggregate(group, a.aggr_expr.clone())?
+        }
+        other => {
             return Err(NotGroupable(format!(
-                "the query gives {rows} rows over no rows"
+                "a {} between the window filter and the result",
+                other.display()
             )));
         }
-        let b = batches.into_iter().find(|b| b.num_rows() == 1);
-        Ok(b.expect("one row"))
-    }
+    };
+    Ok(built.build()?)
 }
 
 #[cfg(test)]
