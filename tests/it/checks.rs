@@ -356,3 +356,50 @@ fn a_rerun_over_unchanged_files_computes_its_checks_and_keeps_nothing_for_later_
         .count();
     assert!(refused >= 3, "{}", text(&dropped));
 }
+
+/// Bug: a grouped row count replaced every window parameter a projection computes by NULL, as
+/// if no projection could change how many rows there are. Under a `DISTINCT` it can: with the
+/// parameter a NULL, each day's `am` and `pm` rows became one, the grouped count disagreed
+/// with the window's own, and every window was checked again by itself (a staged output short
+/// of the same row would have passed). Only the projections on top of the query compute
+/// nothing a row count depends on.
+#[test]
+fn a_window_parameter_projected_under_a_distinct_is_not_dropped_from_the_row_count() {
+    let rows = events("2026-03-27T00:00:00Z", 24 * 3);
+    let p = TestProject::new();
+    write_csv(&p, &rows);
+    let x = "CAST(ts AS TIMESTAMP)";
+    p.task(
+        "t",
+        &format!(
+            r#"sql = """
+SELECT DISTINCT
+  CASE WHEN {x} - $window_start_ts < INTERVAL '12 hours' THEN 'am' ELSE 'pm' END AS half,
+  CAST($window_start AS DATE) AS part
+FROM events
+WHERE {x} >= $window_start_ts AND {x} < $window_end_ts
+"""
+[target]
+partition_by = "part"
+[window]
+grain = "day"
+timezone = "Europe/Berlin"
+[sources.events]
+uri = "events.csv"
+"#
+        ),
+    );
+    let (out, log) = logged(&p, "lake", ("2026-03-27", "2026-03-29"), &[]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert!(
+        !log.contains("compute the source side again"),
+        "a grouped count disagreed with the window's own: {log}"
+    );
+    for (start, checks) in sources(&out) {
+        assert_eq!(
+            checks,
+            [("source_rows".to_string(), "2".to_string())],
+            "{start}"
+        );
+    }
+}

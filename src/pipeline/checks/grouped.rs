@@ -4,8 +4,9 @@
 //! conditions on them are `X >= <start>` and `X < <end>` (either way round, `_ts` or not) for
 //! one or more expressions `X` of a date, timestamp or integer type. Above the filter come only
 //! projections, aliases, sorts without a limit, `DISTINCT` and grouped aggregates, or, for a
-//! `[reconcile].source`, ungrouped aggregates. Any other query is checked window by window, as
-//! the plain twin checks every query (`IDEMLAKE_CHECK_BATCH=1`).
+//! `[reconcile].source`, ungrouped aggregates. A row count leaves out the projections on top
+//! first, whatever they compute. Any other query is checked window by window, as the plain twin
+//! checks every query (`IDEMLAKE_CHECK_BATCH=1`).
 //!
 //! **The formulation.** The query is bound to the batch's range (the first window's start,
 //! the last one's end). At the filter each row is tagged `window_of(X)`: the window whose
@@ -185,7 +186,7 @@ impl Grouped {
                 .analyzer()
                 .execute_and_check(plan, state.config_options(), |_, _| {})?;
         if measure == Measure::Rows {
-            plan = without_projected_parameters(plan)?;
+            plan = counted(plan);
         }
         // Every node using the window parameters, subqueries included: only the filter may.
         let mut holders = Vec::new();
@@ -374,27 +375,16 @@ impl Grouped {
     }
 }
 
-/// `plan` with every window parameter a projection computes replaced by a NULL of its type:
-/// projections do not change how many rows there are.
-fn without_projected_parameters(plan: LogicalPlan) -> Grouping<LogicalPlan> {
-    let plan = plan.transform_up(|p| {
-        if !matches!(p, LogicalPlan::Projection(_)) {
-            return Ok(Transformed::no(p));
-        }
-        p.map_expressions(|e| {
-            e.transform_up(|e| match e {
-                Expr::Placeholder(ph) => {
-                    let ty = ph
-                        .field
-                        .as_ref()
-                        .map_or(DataType::Null, |f| f.data_type().clone());
-                    Ok(Transformed::yes(lit(ScalarValue::try_from(&ty)?)))
-                }
-                other => Ok(Transformed::no(other)),
-            })
-        })
-    })?;
-    Ok(plan.data)
+/// The plan whose rows `plan` gives, for counting them: the projections and aliases on top
+/// left out, whatever window parameters they compute (they change no row count). A parameter
+/// a projection below computes may reach a key, a `DISTINCT` or a filter: it stays, and the
+/// query is checked window by window.
+fn counted(plan: LogicalPlan) -> LogicalPlan {
+    match plan {
+        LogicalPlan::Projection(p) => counted(Arc::unwrap_or_clone(p.input)),
+        LogicalPlan::SubqueryAlias(a) => counted(Arc::unwrap_or_clone(a.input)),
+        other => other,
+    }
 }
 
 /// `plan` with each row's window tag carried from the window filter up to the result (see the
