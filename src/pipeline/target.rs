@@ -112,6 +112,10 @@ pub struct Published {
 /// How long a group commit waits for windows still executing (`Target::gather`).
 pub const GATHER: std::time::Duration = std::time::Duration::from_millis(10);
 
+/// How long a commit that lost a race waits for the runner's executing windows (see
+/// `Target::settle`).
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Most windows one commit publishes.
 pub const MAX_WINDOWS_PER_COMMIT: usize = 256;
 
@@ -235,7 +239,7 @@ impl Target {
             let mut state = self.state.lock().await;
             self.gather(executing).await;
             let batch = self.take_group();
-            self.commit_now(&mut state, schema, batch).await
+            self.commit_now(&mut state, schema, batch, executing).await
         };
         if let Some((job, replay)) = landed {
             self.finish(replay, job).await;
@@ -266,7 +270,7 @@ impl Target {
             .unzip();
         let landed = {
             let mut state = self.state.lock().await;
-            self.commit_now(&mut state, schema, group).await
+            self.commit_now(&mut state, schema, group, &|| 0).await
         };
         if let Some((job, replay)) = landed {
             self.finish(replay, job).await;
@@ -287,6 +291,7 @@ impl Target {
         state: &mut State,
         schema: &SchemaRef,
         group: Vec<Pending>,
+        executing: &(dyn Fn() -> usize + Sync),
     ) -> Option<(
         ReadBack,
         tokio::sync::MutexGuard<'_, Option<readback::LogReplay>>,
@@ -296,7 +301,7 @@ impl Target {
         }
         match self.ensure_table(state, schema).await {
             Ok(()) => {
-                let job = self.commit_group(state, group).await?;
+                let job = self.commit_group(state, group, executing).await?;
                 Some((job, self.replay.lock().await))
             }
             Err(e) => {
@@ -331,6 +336,16 @@ impl Target {
             {
                 return;
             }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+
+    /// After a race lost to another worker: wait, up to [`SETTLE`], for this runner's windows
+    /// still executing to be staged, so that they join the rebuilt commit. A lost race means
+    /// the table is contended, and the fewer and larger the commits, the fewer races.
+    async fn settle(&self, executing: &(dyn Fn() -> usize + Sync)) {
+        let started = Instant::now();
+        while executing() > 0 && started.elapsed() < SETTLE {
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
     }
@@ -373,7 +388,12 @@ impl Target {
         Ok(())
     }
 
-    async fn commit_group(&self, target: &mut State, group: Vec<Pending>) -> Option<ReadBack> {
+    async fn commit_group(
+        &self,
+        target: &mut State,
+        group: Vec<Pending>,
+        executing: &(dyn Fn() -> usize + Sync),
+    ) -> Option<ReadBack> {
         let (mut windows, senders): (Vec<_>, Vec<_>) =
             group.into_iter().map(|p| (p.window, p.done)).unzip();
         let json = |m: &deltalake::kernel::Metadata| serde_json::to_string(m).ok();
@@ -399,8 +419,10 @@ impl Target {
         // Each rejoin restarts the commit's attempts: bounded by the same limit.
         let mut rejoins = 0;
         let committed = loop {
-            let waiting =
-                || rejoins < overwrite::REBASE_ATTEMPTS && self.joinable(&windows, false).is_some();
+            let waiting = || {
+                rejoins < overwrite::REBASE_ATTEMPTS
+                    && (executing() > 0 || self.joinable(&windows, false).is_some())
+            };
             let attempt = overwrite::commit_or_rejoin(
                 &mut target.table,
                 &mut target.files,
@@ -414,6 +436,7 @@ impl Target {
                 // A race lost while other windows were staged: they join the rebuilt commit.
                 Ok(None) => {
                     rejoins += 1;
+                    self.settle(executing).await;
                     for p in self.joinable(&windows, true).unwrap_or_default() {
                         windows.push(p.window);
                         senders.0.push(Some(p.done));
