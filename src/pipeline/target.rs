@@ -112,8 +112,8 @@ pub struct Published {
 /// How long a group commit waits for windows still executing (`Target::gather`).
 pub const GATHER: std::time::Duration = std::time::Duration::from_millis(10);
 
-/// How long a commit that lost a race waits for the runner's executing windows (see
-/// `Target::settle`).
+/// How long a commit that lost a race waits for the runner's executing windows
+/// (`Target::gather`).
 const SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Most windows one commit publishes.
@@ -237,7 +237,7 @@ impl Target {
             .push(Pending { window, done: tx });
         let landed = {
             let mut state = self.state.lock().await;
-            self.gather(executing).await;
+            self.gather(executing, false).await;
             let batch = self.take_group();
             self.commit_now(&mut state, schema, batch, executing).await
         };
@@ -320,32 +320,26 @@ impl Target {
     /// checkpoints) as many times fewer. A single window, or the last ones of a backfill,
     /// commit at once: nothing else is executing. A caller whose window went out with an
     /// earlier group only waits if others are queued (it then commits them).
-    async fn gather(&self, executing: &(dyn Fn() -> usize + Sync)) {
+    ///
+    /// After a race lost to another worker (`lost`) the commit being rebuilt is the caller's,
+    /// and it waits up to [`SETTLE`] even with nothing queued yet: the table is contended, and
+    /// the fewer and larger the commits, the fewer races.
+    async fn gather(&self, executing: &(dyn Fn() -> usize + Sync), lost: bool) {
         if !crate::config::get().accelerate {
             return;
         }
-        let started = Instant::now();
+        let (started, bound) = (Instant::now(), if lost { SETTLE } else { GATHER });
         loop {
             let busy = executing();
             let queued = self.pending.lock().expect("not poisoned").len();
             // Nothing queued: this caller's window went out with the previous group.
-            if queued == 0
+            if (queued == 0 && !lost)
                 || busy == 0
                 || queued >= MAX_WINDOWS_PER_COMMIT
-                || started.elapsed() >= GATHER
+                || started.elapsed() >= bound
             {
                 return;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-        }
-    }
-
-    /// After a race lost to another worker: wait, up to [`SETTLE`], for this runner's windows
-    /// still executing to be staged, so that they join the rebuilt commit. A lost race means
-    /// the table is contended, and the fewer and larger the commits, the fewer races.
-    async fn settle(&self, executing: &(dyn Fn() -> usize + Sync)) {
-        let started = Instant::now();
-        while executing() > 0 && started.elapsed() < SETTLE {
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
     }
@@ -436,7 +430,7 @@ impl Target {
                 // A race lost while other windows were staged: they join the rebuilt commit.
                 Ok(None) => {
                     rejoins += 1;
-                    self.settle(executing).await;
+                    self.gather(executing, true).await;
                     for p in self.joinable(&windows, true).unwrap_or_default() {
                         windows.push(p.window);
                         senders.0.push(Some(p.done));
